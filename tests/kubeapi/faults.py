@@ -1,0 +1,69 @@
+"""Fault injection: rules matching method + path that answer with an error status, add a delay, or reset the
+connection, for a number of matches or with a probability."""
+from __future__ import annotations
+
+import random
+import re
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Fault:
+    method: str = "*"
+    path: str = ".*"  # regular expression searched in the request path (without the query string)
+    status: int | None = None  # answer with this code (a Status body)
+    delay: float = 0.0  # seconds to wait before answering (or before the status / reset)
+    reset: bool = False  # close the connection with a TCP reset instead of answering
+    count: int | None = 1  # how many times the fault fires; None = every time
+    after: int = 0  # let this many matching requests through first
+    probability: float = 1.0
+    query: str = ""  # regular expression searched in the query string
+    message: str = "injected fault"
+    seen: int = 0
+    fired: int = 0
+    _pattern: re.Pattern = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self._pattern = re.compile(self.path)
+
+    def exhausted(self) -> bool:
+        return self.count is not None and self.fired >= self.count
+
+    def matches(self, method: str, path: str, query: str) -> bool:
+        return (self.method in ("*", method) and self._pattern.search(path) is not None
+                and (not self.query or re.search(self.query, query) is not None))
+
+
+class Faults:
+    def __init__(self, seed: int = 3):
+        self._rules: list[Fault] = []
+        self._lock = threading.Lock()
+        self._random = random.Random(seed)
+
+    def add(self, method: str = "*", path: str = ".*", **options) -> Fault:
+        rule = Fault(method.upper() if method != "*" else "*", path, **options)
+        with self._lock:
+            self._rules.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+
+    def remove(self, rule: Fault) -> None:
+        with self._lock:
+            if rule in self._rules:
+                self._rules.remove(rule)
+
+    def pick(self, method: str, path: str, query: str) -> Fault | None:
+        with self._lock:
+            for rule in self._rules:
+                if rule.exhausted() or not rule.matches(method, path, query):
+                    continue
+                rule.seen += 1
+                if rule.seen <= rule.after or self._random.random() >= rule.probability:
+                    continue
+                rule.fired += 1
+                return rule
+        return None
