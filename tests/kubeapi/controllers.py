@@ -158,7 +158,7 @@ class ControllerManager:
 
     def register_scheduler(self, name: str) -> None:
         self.schedulers.add(name)
-        self.resync()
+        self._enqueue(("@pending", "", "", ""))
 
     def unregister_scheduler(self, name: str) -> None:
         self.schedulers.discard(name)

@@ -33,12 +33,22 @@ MESSAGES: dict[str, dict[int, tuple]] = {
                4: ("stringData", ("map", "string", "string")), 5: ("immutable", "bool")},
     "ConfigMap": {1: ("metadata", "ObjectMeta"), 2: ("data", ("map", "string", "string")),
                   3: ("binaryData", ("map", "string", "bytes")), 4: ("immutable", "bool")},
+    "Namespace": {1: ("metadata", "ObjectMeta"), 2: ("spec", "NamespaceSpec"), 3: ("status", "NamespaceStatus")},
+    "NamespaceSpec": {1: ("finalizers", ("repeated", "string"))},
+    "NamespaceStatus": {1: ("phase", "string")},
+    "ServiceAccount": {1: ("metadata", "ObjectMeta"), 2: ("secrets", ("repeated", "ObjectReference")),
+                       3: ("imagePullSecrets", ("repeated", "LocalObjectReference")),
+                       4: ("automountServiceAccountToken", "bool")},
+    "ObjectReference": {1: ("kind", "string"), 2: ("namespace", "string"), 3: ("name", "string"),
+                        4: ("uid", "string"), 5: ("apiVersion", "string"), 6: ("resourceVersion", "string"),
+                        7: ("fieldPath", "string")},
+    "LocalObjectReference": {1: ("name", "string")},
     "DeleteOptions": {1: ("gracePeriodSeconds", "int64"), 2: ("preconditions", "Preconditions"),
                       3: ("orphanDependents", "bool"), 4: ("propagationPolicy", "string"),
                       5: ("dryRun", ("repeated", "string"))},
     "Preconditions": {1: ("uid", "string"), 2: ("resourceVersion", "string")},
 }
-TOP_LEVEL = {"Secret", "ConfigMap", "DeleteOptions"}
+TOP_LEVEL = {"Secret", "ConfigMap", "Namespace", "ServiceAccount", "DeleteOptions"}
 
 
 # --- wire format -----------------------------------------------------------------------------------------------------

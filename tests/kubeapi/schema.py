@@ -142,9 +142,15 @@ class Schema:
         extra = self.additional
         if extra is not None:
             return extra
-        if self.preserve_unknown:
+        if self.preserve_unknown or self.free_form:
             return ANY
         return None
+
+    @property
+    def free_form(self) -> bool:
+        """A built-in `object` with no declared fields (FieldsV1, RawExtension) holds arbitrary JSON. In a CRD the
+        same shape is structural and prunes everything, so only schemas from the built-in definitions qualify."""
+        return self.defs is not None and not self.is_struct and "additionalProperties" not in self.raw
 
     # --- list and map semantics (structured-merge-diff and strategic merge patch) ---------------------------
     @property

@@ -36,56 +36,69 @@ class Requirement:
 
 
 def parse_label_selector(text: str) -> list[Requirement]:
-    tokens = [t for t in _TOKEN.findall(text or "")]
-    requirements: list[Requirement] = []
-    pos = 0
-
-    def take() -> str:
-        nonlocal pos
-        if pos >= len(tokens):
-            raise ApiError(400, f"unable to parse requirement: unexpected end of selector {text!r}")
-        pos += 1
-        return tokens[pos - 1]
-
-    while pos < len(tokens):
-        token = take()
-        if token == "!":
-            requirements.append(Requirement(take(), "!"))
-        else:
-            key = token
-            if pos >= len(tokens) or tokens[pos] == ",":
-                requirements.append(Requirement(key, "exists"))
-            else:
-                op = take()
-                if op in ("=", "=="):
-                    requirements.append(Requirement(key, "=", (_value(tokens, pos),)))
-                    pos += 1 if pos < len(tokens) and tokens[pos] != "," else 0
-                elif op == "!=":
-                    requirements.append(Requirement(key, "!=", (_value(tokens, pos),)))
-                    pos += 1 if pos < len(tokens) and tokens[pos] != "," else 0
-                elif op in ("in", "notin"):
-                    if take() != "(":
-                        raise ApiError(400, f"unable to parse requirement: expected '(' in {text!r}")
-                    values = []
-                    while True:
-                        item = take()
-                        if item == ")":
-                            break
-                        if item != ",":
-                            values.append(item)
-                    requirements.append(Requirement(key, op, tuple(values)))
-                elif op in (">", "<"):
-                    requirements.append(Requirement(key, "gt" if op == ">" else "lt", (take(),)))
-                else:
-                    raise ApiError(400, f"unable to parse requirement: found {op!r}, expected an operator")
-        if pos < len(tokens):
-            if take() != ",":
-                raise ApiError(400, f"unable to parse requirement: expected ',' in {text!r}")
+    """Parse like k8s.io/apimachinery labels.Parse: requirements separated by commas, no empty ones."""
+    tokens = _TOKEN.findall(text or "")
+    if not tokens:
+        return []
+    parser = _SelectorParser(tokens, text)
+    requirements = [parser.requirement()]
+    while parser.peek() is not None:
+        parser.expect(",")
+        requirements.append(parser.requirement())
     return requirements
 
 
-def _value(tokens: list[str], pos: int) -> str:
-    return "" if pos >= len(tokens) or tokens[pos] == "," else tokens[pos]
+class _SelectorParser:
+    def __init__(self, tokens: list[str], text: str):
+        self.tokens, self.text, self.pos = tokens, text, 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self) -> str:
+        token = self.peek()
+        if token is None:
+            self.fail("unexpected end of selector")
+        self.pos += 1
+        return token
+
+    def expect(self, wanted: str) -> None:
+        if self.take() != wanted:
+            self.fail(f"expected {wanted!r}")
+
+    def fail(self, why: str):
+        raise ApiError(400, f"unable to parse requirement: {why} in {self.text!r}")
+
+    def identifier(self) -> str:
+        token = self.take()
+        if token in ("(", ")", ",", "!=", "==", "=", "!", ">", "<"):
+            self.fail(f"found {token!r}, expected an identifier")
+        return token
+
+    def requirement(self) -> Requirement:
+        if self.peek() == "!":
+            self.take()
+            return Requirement(self.identifier(), "!")
+        key = self.identifier()
+        op = self.peek()
+        if op is None or op == ",":
+            return Requirement(key, "exists")
+        self.take()
+        if op in ("=", "==", "!="):
+            value = "" if self.peek() in (None, ",") else self.identifier()
+            return Requirement(key, "!=" if op == "!=" else "=", (value,))
+        if op in (">", "<"):
+            return Requirement(key, "gt" if op == ">" else "lt", (self.identifier(),))
+        if op in ("in", "notin"):
+            self.expect("(")
+            values = []
+            while self.peek() != ")":
+                values.append(self.identifier())
+                if self.peek() == ",":
+                    self.take()
+            self.take()
+            return Requirement(key, op, tuple(values))
+        self.fail(f"found {op!r}, expected an operator")
 
 
 def labels_match(requirements: list[Requirement], labels: dict | None) -> bool:

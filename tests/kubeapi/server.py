@@ -88,7 +88,7 @@ class Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         emulator = self.server.emulator
         split = urlsplit(self.path)
-        path = unquote(split.path)
+        path = unquote(split.path).rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
         body = self._read_body()
         record = Request(method, path, query, self.headers.get("Content-Type", ""), self.headers.get("User-Agent", ""),

@@ -312,7 +312,7 @@ class Store:
         if meta.get("name", name) != name:
             raise ApiError(400, f"the name of the object ({meta.get('name')}) does not match the name on the URL "
                                 f"({name})")
-        applied, invalid_causes = self._validated(rt, jcopy(body), schema, opts)
+        applied, _partial = self._validated(rt, jcopy(body), schema, opts)  # required fields: checked once merged
         if old is None:
             if opts.subresource:
                 raise not_found(rt, name)
@@ -327,9 +327,9 @@ class Store:
             meta["namespace"] = namespace
         if old is None:
             meta["uid"], meta["creationTimestamp"] = str(uuid.uuid4()), now()
-            return self._write(rt, namespace, name, None, merged, opts, "Apply", invalid_causes), True
+            return self._write(rt, namespace, name, None, merged, opts, "Apply"), True
         self._keep_system_meta(meta, old)
-        return self._write(rt, namespace, name, old, merged, opts, "Apply", invalid_causes), False
+        return self._write(rt, namespace, name, old, merged, opts, "Apply"), False
 
     def _keep_system_meta(self, meta: dict, old: dict) -> None:
         for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
@@ -387,12 +387,11 @@ class Store:
         return cleaned, [(reason, path, message) for reason, path, message, _value in problems.invalid]
 
     def _write(self, rt: ResourceType, namespace: str | None, name: str, old: dict | None, obj: dict,
-               opts: WriteOptions, operation: str, causes: list | None = None) -> dict:
+               opts: WriteOptions, operation: str) -> dict:
         """The shared tail of every write: validate, default, admit, track fields, then store and notify."""
         schema = self.schema_for(rt)
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
-        if operation != "Apply":
-            obj, causes = self._validated(rt, obj, schema, opts)
+        obj, causes = self._validated(rt, obj, schema, opts)
         obj = self._reset_fields(rt, old, obj, opts.subresource)
         kinds.default_object(obj, rt, self.allocator, old)
         if rt.kind == "Pod" and old is None:
@@ -400,7 +399,7 @@ class Store:
         meta = obj["metadata"]
         problems = Problems()
         check_metadata(meta, kinds.name_style(rt), problems)
-        causes = list(causes or []) + [(r, p, m) for r, p, m, _v in problems.invalid]
+        causes = causes + [(r, p, m) for r, p, m, _v in problems.invalid]
         causes += kinds.semantic_problems(obj)
         if old is not None:
             causes += kinds.immutable_violations(rt, old, obj)

@@ -1,0 +1,135 @@
+"""Shared fixtures: a running Kubernetes API emulator with its kubeconfig, and helpers to run the real clients."""
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import http.client
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.kubeapi import Emulator
+from tests.tools import client_env, run, tool
+
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+CHARTS = SHARED / "charts"
+
+
+@dataclass
+class Cluster:
+    """An emulator plus what real clients need to reach it."""
+
+    emu: Emulator
+    kubeconfig: Path
+    home: Path
+
+    @property
+    def env(self) -> dict:
+        return client_env(self.home)
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 60, input: str | None = None):
+        return run([tool("kubectl"), "--kubeconfig", str(self.kubeconfig), *args], self.env, timeout, check, input)
+
+    def helm(self, *args: str, check: bool = True, timeout: float = 180):
+        return run([tool("helm"), "--kubeconfig", str(self.kubeconfig), *args], self.env, timeout, check)
+
+
+@pytest.fixture
+def emulator_options() -> dict:
+    """Override in a module to start the emulator differently (e.g. another Kubernetes version)."""
+    return {"gpu_nodes": ["gpu-1", "gpu-2"], "cpu_nodes": ["cpu-1"]}
+
+
+@pytest.fixture
+def cluster(tmp_path, emulator_options) -> Cluster:
+    emu = Emulator(**emulator_options).start()
+    kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
+    home = tmp_path / "home"
+    home.mkdir()
+    try:
+        yield Cluster(emu, kubeconfig, home)
+    finally:
+        emu.stop()
+
+
+@pytest.fixture
+def emu(cluster) -> Emulator:
+    return cluster.emu
+
+
+class Api:
+    """A minimal HTTPS client for raw API tests: exact bytes and headers, nothing hidden."""
+
+    def __init__(self, emu: Emulator, auth: str = "cert"):
+        self.emu = emu
+        self.context = ssl.create_default_context(cadata=emu.pki.ca_pem)
+        self.headers = {}
+        if auth == "cert":
+            import tempfile
+            with tempfile.TemporaryDirectory() as folder:
+                cert, key = Path(folder, "c.pem"), Path(folder, "k.pem")
+                cert.write_text(emu.pki.client_cert_pem)
+                key.write_text(emu.pki.client_key_pem)
+                self.context.load_cert_chain(cert, key)
+        elif auth == "token":
+            self.headers["Authorization"] = f"Bearer {emu.token}"
+
+    def request(self, method: str, path: str, body=None, content_type: str = "application/json",
+                accept: str = "application/json", headers: dict | None = None):
+        host, port = self.emu.address.split(":")
+        connection = http.client.HTTPSConnection(host, int(port), context=self.context, timeout=30)
+        payload = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        all_headers = {"Accept": accept, **self.headers, **(headers or {})}
+        if payload is not None:
+            all_headers["Content-Type"] = content_type
+        connection.request(method, path, body=payload, headers=all_headers)
+        response = connection.getresponse()
+        data = response.read()
+        connection.close()
+        return Response(response.status, dict(response.getheaders()), data)
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def put(self, path, body, **kw):
+        return self.request("PUT", path, body, **kw)
+
+    def patch(self, path, body, patch_type: str = "merge", **kw):
+        types = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
+                 "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
+        return self.request("PATCH", path, body, content_type=types[patch_type], **kw)
+
+    def delete(self, path, body=None, **kw):
+        return self.request("DELETE", path, body, **kw)
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict
+    data: bytes
+
+    @property
+    def json(self):
+        return json.loads(self.data)
+
+    def __repr__(self) -> str:
+        return f"Response({self.status}, {self.data[:300]!r})"
+
+
+@pytest.fixture
+def api(emu) -> Api:
+    return Api(emu)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("GPU_BOOTSTRAP_LIVE_KUBECONFIG"):
+        return
+    for item in items:
+        if "live_only" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="needs GPU_BOOTSTRAP_LIVE_KUBECONFIG (a real cluster)"))

@@ -1,0 +1,58 @@
+"""Finding the real tools the tests drive, and running them in an isolated environment.
+
+A missing tool skips the test with a reason; with GPU_BOOTSTRAP_REQUIRE_TOOLS=1 (set by .ci/run) it fails it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS_BIN = ROOT / ".tools" / "bin"
+SYSTEM_TOOLS = {"sshd": "/usr/sbin/sshd", "busybox": "/bin/busybox", "promtool": "/usr/bin/promtool",
+                "openssl": "/usr/bin/openssl", "ssh-keygen": "/usr/bin/ssh-keygen"}
+
+
+def tools_required() -> bool:
+    return os.environ.get("GPU_BOOTSTRAP_REQUIRE_TOOLS") == "1"
+
+
+def missing(reason: str):
+    if tools_required():
+        pytest.fail(f"{reason} (GPU_BOOTSTRAP_REQUIRE_TOOLS=1: run scripts/install-test-tools)")
+    pytest.skip(f"{reason}; run scripts/install-test-tools")
+
+
+def tool(name: str) -> str:
+    """Path of a real tool: helm and kubectl only from .tools/bin (pinned), others from the system."""
+    if name in ("helm", "kubectl"):
+        path = TOOLS_BIN / name
+        if not path.exists():
+            missing(f"the pinned {name} is not installed in {TOOLS_BIN}")
+        return str(path)
+    path = SYSTEM_TOOLS.get(name) or shutil.which(name)
+    if not path or not Path(path).exists():
+        missing(f"{name} is not installed")
+    return path
+
+
+def client_env(home: Path) -> dict:
+    """Environment for real clients: their caches and configs live under `home`, never in the user's."""
+    env = dict(os.environ)
+    env.update({"KUBECACHEDIR": str(home / "kube-cache"), "HELM_CACHE_HOME": str(home / "helm-cache"),
+                "HELM_CONFIG_HOME": str(home / "helm-config"), "HELM_DATA_HOME": str(home / "helm-data"),
+                "HOME": str(home), "PATH": f"{TOOLS_BIN}{os.pathsep}{env.get('PATH', '')}"})
+    env.pop("KUBECONFIG", None)
+    return env
+
+
+def run(args: list[str], env: dict, timeout: float = 120, check: bool = True, input: str | None = None):
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout, input=input)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {result.returncode}\nstdout:\n{result.stdout}\n"
+                             f"stderr:\n{result.stderr}")
+    return result
