@@ -13,8 +13,17 @@ import pytest
 from tests.kubeapi import Emulator
 from tests.tools import client_env, run, tool
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+SHARED = Path(os.environ.get("GPU_BOOTSTRAP_SHARED", Path(__file__).resolve().parent.parent.parent / "shared"))
 CHARTS = SHARED / "charts"
+
+
+def chart(name: str) -> Path:
+    """A real upstream chart from ../shared/charts (see its README for provenance)."""
+    path = CHARTS / name
+    if not path.exists():
+        from tests.tools import missing
+        missing(f"chart {path} is not present")
+    return path
 
 
 @dataclass

@@ -6,11 +6,19 @@ import json
 import pytest
 import yaml
 
-from tests.conftest import CHARTS
+from tests.conftest import chart
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow]
-GPU_OPERATOR = CHARTS / "gpu-operator-v26.7.0.tgz"
-KPS = CHARTS / "kube-prometheus-stack-88.5.3.tgz"
+
+
+@pytest.fixture
+def gpu_operator_chart():
+    return chart("gpu-operator-v26.7.0.tgz")
+
+
+@pytest.fixture
+def kps_chart():
+    return chart("kube-prometheus-stack-88.5.3.tgz")
 
 
 def rendered(cluster, release: str, chart, namespace: str, *values: str) -> set[tuple[str, str, str]]:
@@ -39,7 +47,8 @@ def stored(cluster, release: str) -> set[tuple[str, str, str]]:
     return keys
 
 
-def test_gpu_operator_install_upgrade_rollback_uninstall(cluster):
+def test_gpu_operator_install_upgrade_rollback_uninstall(cluster, gpu_operator_chart):
+    GPU_OPERATOR = gpu_operator_chart
     probe = "operator.annotations.probe"
     cluster.helm("upgrade", "--install", "gpu-operator", str(GPU_OPERATOR), "-n", "gpu-operator", "--create-namespace",
                  "--wait", "--timeout", "120s", "--set", f"{probe}=one")
@@ -74,7 +83,8 @@ def test_gpu_operator_install_upgrade_rollback_uninstall(cluster):
     assert "clusterpolicies.nvidia.com" in {c["metadata"]["name"] for c in cluster.emu.list("customresourcedefinitions")}
 
 
-def test_kube_prometheus_stack_installs_with_wait_and_uninstalls(cluster):
+def test_kube_prometheus_stack_installs_with_wait_and_uninstalls(cluster, kps_chart):
+    KPS = kps_chart
     cluster.helm("upgrade", "--install", "kps", str(KPS), "-n", "mon", "--create-namespace", "--wait",
                  "--timeout", "180s")
     assert stored(cluster, "kps") == rendered(cluster, "kps", KPS, "mon")
