@@ -114,10 +114,11 @@ class Emulator:
         return self.table.find(name)
 
     def get(self, resource: str, name: str, namespace: str | None = None) -> dict | None:
-        return self.store.find(self.resource(resource), namespace, name)
+        """A copy of the stored object (editing it changes nothing until you seed it back)."""
+        return jcopy(self.store.find(self.resource(resource), namespace, name))
 
     def list(self, resource: str, namespace: str | None = None, label_selector: str = "") -> list[dict]:
-        return self.store.list(self.resource(resource), namespace, label_selector)[0]
+        return jcopy(self.store.list(self.resource(resource), namespace, label_selector)[0])
 
     def seed(self, obj: dict, manager: str = SEED_MANAGER) -> dict:
         """Create or replace an object directly (no HTTP request is logged)."""

@@ -1,11 +1,13 @@
-"""Fault injection: rules matching method + path that answer with an error status, add a delay, or reset the
-connection, for a number of matches or with a probability."""
+"""Fault injection: rules matching method + path that answer with an error status, add a delay, reset the
+connection, or run an action first (e.g. a concurrent change by "someone else"), for a number of matches or with a
+probability."""
 from __future__ import annotations
 
 import random
 import re
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -20,6 +22,7 @@ class Fault:
     probability: float = 1.0
     query: str = ""  # regular expression searched in the query string
     message: str = "injected fault"
+    action: Callable[[], None] | None = None  # runs when the fault fires, before the request is handled
     seen: int = 0
     fired: int = 0
     _pattern: re.Pattern = field(init=False, repr=False)

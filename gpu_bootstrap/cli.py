@@ -1,0 +1,320 @@
+"""The `gpu-bootstrap` command line. Flags in, calls to app.py out; errors are caught once, here.
+
+Heavy modules (pydantic, rich, kubernetes, paramiko, cryptography) are imported inside the commands so that
+`gpu-bootstrap --help` starts fast.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import __version__
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, GpuBootstrapError
+
+app = typer.Typer(
+    name="gpu-bootstrap",
+    help="Turn a Kubernetes cluster with NVIDIA GPU nodes into a GPU platform, in one resumable command.\n\n"
+         "Start with [bold]gpu-bootstrap init[/] to write a config, [bold]gpu-bootstrap doctor[/] to check the "
+         "cluster and nodes, then [bold]gpu-bootstrap up --dry-run[/] to see the plan and [bold]gpu-bootstrap up"
+         "[/] to apply it. Interrupted runs resume where they stopped.",
+    no_args_is_help=True, rich_markup_mode="rich", pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]})
+
+
+class Output(str, Enum):
+    text = "text"
+    json = "json"
+
+
+ConfigOpt = Annotated[Optional[Path], typer.Option("-c", "--config", help="Config file.",
+                                                   show_default="./gpu-bootstrap.yaml", metavar="FILE")]
+KubeconfigOpt = Annotated[Optional[Path], typer.Option("--kubeconfig", metavar="FILE", help=(
+    "Kubeconfig to use (overrides the config file and GPU_BOOTSTRAP_KUBECONFIG; default $KUBECONFIG, "
+    "then ~/.kube/config)."))]
+ContextOpt = Annotated[Optional[str], typer.Option("--context", help="Kubeconfig context to use.")]
+VerboseOpt = Annotated[int, typer.Option("-v", "--verbose", count=True, help="More detail on stderr (-vv: debug).")]
+LogFileOpt = Annotated[Optional[Path], typer.Option("--log-file", metavar="FILE", help=(
+    "Write the full log here (default: a new file under ~/.local/state/gpu-bootstrap/logs)."))]
+OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="text for people, json for machines.")]
+PlaybookOpt = Annotated[str, typer.Option("--playbook", metavar="NAME|PATH",
+                                          help="Which ordered step list to run (playbooks/NAME.yaml or a path).")]
+OnlyOpt = Annotated[Optional[list[str]], typer.Option("--only", metavar="STEP[,STEP]",
+                                                      help="Run only these steps (repeatable).")]
+SkipOpt = Annotated[Optional[list[str]], typer.Option("--skip", metavar="STEP[,STEP]",
+                                                      help="Leave out these steps (repeatable).")]
+ForceUnlockOpt = Annotated[bool, typer.Option("--force-unlock", help=(
+    "Take the run lock even if another run seems to hold it. Only when you know that run is gone."))]
+
+
+def _interrupt_on_sigterm() -> None:
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _fail(error: GpuBootstrapError, log_file) -> None:
+    from .ui import print_error
+    import logging
+    logging.getLogger("gpu_bootstrap").error("%s", error.one_line(), exc_info=True)
+    print_error(error.one_line(), log_file)
+    raise typer.Exit(error.exit_code)
+
+
+def _session(command: str, log_file: Optional[Path], verbose: int):
+    from .ui import setup_logging
+    return setup_logging(command, log_file, verbose)
+
+
+def _unexpected(error: BaseException, log_file) -> None:
+    import logging
+    from .ui import print_error
+    logging.getLogger("gpu_bootstrap").exception("internal error")
+    print_error(f"internal error: {error!r} — this is a bug in gpu-bootstrap; please report it with the log file",
+                log_file)
+    raise typer.Exit(EXIT_FAILED)
+
+
+def _run(command: str, log_file: Optional[Path], verbose: int, body) -> None:
+    """Run a command body with logging, typed-error handling and signal handling in one place."""
+    path = _session(command, log_file, verbose)
+    _interrupt_on_sigterm()
+    try:
+        body(path)
+    except typer.Exit:
+        raise
+    except GpuBootstrapError as error:
+        _fail(error, path)
+    except KeyboardInterrupt:
+        from .errors import Interrupted
+        _fail(Interrupted(), path)
+    except Exception as error:  # noqa: BLE001 - the one place a bug becomes a message instead of a traceback
+        _unexpected(error, path)
+
+
+def _split(values) -> list[str]:
+    from .pipeline.playbook import split_ids
+    return split_ids(values)
+
+
+# --- up ------------------------------------------------------------------------------------------------------------------
+@app.command()
+def up(
+    config: ConfigOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=(
+        "Plan every step and apply nothing. With a reachable cluster the plan reads real state and the API "
+        "validates each change (server-side dry run)."))] = False,
+    offline: Annotated[bool, typer.Option("--offline", help=(
+        "With --dry-run: no cluster and no SSH needed; plans against fresh nodes (the CI mode)."))] = False,
+    kube_version: Annotated[Optional[str], typer.Option("--kube-version", metavar="X.Y[.Z]", help=(
+        "With --offline: the Kubernetes version to plan for (default 1.31.0)."))] = None,
+    preflight_report: Annotated[Optional[Path], typer.Option("--preflight-report", metavar="FILE", help=(
+        "Node facts from a saved 'gpu-bootstrap doctor -o json' instead of SSH."))] = None,
+    render_dir: Annotated[Optional[Path], typer.Option("--render-dir", metavar="DIR", help=(
+        "Write each step's exact manifests and patches to DIR/NN-STEP/."))] = None,
+    playbook: PlaybookOpt = "default",
+    only: OnlyOpt = None,
+    skip: SkipOpt = None,
+    force_unlock: ForceUnlockOpt = False,
+    output: OutputOpt = Output.text,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    verbose: VerboseOpt = 0,
+    log_file: LogFileOpt = None,
+) -> None:
+    """Bring the cluster to the configured state, step by step; resumes where a previous run stopped.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap up                                  # apply
+      gpu-bootstrap up --dry-run                        # what would change, checked by the API server
+      gpu-bootstrap up --dry-run --offline --render-dir out/   # CI: no cluster, manifests in out/
+      gpu-bootstrap up --only node-prep -o json
+    """
+    from .app import Options
+
+    options = Options(config, kubeconfig, context, playbook, _split(only), _split(skip), dry_run, offline,
+                      kube_version, render_dir, preflight_report, force_unlock, output == Output.json)
+
+    def body(log_path):
+        from .app import build
+        from .ui import JsonReporter, RichReporter, print_json
+        reporter = JsonReporter() if options.json else RichReporter(dry_run)
+        ctx, runner, playbook_used = build(options, reporter)
+        try:
+            results = runner.up(force_unlock=options.force_unlock)
+        except GpuBootstrapError as error:
+            if options.json:
+                print_json({"steps": [r.to_json() for r in runner._ordered()], "ok": False,
+                            "error": error.one_line()})
+            raise
+        ok = all(r.status not in ("failed", "interrupted") for r in results)
+        if options.json:
+            print_json({"steps": [r.to_json() for r in results], "ok": ok})
+        else:
+            title = f"gpu-bootstrap up{' --dry-run' if dry_run else ''} ({playbook_used.name})"
+            reporter.summary(results, title)
+            if options.render_dir:
+                reporter.note(f"rendered manifests: {options.render_dir}/")
+        if not ok:
+            raise typer.Exit(EXIT_FAILED)
+
+    _run("up", log_file, verbose, body)
+
+
+# --- doctor --------------------------------------------------------------------------------------------------------------
+@app.command()
+def doctor(
+    config: ConfigOpt = None,
+    nodes: Annotated[Optional[str], typer.Option("--nodes", metavar="A,B", help="Check only these nodes.")] = None,
+    playbook: PlaybookOpt = "default",
+    output: OutputOpt = Output.text,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    verbose: VerboseOpt = 0,
+    log_file: LogFileOpt = None,
+) -> None:
+    """Check the cluster and every step's state without changing anything. Exit 1 when a check fails.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap doctor
+      gpu-bootstrap doctor -o json > report.json      # reusable: up --preflight-report report.json
+    """
+    from .app import Options
+
+    options = Options(config, kubeconfig, context, playbook)
+
+    def body(log_path):
+        from .app import build, cluster_checks
+        from .ui import Reporter, print_json
+        ctx, runner, _playbook = build(options, Reporter())
+        rows = [("cluster", check) for check in cluster_checks(ctx)]
+        if all(check.status != "fail" for _name, check in rows):
+            rows += [(step.id, check) for step, check in runner.doctor()]
+        ok = all(check.status != "fail" for _name, check in rows)
+        if output == Output.json:
+            print_json({"checks": [{"id": name, "status": c.status, "message": c.message} for name, c in rows],
+                        "nodes": [], "ok": ok})
+        else:
+            _doctor_table(rows)
+        if not ok:
+            raise typer.Exit(EXIT_FAILED)
+
+    _run("doctor", log_file, verbose, body)
+
+
+def _doctor_table(rows) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+    from .ui import STATUS_ICON, STATUS_STYLE, console
+    table = Table(title="gpu-bootstrap doctor", title_justify="left")
+    for column in ("check", "status", "message"):
+        table.add_column(column, overflow="fold")
+    for name, check in rows:
+        style = STATUS_STYLE.get(check.status, "")
+        table.add_row(name, f"[{style}]{STATUS_ICON.get(check.status, '')} {check.status}[/]", escape(check.message))
+    console().print(table)
+
+
+# --- teardown ---------------------------------------------------------------------------------------------------------
+@app.command()
+def teardown(
+    config: ConfigOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be removed; change nothing.")] = False,
+    yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask for confirmation.")] = False,
+    playbook: PlaybookOpt = "default",
+    only: OnlyOpt = None,
+    skip: SkipOpt = None,
+    force_unlock: ForceUnlockOpt = False,
+    output: OutputOpt = Output.text,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    verbose: VerboseOpt = 0,
+    log_file: LogFileOpt = None,
+) -> None:
+    """Undo what `up` did, last step first: removes exactly what gpu-bootstrap added, keeps what you added.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap teardown --dry-run
+      gpu-bootstrap teardown --yes
+    """
+    from .app import Options
+
+    options = Options(config, kubeconfig, context, playbook, _split(only), _split(skip), dry_run,
+                      force_unlock=force_unlock, json=output == Output.json)
+
+    def body(log_path):
+        from .app import build
+        from .ui import JsonReporter, RichReporter, print_json
+        reporter = JsonReporter() if options.json else RichReporter(dry_run)
+        ctx, runner, _playbook = build(options, reporter)
+        if not dry_run and not yes:
+            _confirm_teardown(runner, options.json)
+        results = runner.teardown(force_unlock=force_unlock)
+        if options.json:
+            print_json({"steps": [r.to_json() for r in results], "ok": True})
+        else:
+            reporter.summary(results, f"gpu-bootstrap teardown{' --dry-run' if dry_run else ''}")
+
+    _run("teardown", log_file, verbose, body)
+
+
+def _confirm_teardown(runner, json_output: bool) -> None:
+    from .errors import UsageError
+    plans = runner.undo_plans()
+    if not sys.stdin.isatty():
+        raise UsageError("teardown needs confirmation", "pass --yes to run it non-interactively "
+                                                        "(or --dry-run to see the plan)")
+    from .ui import console
+    out = console()
+    total = sum(len(changes) for _step, changes in plans)
+    out.print(f"teardown will make {total} change(s):")
+    for step, changes in plans:
+        for change in changes:
+            out.print(f"  {step.id}: {change.describe()}", markup=False)
+    if not typer.confirm("Proceed?", default=False):
+        raise typer.Exit(EXIT_FAILED)
+
+
+# --- init / version ---------------------------------------------------------------------------------------------------
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write the example config.")] = Path("gpu-bootstrap.yaml"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented example config to start from."""
+    from .app import write_example
+
+    try:
+        written = write_example(path, force)
+    except GpuBootstrapError as error:
+        from .ui import print_error
+        print_error(error.one_line(), None)
+        raise typer.Exit(error.exit_code)
+    typer.echo(f"wrote {written}; edit `nodes`, then run: gpu-bootstrap doctor -c {written}")
+
+
+@app.command()
+def version() -> None:
+    """Print the gpu-bootstrap version."""
+    typer.echo(f"gpu-bootstrap {__version__}")
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+
+
+__all__ = ["app", "main", "EXIT_USAGE"]

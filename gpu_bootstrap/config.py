@@ -1,0 +1,378 @@
+"""gpu-bootstrap.yaml: the typed config, its loader, and errors that name the field and the file line.
+
+Precedence for the cluster and ssh keys: command-line flag > GPU_BOOTSTRAP_* environment variable > file > default.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+DEFAULT_CONFIG = "gpu-bootstrap.yaml"
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
+POSIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+ENV_OVERRIDES = {
+    "GPU_BOOTSTRAP_KUBECONFIG": ("cluster", "kubeconfig"),
+    "GPU_BOOTSTRAP_CONTEXT": ("cluster", "context"),
+    "GPU_BOOTSTRAP_SSH_USER": ("ssh", "user"),
+    "GPU_BOOTSTRAP_SSH_PORT": ("ssh", "port"),
+    "GPU_BOOTSTRAP_SSH_IDENTITY_FILE": ("ssh", "identity_file"),
+    "GPU_BOOTSTRAP_SSH_KNOWN_HOSTS": ("ssh", "known_hosts"),
+    "GPU_BOOTSTRAP_SSH_HOST_KEY_POLICY": ("ssh", "host_key_policy"),
+}
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- validators shared by several fields ---------------------------------------------------------------------------
+def check_node_name(name: str) -> str:
+    if len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
+        raise ValueError(f"{name[:60]!r} is not a valid Kubernetes node name (lowercase letters, digits, '-' and '.', "
+                         f"starting and ending with a letter or digit, at most 253 characters)")
+    return name
+
+
+def check_address(address: str) -> str:
+    try:
+        ipaddress.ip_address(address)
+        return address
+    except ValueError:
+        pass
+    if len(address) > 253 or not HOSTNAME.fullmatch(address):
+        raise ValueError(f"{address[:60]!r} is neither an IP address nor a host name")
+    return address
+
+
+def check_label_key(key: str) -> str:
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix))) or \
+            not name or len(name) > 63 or not LABEL_NAME.fullmatch(name):
+        raise ValueError(f"{key[:80]!r} is not a valid label or taint key (optional DNS prefix '/', then up to 63 "
+                         f"letters, digits, '-', '_' or '.')")
+    return key
+
+
+def check_label_value(value: str) -> str:
+    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+        raise ValueError(f"{value[:80]!r} is not a valid label or taint value (up to 63 letters, digits, '-', '_' or "
+                         f"'.', starting and ending with a letter or digit)")
+    return value
+
+
+# --- sections ------------------------------------------------------------------------------------------------------------
+class ClusterConfig(Section):
+    kubeconfig: Path | None = Field(None, description="default: $KUBECONFIG, then ~/.kube/config")
+    context: str | None = None
+
+    @field_validator("kubeconfig")
+    @classmethod
+    def _expand(cls, value):
+        return Path(os.path.expanduser(str(value))) if value else value
+
+
+class SshConfig(Section):
+    user: str = "root"
+    port: int = Field(22, ge=1, le=65535)
+    identity_file: Path | None = Path("~/.ssh/id_ed25519")
+    known_hosts: Path = Path("~/.ssh/known_hosts")
+    host_key_policy: Literal["strict", "accept-new"] = "strict"
+    connect_timeout: float = Field(10.0, gt=0, le=300)
+    command_timeout: float = Field(60.0, gt=0, le=3600)
+    parallelism: int = Field(32, ge=1, le=512)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not POSIX_USER.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a valid user name")
+        return value
+
+    @field_validator("identity_file", "known_hosts")
+    @classmethod
+    def _expand(cls, value):
+        return Path(os.path.expanduser(str(value))) if value else value
+
+
+class NodeConfig(Section):
+    name: str
+    address: str | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+    user: str | None = None
+    identity_file: Path | None = None
+
+    _name = field_validator("name")(classmethod(lambda cls, v: check_node_name(v)))
+    _address = field_validator("address")(classmethod(lambda cls, v: check_address(v) if v is not None else v))
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value):
+        return SshConfig._user(value) if value is not None else value
+
+    @field_validator("identity_file")
+    @classmethod
+    def _expand(cls, value):
+        return Path(os.path.expanduser(str(value))) if value else value
+
+    @property
+    def ssh_address(self) -> str:
+        return self.address or self.name
+
+
+class TaintConfig(Section):
+    key: str = "nvidia.com/gpu"
+    value: str = "present"
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    _key = field_validator("key")(classmethod(lambda cls, v: check_label_key(v)))
+    _value = field_validator("value")(classmethod(lambda cls, v: check_label_value(v)))
+
+    def as_taint(self) -> dict:
+        taint = {"key": self.key, "effect": self.effect}
+        if self.value:
+            taint["value"] = self.value
+        return taint
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+class NodePrepConfig(Section):
+    enabled: bool = True
+    taint: TaintConfig | None = Field(default_factory=TaintConfig, description="null: do not taint GPU nodes")
+    gpu_present_label: bool = Field(True, description="label nodes nvidia.com/gpu.present=true")
+    labels: dict[str, str] = Field(default_factory=dict, description="extra labels for every GPU node")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict) -> dict:
+        for key, label in value.items():
+            check_label_key(key)
+            check_label_value(label)
+        return value
+
+    def wanted_labels(self) -> dict[str, str]:
+        labels = {"nvidia.com/gpu.present": "true"} if self.gpu_present_label else {}
+        labels.update(self.labels)
+        return labels
+
+
+class ComponentConfig(Section):
+    """Sections the later steps fill in; each can already be switched off."""
+
+    enabled: bool = True
+
+
+class Config(Section):
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    ssh: SshConfig = Field(default_factory=SshConfig)
+    nodes: list[NodeConfig] = Field(min_length=1, description="the GPU nodes")
+    node_prep: NodePrepConfig = Field(default_factory=NodePrepConfig)
+    gpu_operator: ComponentConfig = Field(default_factory=ComponentConfig)
+    scheduler: ComponentConfig = Field(default_factory=ComponentConfig)
+    admission: ComponentConfig = Field(default_factory=ComponentConfig)
+    monitoring: ComponentConfig = Field(default_factory=ComponentConfig)
+
+    @model_validator(mode="after")
+    def _unique_nodes(self):
+        seen = set()
+        for index, node in enumerate(self.nodes):
+            if node.name in seen:
+                raise ValueError(f"nodes[{index}].name: node {node.name!r} is listed twice")
+            seen.add(node.name)
+        return self
+
+    def node(self, name: str) -> NodeConfig:
+        return next(n for n in self.nodes if n.name == name)
+
+
+# --- loading --------------------------------------------------------------------------------------------------------
+class Source:
+    """Where a config came from, and the line of every key in it (for error messages)."""
+
+    def __init__(self, path: Path | None, lines: dict[tuple, int | str]):
+        self.path = path
+        self.lines = lines
+
+    def locate(self, loc: tuple) -> str:
+        loc = tuple(loc)
+        while loc and loc not in self.lines:
+            loc = loc[:-1]
+        line = self.lines.get(loc)
+        if isinstance(line, str):
+            return f"flag {line}" if line.startswith("--") else f"environment variable {line}"
+        name = str(self.path) if self.path else "<config>"
+        return f"{name}:{line}" if line else name
+
+
+def _line_map(node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+    out = {} if out is None else out
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = path + (key.value,)
+            out[child] = key.start_mark.line + 1
+            _line_map(value, child, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            out[path + (index,)] = item.start_mark.line + 1
+            _line_map(item, path + (index,), out)
+    return out
+
+
+def parse_yaml(text: str, path: Path | None) -> tuple[Any, Source]:
+    name = str(path) if path else "<config>"
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{name}:{mark.line + 1}" if mark else name
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError(f"{where}: YAML syntax error: {problem}", "fix the YAML syntax at that line")
+    lines = _line_map(node) if node is not None else {}
+    return data, Source(path, lines)
+
+
+def describe_loc(loc: tuple) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _friendly(error: dict) -> str:
+    kind, message = error["type"], error["msg"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error":
+        return message.replace("Input should be", "must be")
+    if kind.startswith(("int_", "float_", "bool_", "string_", "dict_", "list_", "model_")):
+        got = type(error.get("input")).__name__
+        return f"{message.replace('Input should be', 'must be')} (got {got})"
+    if kind == "value_error":
+        return message.removeprefix("Value error, ")
+    return message.replace("Input should be", "must be")
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ()) or (annotation,)
+        current = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if current is None:
+            return []
+    return sorted(getattr(current, "model_fields", {}))
+
+
+def validate(data: Any, source: Source) -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source.locate(())}: the config must be a mapping of sections (cluster, ssh, nodes, ...)")
+    data = {key: value for key, value in data.items() if value is not None}  # `cluster:` alone means defaults
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            loc = tuple(item["loc"])
+            message = _friendly(item)
+            if message.startswith("nodes[") and ":" in message:  # model-level errors carry their own path
+                field, message = message.split(": ", 1)
+                loc = _parse_path(field)
+            if item["type"] == "extra_forbidden":
+                allowed = _allowed_keys(Config, loc)
+                if allowed:
+                    message += f" (allowed here: {', '.join(allowed)})"
+            problems.append(f"{source.locate(loc)}: {describe_loc(loc) or '<top>'}: {message}")
+        raise ConfigError("\n".join(problems), "fix the config file and run again (nothing was changed)")
+
+
+def _parse_path(text: str) -> tuple:
+    parts: list = []
+    for name, index in re.findall(r"([A-Za-z_]+)|\[(\d+)\]", text):
+        parts.append(int(index) if index else name)
+    return tuple(parts)
+
+
+def apply_env(data: dict, environ: dict, source: Source) -> dict:
+    for variable, (section, key) in ENV_OVERRIDES.items():
+        if variable in environ:
+            data.setdefault(section, {})
+            if not isinstance(data[section], dict):
+                continue
+            data[section][key] = environ[variable]
+            source.lines[(section, key)] = variable
+    return data
+
+
+def load(path: Path | None, environ: dict | None = None, overrides: dict | None = None) -> Config:
+    """Read, merge environment and flag overrides, validate. Raises ConfigError naming file:line and field."""
+    environ = os.environ if environ is None else environ
+    path = Path(path) if path else Path(DEFAULT_CONFIG)
+    if not path.exists():
+        raise ConfigError(f"config file {path} not found",
+                          "pass -c/--config, or run 'gpu-bootstrap init' to write a commented example")
+    if path.is_dir():
+        raise ConfigError(f"config path {path} is a directory, not a YAML file")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read config file {path}: {error}")
+    data, source = parse_yaml(text, path)
+    if isinstance(data, dict):
+        data = apply_env(data, environ, source)
+        for (section, key), value in (overrides or {}).items():
+            if value is not None:
+                data.setdefault(section, {})[key] = value
+                source.lines[(section, key)] = f"--{key}"
+    return validate(data, source)
+
+
+EXAMPLE = """\
+# gpu-bootstrap configuration. Every section except `nodes` is optional; the values shown are the defaults.
+# Environment variables GPU_BOOTSTRAP_KUBECONFIG, GPU_BOOTSTRAP_CONTEXT and GPU_BOOTSTRAP_SSH_{USER,PORT,
+# IDENTITY_FILE,KNOWN_HOSTS,HOST_KEY_POLICY} override the matching keys; command-line flags override both.
+
+cluster:
+  # kubeconfig: ~/.kube/config      # default: $KUBECONFIG, then ~/.kube/config
+  # context: prod                   # default: the kubeconfig's current context
+
+ssh:                                # how to reach the GPU nodes (preflight checks)
+  user: root                        # not root? gpu-bootstrap uses `sudo -n`
+  port: 22
+  identity_file: ~/.ssh/id_ed25519
+  known_hosts: ~/.ssh/known_hosts
+  host_key_policy: strict           # strict | accept-new (records unknown keys, never accepts a changed one)
+
+nodes:                              # the GPU nodes, by Kubernetes node name
+  - name: node5
+    address: 10.0.0.15              # SSH address (default: the name); port, user, identity_file may be overridden
+  - name: node6
+    address: 10.0.0.16
+
+node_prep:                          # taint and label the GPU nodes so that ordinary pods stay off them
+  taint: {key: nvidia.com/gpu, value: present, effect: NoSchedule}   # null: no taint
+  gpu_present_label: true           # nvidia.com/gpu.present=true
+  labels: {}                        # extra labels, e.g. {team: ml}
+"""

@@ -1,0 +1,79 @@
+"""The cluster-side record of what ran with which inputs: one ConfigMap, one key per step.
+
+The cluster is the truth; this record only says which inputs a step last ran with, so an unchanged config skips
+the step (when its check still passes) and a changed one re-runs exactly the affected steps. It lives in the
+cluster so that a run from another machine, or a CI runner, resumes too.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import asdict, dataclass
+
+from .. import __version__
+from ..errors import Conflict
+
+NAMESPACE = "gpu-bootstrap"
+NAME = "gpu-bootstrap-state"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
+
+
+@dataclass
+class Record:
+    status: str  # applied | unchanged | failed | interrupted
+    fingerprint: str
+    time: str
+    version: str
+    changes: int = 0
+    message: str = ""
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def namespace_manifest() -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": dict(MANAGED_BY)}}
+
+
+class Checkpoint:
+    def __init__(self, kube):
+        self.kube = kube
+        self._exists: bool | None = None
+
+    def load(self) -> dict[str, Record]:
+        if self.kube is None:
+            return {}
+        config_map = self.kube.get("v1", "ConfigMap", NAME, NAMESPACE)
+        self._exists = config_map is not None
+        records = {}
+        for step_id, text in ((config_map or {}).get("data") or {}).items():
+            try:
+                records[step_id] = Record(**json.loads(text))
+            except (ValueError, TypeError):
+                continue  # a record this version cannot read only means the step re-runs
+        return records
+
+    def save(self, step_id: str, status: str, fingerprint: str, changes: int = 0, message: str = "") -> Record:
+        record = Record(status, fingerprint, now(), __version__, changes, message[:500])
+        data = {step_id: json.dumps(asdict(record), sort_keys=True)}
+        self._write(data)
+        return record
+
+    def forget(self, step_id: str) -> None:
+        if self._exists is not False:
+            self._write({step_id: None})
+
+    def _write(self, data: dict) -> None:
+        from ..adapters.kube import Ref
+        ref = Ref("v1", "ConfigMap", NAME, NAMESPACE)
+        if self._exists is not True:
+            try:
+                self.kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": dict(MANAGED_BY)},
+                                  "data": {k: v for k, v in data.items() if v is not None}})
+                self._exists = True
+                return
+            except Conflict:
+                self._exists = True
+        self.kube.patch(ref, {"data": data})

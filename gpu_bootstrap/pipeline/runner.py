@@ -1,0 +1,190 @@
+"""Runs steps in playbook order: `up` (check -> plan -> gate -> verify -> checkpoint), `doctor` (checks only) and
+`teardown` (undo plans, in reverse order, through the same gate).
+
+`up` first checks every step read-only. When all are done with unchanged inputs it stops there: no lock, no
+checkpoint write, no request that changes anything. Otherwise it takes the lock and works through the steps.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..errors import CheckFailed, Conflict, GpuBootstrapError, Interrupted, StepFailed
+from . import checkpoint as cp
+from .lock import Lock
+from .step import FAIL, Check, Step, StepResult
+
+log = logging.getLogger("gpu_bootstrap.runner")
+REPLANS = 3
+
+
+class Runner:
+    def __init__(self, ctx, steps: list[Step], skipped: list[str] = (), order: list[str] | None = None):
+        self.ctx = ctx
+        self.steps = steps
+        self.skipped = list(skipped)
+        self.order = list(order or [s.id for s in steps] + self.skipped)
+        self.results: list[StepResult] = []
+        self.checkpoint = cp.Checkpoint(None if ctx.offline else ctx.kube)
+
+    # --- up -----------------------------------------------------------------------------------------------------------
+    def up(self, force_unlock: bool = False) -> list[StepResult]:
+        records = self.checkpoint.load()
+        active = [s for s in self.steps if s.enabled(self.ctx)]
+        self._note_skipped(active)
+        if self.ctx.gate.dry_run:
+            for step in active:
+                self._plan_only(step, records)
+            return self._ordered()
+        lock = Lock(self.ctx.kube)
+        lock_state = lock.inspect(force_unlock)  # a live run elsewhere: refuse now, even if nothing is to do
+        probe = {step.id: self._current(step, records) for step in active}
+        if all(done for done, _check in probe.values()) and lock_state == "free":
+            for step in active:
+                self._finish(StepResult(step.id, "unchanged", 0, probe[step.id][1].message))
+            return self._ordered()
+        self.ctx.kube.apply(cp.namespace_manifest())
+        lock.acquire(force=force_unlock)
+        if lock.took_over:
+            self.ctx.reporter.warn(f"took over the lock from {lock.took_over} (it was no longer running)")
+        try:
+            for step in active:
+                self._run(step, records, lock)
+        finally:
+            lock.release()
+        return self._ordered()
+
+    def _current(self, step: Step, records: dict) -> tuple[bool, Check]:
+        check = self._check(step)
+        record = records.get(step.id)
+        fresh = record is not None and record.fingerprint == step.fingerprint(self.ctx) and \
+            record.status in ("applied", "unchanged")
+        return fresh and check.done, check
+
+    def _check(self, step: Step) -> Check:
+        check = step.check(self.ctx)
+        if check.status == FAIL:
+            raise CheckFailed(check.message, step=step.id)
+        return check
+
+    def _run(self, step: Step, records: dict, lock: Lock) -> None:
+        self.ctx.reporter.step_started(step)
+        try:
+            done, check = self._current(step, records)
+            if done:
+                self._finish(StepResult(step.id, "unchanged", 0, check.message))
+                return
+            count = self._apply(step, check, lock)
+            verified = step.verify(self.ctx)
+            if verified.status == FAIL or not verified.done:
+                raise StepFailed(f"verification failed: {verified.message}", step=step.id)
+            status = "applied" if count else "unchanged"
+            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), count, verified.message)
+            self._finish(StepResult(step.id, status, count, verified.message))
+        except KeyboardInterrupt:
+            self._record_failure(step, "interrupted", "interrupted by a signal")
+            self._finish(StepResult(step.id, "interrupted", 0, "interrupted"))
+            raise Interrupted(step.id) from None
+        except GpuBootstrapError as error:
+            error.step = error.step or step.id
+            self._record_failure(step, "failed", error.message)
+            self._finish(StepResult(step.id, "failed", 0, error.one_line()))
+            raise
+
+    def _apply(self, step: Step, check: Check, lock: Lock) -> int:
+        """Push the plan through the gate; when the cluster changed under us (409), re-read and re-plan."""
+        applied = 0
+        for attempt in range(REPLANS + 1):
+            try:
+                for change in step.plan(self.ctx, check):
+                    lock.check()
+                    self.ctx.gate.submit(step.id, change)
+                    self.ctx.reporter.change(step.id, change, applied=True)
+                    applied += 1
+                return applied
+            except Conflict:
+                if attempt == REPLANS:
+                    raise
+                log.info("%s: the cluster changed while applying; re-reading and re-planning", step.id)
+                check = self._check(step)
+        return applied
+
+    def _record_failure(self, step: Step, status: str, message: str) -> None:
+        try:
+            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), 0, message)
+        except (GpuBootstrapError, KeyboardInterrupt) as error:
+            log.warning("could not record %s for %s: %s", status, step.id, error)
+
+    def _plan_only(self, step: Step, records: dict) -> None:
+        self.ctx.reporter.step_started(step)
+        check = self._check(step)
+        changes = step.plan(self.ctx, check)
+        for change in changes:
+            self.ctx.gate.submit(step.id, change)
+            self.ctx.reporter.change(step.id, change, applied=False)
+        status = "planned" if changes else "unchanged"
+        self._finish(StepResult(step.id, status, len(changes), check.message, planned=changes))
+
+    # --- doctor ---------------------------------------------------------------------------------------------------------
+    def doctor(self) -> list[tuple[Step, Check]]:
+        findings = []
+        for step in self.steps:
+            if not step.enabled(self.ctx):
+                continue
+            for check in step.doctor(self.ctx):
+                findings.append((step, check))
+        return findings
+
+    # --- teardown -------------------------------------------------------------------------------------------------------
+    def undo_plans(self) -> list[tuple[Step, list]]:
+        return [(step, step.undo_plan(self.ctx)) for step in reversed(self.steps)]
+
+    def teardown(self, force_unlock: bool = False) -> list[StepResult]:
+        if self.ctx.gate.dry_run:
+            for step, changes in self.undo_plans():
+                for change in changes:
+                    self.ctx.gate.submit(step.id, change)
+                    self.ctx.reporter.change(step.id, change, applied=False)
+                self._finish(StepResult(step.id, "planned" if changes else "unchanged", len(changes)))
+            return self._ordered()
+        self.checkpoint.load()
+        self.ctx.kube.apply(cp.namespace_manifest())
+        lock = Lock(self.ctx.kube)
+        lock.acquire(force=force_unlock)
+        try:
+            for step in reversed(self.steps):
+                self.ctx.reporter.step_started(step)
+                count = 0
+                for change in step.undo_plan(self.ctx):
+                    lock.check()
+                    self.ctx.gate.submit(step.id, change)
+                    self.ctx.reporter.change(step.id, change, applied=True)
+                    count += 1
+                self.checkpoint.forget(step.id)
+                self._finish(StepResult(step.id, "undone" if count else "unchanged", count))
+        except KeyboardInterrupt:
+            raise Interrupted() from None
+        finally:
+            lock.release()
+        if not self.skipped:
+            self._remove_state()
+        return self._ordered()
+
+    def _remove_state(self) -> None:
+        """A full teardown also removes the tool's own namespace (its checkpoint and lock)."""
+        from ..adapters.kube import Ref
+        self.ctx.kube.delete(Ref("v1", "Namespace", cp.NAMESPACE))
+
+    # --- results -----------------------------------------------------------------------------------------------------------
+    def _note_skipped(self, active: list[Step]) -> None:
+        for step in self.steps:
+            if step not in active:
+                self._finish(StepResult(step.id, "skipped", 0, "disabled in the config"))
+        for step_id in self.skipped:
+            self._finish(StepResult(step_id, "skipped", 0, "not selected (--only/--skip)"))
+
+    def _finish(self, result: StepResult) -> None:
+        self.results.append(result)
+        self.ctx.reporter.step_finished(result)
+
+    def _ordered(self) -> list[StepResult]:
+        return sorted(self.results, key=lambda r: self.order.index(r.id) if r.id in self.order else len(self.order))

@@ -1,0 +1,126 @@
+"""Pure node patches for node-prep: what to change on a node to get the wanted taint and labels, and how to undo
+exactly that.
+
+What the tool changed is recorded on the node itself, in the annotation `gpu-bootstrap.io/node-prep`, in the same
+patch as the change (so a node is never half-prepared):
+  {"labels": {key: {"set": value, "prev": previous value or null}},
+   "taint": the taint we added or null, "replaced": a taint with the same key and effect we replaced, or null}
+Undo restores `prev` only where the value is still the one we set, so anything a user did since is kept.
+"""
+from __future__ import annotations
+
+import json
+
+ANNOTATION = "gpu-bootstrap.io/node-prep"
+
+
+def read_record(node: dict) -> dict:
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
+    try:
+        record = json.loads(text) if text else {}
+    except ValueError:
+        record = {}
+    return {"labels": dict(record.get("labels") or {}), "taint": record.get("taint"),
+            "replaced": record.get("replaced")}
+
+
+def _same_slot(a: dict, b: dict) -> bool:
+    """Kubernetes keeps one taint per key and effect."""
+    return a.get("key") == b.get("key") and a.get("effect") == b.get("effect")
+
+
+def _taint_identity(taint: dict) -> tuple:
+    return (taint.get("key"), taint.get("value") or "", taint.get("effect"))
+
+
+def _encode(record: dict) -> str | None:
+    if not record["labels"] and not record["taint"] and not record["replaced"]:
+        return None
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def prepare_patch(node: dict, labels: dict[str, str], taint: dict | None) -> dict | None:
+    """A JSON merge patch bringing `node` to the wanted labels and taint, or None when nothing needs to change."""
+    meta = node.get("metadata") or {}
+    current = dict(meta.get("labels") or {})
+    record = read_record(node)
+    label_patch: dict = {}
+    for key, entry in list(record["labels"].items()):
+        if key not in labels:  # we set it once, the config no longer wants it: give back what was there
+            if current.get(key) == entry.get("set"):
+                label_patch[key] = entry.get("prev")
+            del record["labels"][key]
+    for key, value in labels.items():
+        if current.get(key) != value:
+            label_patch[key] = value
+            if key not in record["labels"]:
+                record["labels"][key] = {"set": value, "prev": current.get(key)}
+            else:
+                record["labels"][key]["set"] = value
+        elif key in record["labels"]:
+            record["labels"][key]["set"] = value
+    taints = [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+    new_taints = _wanted_taints(taints, record, taint)
+    patch: dict = {}
+    if label_patch:
+        patch.setdefault("metadata", {})["labels"] = label_patch
+    if [_taint_identity(t) for t in new_taints] != [_taint_identity(t) for t in taints]:
+        patch["spec"] = {"taints": new_taints or None}
+    encoded = _encode(record)
+    if encoded != (meta.get("annotations") or {}).get(ANNOTATION):
+        patch.setdefault("metadata", {})["annotations"] = {ANNOTATION: encoded}
+    return patch or None
+
+
+def _wanted_taints(taints: list[dict], record: dict, taint: dict | None) -> list[dict]:
+    ours = record["taint"]
+    if ours and (taint is None or _taint_identity(ours) != _taint_identity(taint)):
+        taints = [t for t in taints if _taint_identity(t) != _taint_identity(ours)]
+        if record["replaced"]:
+            taints.append(record["replaced"])
+        record["taint"], record["replaced"] = None, None
+    if taint is None:
+        return taints
+    if any(_taint_identity(t) == _taint_identity(taint) for t in taints):
+        return taints  # already there (ours, or a user's identical taint, which stays theirs)
+    clash = next((t for t in taints if _same_slot(t, taint)), None)
+    if clash is not None:
+        record["replaced"] = clash
+        taints = [t for t in taints if t is not clash]
+    record["taint"] = dict(taint)
+    return taints + [dict(taint)]
+
+
+def undo_patch(node: dict) -> dict | None:
+    """A merge patch removing what prepare_patch added (and restoring what it replaced), or None."""
+    meta = node.get("metadata") or {}
+    if ANNOTATION not in (meta.get("annotations") or {}):
+        return None
+    current = meta.get("labels") or {}
+    record = read_record(node)
+    labels = {key: entry.get("prev") for key, entry in record["labels"].items()
+              if current.get(key) == entry.get("set")}
+    taints = [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+    undone = list(taints)
+    if record["taint"]:
+        undone = [t for t in undone if _taint_identity(t) != _taint_identity(record["taint"])]
+        if record["replaced"] and not any(_same_slot(t, record["replaced"]) for t in undone):
+            undone.append(record["replaced"])
+    patch: dict = {"metadata": {"annotations": {ANNOTATION: None}}}
+    if labels:
+        patch["metadata"]["labels"] = labels
+    if [_taint_identity(t) for t in undone] != [_taint_identity(t) for t in taints]:
+        patch["spec"] = {"taints": undone or None}
+    return patch
+
+
+def describe(patch: dict) -> str:
+    """A short human summary of a node patch."""
+    parts = []
+    for key, value in ((patch.get("metadata") or {}).get("labels") or {}).items():
+        parts.append(f"label {key}={value}" if value is not None else f"remove label {key}")
+    taints = (patch.get("spec") or {}).get("taints", "unchanged")
+    if taints != "unchanged":
+        shown = ", ".join(f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}" for t in taints or [])
+        parts.append(f"taints [{shown}]")
+    return ", ".join(parts) or "update the gpu-bootstrap record"

@@ -1,0 +1,124 @@
+"""The CLI without a cluster: the offline dry run (the CI mode), step selection, help, exit codes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpu_bootstrap.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+runner = CliRunner()
+
+
+def invoke(*args: str, tmp_path: Path):
+    return runner.invoke(app, [*args, "--log-file", str(tmp_path / "log")])
+
+
+@pytest.mark.parametrize("example", ["minimal.yaml", "three-gpu-nodes.yaml"])
+def test_offline_dry_run_writes_the_node_prep_patches(example, tmp_path):
+    out = tmp_path / "out"
+    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / example), "--render-dir", str(out),
+                    tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    folder = out / "01-node-prep"
+    patches = sorted(folder.glob("*-patch-node-*.yaml"))
+    config = yaml.safe_load((EXAMPLES / example).read_text())
+    assert [p.name.split("-patch-node-")[1][:-5] for p in patches] == [n["name"] for n in config["nodes"]]
+    body = yaml.safe_load(patches[0].read_text())
+    assert body["spec"]["taints"][0]["key"] == "nvidia.com/gpu"
+    assert body["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
+    assert "why:" in patches[0].read_text() and (folder / "plan.txt").read_text().count("\n") == len(patches)
+
+
+def test_offline_json_document(tmp_path):
+    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "-o", "json",
+                    tmp_path=tmp_path)
+    assert result.exit_code == 0
+    document = json.loads(result.stdout)
+    assert document == {"steps": [{"id": "node-prep", "status": "planned", "changes": 2,
+                                   "message": "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2"}],
+                        "ok": True}
+
+
+def test_render_dir_is_refreshed_not_accumulated(tmp_path):
+    out = tmp_path / "out"
+    (out / "07-old-step").mkdir(parents=True)
+    (out / "keep.txt").write_text("mine")
+    for _ in range(2):
+        invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
+               tmp_path=tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["01-node-prep", "keep.txt"]
+    assert (out / "01-node-prep" / "plan.txt").read_text().count("\n") == 2
+
+
+def test_skip_leaves_a_step_out(tmp_path):
+    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--skip", "node-prep",
+                    "-o", "json", tmp_path=tmp_path)
+    assert json.loads(result.stdout)["steps"] == [{"id": "node-prep", "status": "skipped", "changes": 0,
+                                                    "message": "not selected (--only/--skip)"}]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", "nonsense"], "unknown step 'nonsense'"),
+    (["--skip", "gpu-operatr"], "unknown step 'gpu-operatr'"),
+    (["--only", "monitoring"], "not in playbook 'default'"),
+    (["--playbook", "nope"], "no playbook named 'nope'"),
+    (["--kube-version", "one.two"], "not a Kubernetes version"),
+])
+def test_bad_selection_exits_2(args, message, tmp_path):
+    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), *args, tmp_path=tmp_path)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_offline_needs_dry_run(tmp_path):
+    result = invoke("up", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), tmp_path=tmp_path)
+    assert result.exit_code == 2 and "--offline only makes sense with --dry-run" in result.output
+
+
+def test_custom_playbook_file(tmp_path):
+    playbook = tmp_path / "mine.yaml"
+    playbook.write_text("name: mine\nsteps: [node-prep]\n")
+    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--playbook",
+                    str(playbook), tmp_path=tmp_path)
+    assert result.exit_code == 0 and "(mine)" in result.output
+    playbook.write_text("steps: [node-prep, warp-drive]\n")
+    bad = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--playbook",
+                 str(playbook), tmp_path=tmp_path)
+    assert bad.exit_code == 2 and "unknown step 'warp-drive'" in bad.output
+
+
+def test_unknown_flag_is_a_usage_error():
+    result = runner.invoke(app, ["up", "--dryrun"])
+    assert result.exit_code == 2 and "No such option" in result.output
+
+
+def test_help_teaches_with_examples():
+    result = runner.invoke(app, ["up", "--help"])
+    assert result.exit_code == 0
+    for text in ("--dry-run", "--offline", "--render-dir", "--only", "--force-unlock", "Examples"):
+        assert text in result.output
+
+
+def test_version_and_module_entry_point(tmp_path):
+    assert runner.invoke(app, ["version"]).output.startswith("gpu-bootstrap ")
+    process = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "--help"], capture_output=True, text=True,
+                             cwd=ROOT, env=dict(os.environ, NO_COLOR="1"))
+    assert process.returncode == 0 and "\x1b[" not in process.stdout and "Commands" in process.stdout
+
+
+def test_default_log_file_is_private_and_named_on_failure(tmp_path):
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    process = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "-c",
+                              str(tmp_path / "missing.yaml")], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert process.returncode == 2
+    [log] = list((tmp_path / "state" / "gpu-bootstrap" / "logs").glob("up-*.log"))
+    assert f"details: {log}" in process.stderr
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
