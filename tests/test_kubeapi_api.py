@@ -418,6 +418,8 @@ def test_dry_run_validates_every_write_but_stores_nothing(api, emu):
     assert api.post(f"{CM}?dryRun=All", configmap("ghost")).status == 201
     assert api.post(f"{CM}?dryRun=All", configmap("Bad_Name")).status == 422
     assert api.patch(f"{CM}/real?dryRun=All", {"data": {"x": "2"}}, "merge").json["data"]["x"] == "2"
+    current = api.get(f"{CM}/real").json
+    assert api.put(f"{CM}/real?dryRun=All", {**current, "data": {"x": "3"}}).json["data"]["x"] == "3"
     assert apply(api, f"{CM}/ghost2", configmap("ghost2")).status == 201
     api.delete(f"{CM}/ghost2")
     before = emu.store.rv
