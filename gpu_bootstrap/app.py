@@ -75,8 +75,10 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None):
         kube_version = None
         mode = (mode_for_dry_run or gate_module.SERVER_DRY_RUN) if options.dry_run else gate_module.APPLY
     gate = gate_module.Gate(mode, lambda: kube, renderer)
+    from .adapters.ssh import Ssh
     ctx = Context(config=config, gate=gate, reporter=reporter, kube=kube, offline=options.offline,
-                  kube_version=kube_version, render_dir=options.render_dir)
+                  kube_version=kube_version, render_dir=options.render_dir,
+                  preflight_report=options.preflight_report, ssh=Ssh(config.ssh, config.nodes))
     from .pipeline.runner import Runner
     return ctx, Runner(ctx, steps, skipped, list(playbook.steps)), playbook
 
@@ -124,6 +126,18 @@ def cluster_checks(ctx: Context) -> list[Check]:
     else:
         checks.append(Check(PASS, "permissions for every change `up` makes", facts={"id": "rbac"}))
     return checks
+
+
+def select_nodes(config, text: str | None) -> list[str]:
+    """--nodes a,b: the configured nodes to check (all when not given); unknown names are an error."""
+    names = [n.name for n in config.nodes]
+    if not text:
+        return names
+    wanted = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise UsageError(f"--nodes: {', '.join(unknown)} not in the config", f"configured: {', '.join(names)}")
+    return wanted
 
 
 def write_example(path: Path, force: bool) -> Path:

@@ -171,6 +171,9 @@ def up(
 def doctor(
     config: ConfigOpt = None,
     nodes: Annotated[Optional[str], typer.Option("--nodes", metavar="A,B", help="Check only these nodes.")] = None,
+    no_cluster: Annotated[bool, typer.Option("--no-cluster", help=(
+        "Check the nodes only (no Kubernetes API needed), e.g. before they join."))] = False,
+    no_nodes: Annotated[bool, typer.Option("--no-nodes", help="Check the cluster and steps only (no SSH).")] = False,
     playbook: PlaybookOpt = "default",
     output: OutputOpt = Output.text,
     kubeconfig: KubeconfigOpt = None,
@@ -178,11 +181,15 @@ def doctor(
     verbose: VerboseOpt = 0,
     log_file: LogFileOpt = None,
 ) -> None:
-    """Check the cluster and every step's state without changing anything. Exit 1 when a check fails.
+    """Check the cluster, every GPU node (over SSH, all at once) and every step, without changing anything.
+
+    Exit 0 when no check failed, 1 otherwise. Node checks: ssh, nvidia-driver, nouveau, container-runtime,
+    nvidia-container-toolkit — each pass, warn, fail or skip, with what to do about it.
 
     [bold]Examples[/]
 
       gpu-bootstrap doctor
+      gpu-bootstrap doctor --nodes node5,node6 --no-cluster
       gpu-bootstrap doctor -o json > report.json      # reusable: up --preflight-report report.json
     """
     from .app import Options
@@ -190,35 +197,30 @@ def doctor(
     options = Options(config, kubeconfig, context, playbook)
 
     def body(log_path):
-        from .app import build, cluster_checks
-        from .ui import Reporter, print_json
+        from .app import build, cluster_checks, select_nodes
+        from .probes import probe_nodes
+        from .ui import Reporter, doctor_tables, print_json
         ctx, runner, _playbook = build(options, Reporter())
-        rows = [("cluster", check) for check in cluster_checks(ctx)]
-        if all(check.status != "fail" for _name, check in rows):
-            rows += [(step.id, check) for step, check in runner.doctor()]
-        ok = all(check.status != "fail" for _name, check in rows)
+        try:
+            names = select_nodes(ctx.config, nodes)
+            rows = []
+            if not no_cluster:
+                rows = [("cluster", check) for check in cluster_checks(ctx)]
+                if all(check.status != "fail" for _name, check in rows):
+                    rows += [(step.id, check) for step, check in runner.doctor()]
+            reports = [] if no_nodes else probe_nodes(ctx.ssh, names)
+        finally:
+            ctx.ssh.close()
+        ok = all(check.status != "fail" for _name, check in rows) and all(r.ok for r in reports)
         if output == Output.json:
             print_json({"checks": [{"id": name, "status": c.status, "message": c.message} for name, c in rows],
-                        "nodes": [], "ok": ok})
+                        "nodes": [r.to_json() for r in reports], "ok": ok})
         else:
-            _doctor_table(rows)
+            doctor_tables(rows, reports)
         if not ok:
             raise typer.Exit(EXIT_FAILED)
 
     _run("doctor", log_file, verbose, body)
-
-
-def _doctor_table(rows) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-    from .ui import STATUS_ICON, STATUS_STYLE, console
-    table = Table(title="gpu-bootstrap doctor", title_justify="left")
-    for column in ("check", "status", "message"):
-        table.add_column(column, overflow="fold")
-    for name, check in rows:
-        style = STATUS_STYLE.get(check.status, "")
-        table.add_row(name, f"[{style}]{STATUS_ICON.get(check.status, '')} {check.status}[/]", escape(check.message))
-    console().print(table)
 
 
 # --- teardown ---------------------------------------------------------------------------------------------------------

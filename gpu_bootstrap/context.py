@@ -22,7 +22,8 @@ class Context:
     kube_version: str | None = None
     render_dir: Path | None = None
     facts: dict = field(default_factory=dict)  # what earlier steps learned, for later ones (e.g. preflight)
-    ssh: Any = None
+    preflight_report: Path | None = None  # node facts from a saved `doctor -o json` instead of SSH
+    ssh: Any = None  # adapters.ssh.Ssh
     helm: Any = None
 
     def server_version(self) -> str:

@@ -163,3 +163,60 @@ def print_error(message: str, log_file: Path | None) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     if log_file is not None:
         err.print(f"[dim]details: {escape(str(log_file))}[/]")
+
+
+# --- doctor -------------------------------------------------------------------------------------------------------------
+def _cell(check) -> str:
+    """Status icon plus the one fact that matters, for the node table."""
+    data = check.data or {}
+    summary = ""
+    if check.status in ("pass", "warn"):
+        if check.id == "ssh":
+            summary = f"{data.get('os_id', '')} {data.get('os_version', '')}"
+        elif check.id == "nvidia-driver":
+            gpus = data.get("gpus") or []
+            summary = data.get("driver_version") or "no driver"
+            if gpus:
+                summary += f" {len(gpus)}×{gpus[0]['name'].replace('NVIDIA ', '')[:18]}"
+        elif check.id == "container-runtime":
+            distro = data.get("distribution")
+            summary = f"{data.get('runtime')} {data.get('version') or ''}".strip()
+            summary += f" ({distro})" if distro and distro != "standard" else ""
+        elif check.id == "nvidia-container-toolkit":
+            state = ("default" if data.get("default_runtime") else "configured" if data.get("runtime_configured")
+                     else "not configured" if data.get("installed") else "absent")
+            summary = f"{data.get('version') or ''} {state}"
+        elif check.id == "nouveau":
+            summary = "loaded" if data.get("loaded") else "no"
+    style = STATUS_STYLE.get(check.status, "")
+    return f"[{style}]{STATUS_ICON.get(check.status, '')}[/] {escape(summary.strip() or check.status)}"
+
+
+def doctor_tables(rows, reports) -> None:
+    """The cluster/step checks, the node × check table, then every warning and failure in full."""
+    from rich.table import Table
+    out = console()
+    if rows:
+        table = Table(title="cluster and steps", title_justify="left")
+        for column in ("check", "status", "message"):
+            table.add_column(column, overflow="fold")
+        for name, check in rows:
+            style = STATUS_STYLE.get(check.status, "")
+            table.add_row(name, f"[{style}]{STATUS_ICON.get(check.status, '')} {check.status}[/]",
+                          escape(check.message))
+        out.print(table)
+    if not reports:
+        return
+    table = Table(title="GPU nodes", title_justify="left")
+    table.add_column("node")
+    for check in reports[0].checks:
+        table.add_column(check.id, overflow="fold")
+    for report in reports:
+        table.add_row(escape(report.name), *[_cell(c) for c in report.checks])
+    out.print(table)
+    for report in reports:
+        for check in report.checks:
+            if check.status in ("warn", "fail"):
+                style = STATUS_STYLE[check.status]
+                out.print(f"[{style}]{STATUS_ICON[check.status]} {escape(report.name)} {check.id}:[/] "
+                          f"{escape(check.message)}")

@@ -28,7 +28,7 @@ def test_offline_dry_run_writes_the_node_prep_patches(example, tmp_path):
     result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / example), "--render-dir", str(out),
                     tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
-    folder = out / "01-node-prep"
+    folder = out / "02-node-prep"
     patches = sorted(folder.glob("*-patch-node-*.yaml"))
     config = yaml.safe_load((EXAMPLES / example).read_text())
     assert [p.name.split("-patch-node-")[1][:-5] for p in patches] == [n["name"] for n in config["nodes"]]
@@ -43,9 +43,12 @@ def test_offline_json_document(tmp_path):
                     tmp_path=tmp_path)
     assert result.exit_code == 0
     document = json.loads(result.stdout)
-    assert document == {"steps": [{"id": "node-prep", "status": "planned", "changes": 2,
-                                   "message": "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2"}],
-                        "ok": True}
+    assert document == {"steps": [
+        {"id": "preflight", "status": "skipped", "changes": 0,
+         "message": "no node facts in an offline run; pass --preflight-report FILE (a saved 'gpu-bootstrap doctor -o "
+                    "json') to plan with them"},
+        {"id": "node-prep", "status": "planned", "changes": 2,
+         "message": "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2"}], "ok": True}
 
 
 def test_render_dir_is_refreshed_not_accumulated(tmp_path):
@@ -55,15 +58,15 @@ def test_render_dir_is_refreshed_not_accumulated(tmp_path):
     for _ in range(2):
         invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
                tmp_path=tmp_path)
-    assert sorted(p.name for p in out.iterdir()) == ["01-node-prep", "keep.txt"]
-    assert (out / "01-node-prep" / "plan.txt").read_text().count("\n") == 2
+    assert sorted(p.name for p in out.iterdir()) == ["02-node-prep", "keep.txt"]
+    assert (out / "02-node-prep" / "plan.txt").read_text().count("\n") == 2
 
 
 def test_skip_leaves_a_step_out(tmp_path):
     result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--skip", "node-prep",
                     "-o", "json", tmp_path=tmp_path)
-    assert json.loads(result.stdout)["steps"] == [{"id": "node-prep", "status": "skipped", "changes": 0,
-                                                    "message": "not selected (--only/--skip)"}]
+    assert json.loads(result.stdout)["steps"][1] == {"id": "node-prep", "status": "skipped", "changes": 0,
+                                                      "message": "not selected (--only/--skip)"}
 
 
 @pytest.mark.parametrize("args, message", [
@@ -85,7 +88,7 @@ def test_offline_needs_dry_run(tmp_path):
 
 def test_custom_playbook_file(tmp_path):
     playbook = tmp_path / "mine.yaml"
-    playbook.write_text("name: mine\nsteps: [node-prep]\n")
+    playbook.write_text("name: mine\nsteps: [node-prep]\n")  # no preflight: a playbook may leave steps out
     result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--playbook",
                     str(playbook), tmp_path=tmp_path)
     assert result.exit_code == 0 and "(mine)" in result.output

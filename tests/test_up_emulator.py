@@ -19,6 +19,7 @@ from gpu_bootstrap.cli import app
 from gpu_bootstrap.pipeline.checkpoint import NAME as STATE, NAMESPACE
 from gpu_bootstrap.pipeline.lock import LEASE
 from tests.kubeapi import Emulator
+from tests.nodes.reports import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES = ["node5", "node6", "node7"]
@@ -44,14 +45,26 @@ def config(tmp_path, cluster):
 
 
 def cli(*args: str, tmp_path: Path):
-    result = runner.invoke(app, [*args, "--log-file", str(tmp_path / "run.log")])
-    return result
+    """The CLI in-process. These nodes have no SSH, so `up` reads their facts from a saved preflight report."""
+    extra = ["--preflight-report", str(report(tmp_path))] if args[0] == "up" else []
+    if args[0] == "doctor":
+        extra = ["--no-nodes"]
+    return runner.invoke(app, [*args, *extra, "--log-file", str(tmp_path / "run.log")])
+
+
+def report(tmp_path: Path, nodes=NODES) -> Path:
+    path = tmp_path / "preflight-report.json"
+    return path if path.exists() else write_report(path, list(nodes))
 
 
 def node_view(emu: Emulator, name: str) -> dict:
     node = emu.get("nodes", name)
     return {"labels": node["metadata"].get("labels") or {}, "taints": node["spec"].get("taints") or [],
             "annotations": node["metadata"].get("annotations") or {}}
+
+
+def step(document: dict, step_id: str) -> dict:
+    return next(s for s in document["steps"] if s["id"] == step_id)
 
 
 def up_json(config: Path, tmp_path: Path, *extra: str) -> dict:
@@ -63,8 +76,11 @@ def up_json(config: Path, tmp_path: Path, *extra: str) -> dict:
 # --- the happy path ---------------------------------------------------------------------------------------------
 def test_up_taints_and_labels_every_gpu_node(emu, config, tmp_path):
     document = up_json(config, tmp_path)
-    assert document == {"steps": [{"id": "node-prep", "status": "applied", "changes": 3,
-                                   "message": "3 GPU node(s) tainted and labelled"}], "ok": True}
+    assert document["ok"] is True and [s["id"] for s in document["steps"]] == ["preflight", "node-prep"]
+    assert step(document, "node-prep") == {"id": "node-prep", "status": "applied", "changes": 3,
+                                           "message": "3 GPU node(s) tainted and labelled"}
+    assert step(document, "preflight")["status"] == "unchanged" and "3 GPU node(s) checked" in \
+        step(document, "preflight")["message"]
     for name in NODES:
         view = node_view(emu, name)
         assert view["labels"]["nvidia.com/gpu.present"] == "true"
@@ -79,7 +95,7 @@ def test_second_up_is_unchanged_and_makes_no_write_request(emu, config, tmp_path
     up_json(config, tmp_path)
     emu.requests.clear()
     document = up_json(config, tmp_path)
-    assert [s["status"] for s in document["steps"]] == ["unchanged"]
+    assert [s["status"] for s in document["steps"]] == ["unchanged", "unchanged"]
     assert emu.requests.writes() == [], [str(r) for r in emu.requests.writes()]
     assert emu.requests.all(), "the second run must still read the real state"
 
@@ -91,8 +107,9 @@ def test_a_changed_label_re_runs_only_node_prep_and_moves_the_label(emu, cluster
     write_config(config, cluster.kubeconfig, {"team": "ai"})
     emu.requests.clear()
     document = up_json(config, tmp_path)
-    assert document["steps"] == [{"id": "node-prep", "status": "applied", "changes": 3,
-                                  "message": "3 GPU node(s) tainted and labelled"}]
+    assert step(document, "preflight")["status"] == "unchanged"
+    assert step(document, "node-prep") == {"id": "node-prep", "status": "applied", "changes": 3,
+                                           "message": "3 GPU node(s) tainted and labelled"}
     after = json.loads(emu.get("configmaps", STATE, NAMESPACE)["data"]["node-prep"])
     assert after["fingerprint"] != before["fingerprint"]
     patched = {r.path.rsplit("/", 1)[-1] for r in emu.requests.writes() if "/nodes/" in r.path}
@@ -104,7 +121,7 @@ def test_drift_is_repaired_even_with_an_unchanged_config(emu, config, cluster, t
     up_json(config, tmp_path)
     cluster.kubectl("taint", "node", "node6", "nvidia.com/gpu=present:NoSchedule-")
     document = up_json(config, tmp_path)
-    assert document["steps"][0]["status"] == "applied" and document["steps"][0]["changes"] == 1
+    assert step(document, "node-prep")["status"] == "applied" and step(document, "node-prep")["changes"] == 1
     assert node_view(emu, "node6")["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
 
 
@@ -145,7 +162,7 @@ def test_online_dry_run_uses_server_side_dry_run_and_renders(emu, config, tmp_pa
     assert {r.path for r in dry_writes} == {f"/api/v1/nodes/{n}" for n in NODES}
     assert all(r.query.get("dryRun") == "All" for r in dry_writes)
     assert not node_view(emu, "node5")["taints"]
-    rendered = sorted(p.name for p in (tmp_path / "out" / "01-node-prep").iterdir())
+    rendered = sorted(p.name for p in (tmp_path / "out" / "02-node-prep").iterdir())
     assert rendered == ["01-patch-node-node5.yaml", "02-patch-node-node6.yaml", "03-patch-node-node7.yaml",
                         "plan.txt"]
 
@@ -161,6 +178,7 @@ def test_server_side_dry_run_surfaces_api_validation(emu, cluster, tmp_path):
 # --- failures ---------------------------------------------------------------------------------------------------------
 def test_a_missing_node_fails_before_any_write(emu, cluster, tmp_path):
     config = write_config(tmp_path / "c.yaml", cluster.kubeconfig, nodes=["node5", "node9"])
+    report(tmp_path, nodes=["node5", "node9"])  # node9 answers SSH but is not a Kubernetes node
     emu.requests.clear()
     result = cli("up", "-c", str(config), tmp_path=tmp_path)
     assert result.exit_code == 1
@@ -184,7 +202,7 @@ def test_transient_api_errors_are_retried(emu, config, tmp_path):
     emu.faults.add("GET", r"/api/v1/nodes/node5$", status=503, count=2)
     emu.faults.add("PATCH", r"/api/v1/nodes/node6$", reset=True, count=1)
     document = up_json(config, tmp_path)
-    assert document["ok"] and document["steps"][0]["changes"] == 3
+    assert document["ok"] and step(document, "node-prep")["changes"] == 3
 
 
 def test_a_node_changed_during_the_run_is_re_read_not_overwritten(emu, config, tmp_path):
@@ -210,6 +228,7 @@ def test_doctor_reports_cluster_and_steps(emu, config, tmp_path):
     document = json.loads(result.stdout)
     statuses = {c["id"]: c["status"] for c in document["checks"]}
     assert statuses == {"cluster": "pass", "node-prep": "warn"} and document["ok"] is True
+    assert document["nodes"] == []  # --no-nodes
     emu.store.denied_access.append({"verb": "patch", "resource": "nodes"})
     denied = cli("doctor", "-c", str(config), tmp_path=tmp_path)
     assert denied.exit_code == 1 and "missing permissions: patch nodes" in denied.output
@@ -249,6 +268,7 @@ def test_a_stale_lock_is_taken_over(emu, config, tmp_path):
 def start_up(config: Path, tmp_path: Path, name: str) -> subprocess.Popen:
     env = dict(os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "up", "-c", str(config), "-o", "json",
+                             "--preflight-report", str(report(tmp_path)),
                              "--log-file", str(tmp_path / f"{name}.log")], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

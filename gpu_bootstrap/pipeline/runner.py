@@ -11,7 +11,7 @@ import logging
 from ..errors import CheckFailed, Conflict, GpuBootstrapError, Interrupted, StepFailed
 from . import checkpoint as cp
 from .lock import Lock
-from .step import FAIL, Check, Step, StepResult
+from .step import FAIL, SKIP, Check, Step, StepResult
 
 log = logging.getLogger("gpu_bootstrap.runner")
 REPLANS = 3
@@ -40,7 +40,9 @@ class Runner:
         probe = {step.id: self._current(step, records) for step in active}
         if all(done for done, _check in probe.values()) and lock_state == "free":
             for step in active:
-                self._finish(StepResult(step.id, "unchanged", 0, probe[step.id][1].message))
+                check = probe[step.id][1]
+                self._finish(StepResult(step.id, "skipped" if check.status == SKIP else "unchanged", 0,
+                                        check.message))
             return self._ordered()
         self.ctx.kube.apply(cp.namespace_manifest())
         lock.acquire(force=force_unlock)
@@ -56,6 +58,8 @@ class Runner:
     def _current(self, step: Step, records: dict) -> tuple[bool, Check]:
         check = self._check(step)
         record = records.get(step.id)
+        if check.status == SKIP:
+            return True, check
         fresh = record is not None and record.fingerprint == step.fingerprint(self.ctx) and \
             record.status in ("applied", "unchanged")
         return fresh and check.done, check
@@ -70,6 +74,9 @@ class Runner:
         self.ctx.reporter.step_started(step)
         try:
             done, check = self._current(step, records)
+            if check.status == SKIP:
+                self._finish(StepResult(step.id, "skipped", 0, check.message))
+                return
             if done:
                 self._finish(StepResult(step.id, "unchanged", 0, check.message))
                 return
@@ -117,6 +124,9 @@ class Runner:
     def _plan_only(self, step: Step, records: dict) -> None:
         self.ctx.reporter.step_started(step)
         check = self._check(step)
+        if check.status == SKIP:
+            self._finish(StepResult(step.id, "skipped", 0, check.message))
+            return
         changes = step.plan(self.ctx, check)
         for change in changes:
             self.ctx.gate.submit(step.id, change)

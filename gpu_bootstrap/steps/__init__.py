@@ -6,6 +6,7 @@ import importlib
 # Every step id the tool knows, in pipeline order. Only implemented ones can appear in a playbook.
 KNOWN_STEPS = ("preflight", "node-prep", "gpu-operator", "binpack-scheduler", "admission", "monitoring", "validate")
 IMPLEMENTATIONS = {
+    "preflight": "gpu_bootstrap.steps.preflight:Preflight",
     "node-prep": "gpu_bootstrap.steps.node_prep:NodePrep",
 }
 

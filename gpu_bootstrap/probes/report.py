@@ -1,0 +1,42 @@
+"""Saved node facts: the `nodes` part of `gpu-bootstrap doctor -o json`, reused by `up --preflight-report FILE`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ConfigError
+from .checks import CHECK_IDS, NodeReport
+
+
+def load(path: Path, wanted: list[str]) -> dict[str, NodeReport]:
+    """Read a report and return the reports of the wanted nodes; a malformed file or a missing node is bad input."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"preflight report {path} not found",
+                          "write one with: gpu-bootstrap doctor -o json > report.json") from None
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"preflight report {path} is not valid JSON: {error}") from None
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, list):
+        raise ConfigError(f"preflight report {path}: expected the output of 'gpu-bootstrap doctor -o json' "
+                          f"(an object with a 'nodes' list)")
+    reports = {}
+    for index, entry in enumerate(nodes):
+        try:
+            report = NodeReport.from_json(entry)
+        except (KeyError, TypeError, AttributeError):
+            raise ConfigError(f"preflight report {path}: nodes[{index}] is malformed") from None
+        unknown = [c.id for c in report.checks if c.id not in CHECK_IDS]
+        if unknown:
+            raise ConfigError(f"preflight report {path}: nodes[{index}] has unknown checks {unknown}")
+        reports[report.name] = report
+    absent = [name for name in wanted if name not in reports]
+    if absent:
+        raise ConfigError(f"preflight report {path} has no facts for {', '.join(absent)}",
+                          "run 'gpu-bootstrap doctor -o json' again with every configured node")
+    return {name: reports[name] for name in wanted}
+
+
+def document(reports: list[NodeReport]) -> dict:
+    return {"nodes": [r.to_json() for r in reports], "ok": all(r.ok for r in reports)}
