@@ -19,7 +19,7 @@ from .pipeline.step import FAIL, PASS, Check
 from .steps import load_step
 
 log = logging.getLogger("gpu_bootstrap.app")
-DEFAULT_KUBE_VERSION = "1.31.0"
+DEFAULT_KUBE_VERSION = "1.33.0"  # inside the default gpu-operator release's validated range
 KUBE_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -38,6 +38,7 @@ class Options:
     preflight_report: Path | None = None
     force_unlock: bool = False
     json: bool = False
+    purge_crds: bool = False
 
 
 def normalize_kube_version(text: str) -> str:
@@ -74,11 +75,14 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None):
         kube = Kube(config.cluster.kubeconfig, config.cluster.context)
         kube_version = None
         mode = (mode_for_dry_run or gate_module.SERVER_DRY_RUN) if options.dry_run else gate_module.APPLY
-    gate = gate_module.Gate(mode, lambda: kube, renderer)
+    from .adapters.helm import Helm
     from .adapters.ssh import Ssh
+    helm = Helm(config.cluster.kubeconfig, config.cluster.context)
+    gate = gate_module.Gate(mode, lambda: kube, renderer, lambda: helm)
     ctx = Context(config=config, gate=gate, reporter=reporter, kube=kube, offline=options.offline,
                   kube_version=kube_version, render_dir=options.render_dir,
-                  preflight_report=options.preflight_report, ssh=Ssh(config.ssh, config.nodes))
+                  preflight_report=options.preflight_report, ssh=Ssh(config.ssh, config.nodes), helm=helm,
+                  facts={"playbook": list(playbook.steps), "purge_crds": options.purge_crds})
     from .pipeline.runner import Runner
     return ctx, Runner(ctx, steps, skipped, list(playbook.steps)), playbook
 

@@ -111,7 +111,7 @@ def up(
     offline: Annotated[bool, typer.Option("--offline", help=(
         "With --dry-run: no cluster and no SSH needed; plans against fresh nodes (the CI mode)."))] = False,
     kube_version: Annotated[Optional[str], typer.Option("--kube-version", metavar="X.Y[.Z]", help=(
-        "With --offline: the Kubernetes version to plan for (default 1.31.0)."))] = None,
+        "With --offline: the Kubernetes version to plan for (default 1.33.0)."))] = None,
     preflight_report: Annotated[Optional[Path], typer.Option("--preflight-report", metavar="FILE", help=(
         "Node facts from a saved 'gpu-bootstrap doctor -o json' instead of SSH."))] = None,
     render_dir: Annotated[Optional[Path], typer.Option("--render-dir", metavar="DIR", help=(
@@ -203,12 +203,15 @@ def doctor(
         ctx, runner, _playbook = build(options, Reporter())
         try:
             names = select_nodes(ctx.config, nodes)
+            reports = [] if no_nodes else probe_nodes(ctx.ssh, names)
+            # the steps' checks read the same facts (no second round of SSH)
+            ctx.facts["preflight"] = {r.name: r for r in reports if r.name in names}
+            ctx.facts["preflight_source"] = "none (--no-nodes)" if no_nodes else "ssh"
             rows = []
             if not no_cluster:
                 rows = [("cluster", check) for check in cluster_checks(ctx)]
                 if all(check.status != "fail" for _name, check in rows):
                     rows += [(step.id, check) for step, check in runner.doctor()]
-            reports = [] if no_nodes else probe_nodes(ctx.ssh, names)
         finally:
             ctx.ssh.close()
         ok = all(check.status != "fail" for _name, check in rows) and all(r.ok for r in reports)
@@ -229,6 +232,8 @@ def teardown(
     config: ConfigOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be removed; change nothing.")] = False,
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask for confirmation.")] = False,
+    purge_crds: Annotated[bool, typer.Option("--purge-crds", help=(
+        "Also delete the gpu-operator's CRDs (and every object of them); kept by default."))] = False,
     playbook: PlaybookOpt = "default",
     only: OnlyOpt = None,
     skip: SkipOpt = None,
@@ -249,7 +254,7 @@ def teardown(
     from .app import Options
 
     options = Options(config, kubeconfig, context, playbook, _split(only), _split(skip), dry_run,
-                      force_unlock=force_unlock, json=output == Output.json)
+                      force_unlock=force_unlock, json=output == Output.json, purge_crds=purge_crds)
 
     def body(log_path):
         from .app import build

@@ -174,15 +174,91 @@ class ComponentConfig(Section):
     enabled: bool = True
 
 
+class SharingConfig(Section):
+    """GPU sharing through the device plugin: time-slicing replicas, or MIG partitions."""
+
+    mode: Literal["none", "time-slicing", "mig"] = "none"
+    replicas: int = Field(4, ge=2, le=256, description="time-slicing: pods per physical GPU")
+    rename_by_default: bool = Field(False, description="time-slicing: advertise nvidia.com/gpu.shared")
+    fail_requests_greater_than_one: bool = False
+    profiles: dict[str, int] = Field(default_factory=dict, description="time-slicing: profile name -> replicas")
+    node_profiles: dict[str, str] = Field(default_factory=dict, description="node -> time-slicing profile")
+    mig_strategy: Literal["single", "mixed"] = "single"
+    mig_config: str = Field("all-1g.10gb", description="MIG: nvidia.com/mig.config for every GPU node")
+    mig_node_configs: dict[str, str] = Field(default_factory=dict, description="MIG: node -> its own config")
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles(cls, value: dict) -> dict:
+        for name, replicas in value.items():
+            check_label_value(name)
+            if not 2 <= replicas <= 256:
+                raise ValueError(f"profile {name!r}: replicas must be between 2 and 256")
+        return value
+
+    @field_validator("node_profiles", "mig_node_configs")
+    @classmethod
+    def _node_map(cls, value: dict) -> dict:
+        for node, profile in value.items():
+            check_node_name(node)
+            check_label_value(profile)
+        return value
+
+    @field_validator("mig_config")
+    @classmethod
+    def _mig_config(cls, value: str) -> str:
+        return check_label_value(value)
+
+
+class GpuOperatorConfig(Section):
+    enabled: bool = True
+    chart: str = Field("gpu-operator", description="a chart in `repository`, or a local .tgz or directory")
+    repository: str = "https://helm.ngc.nvidia.com/nvidia"
+    version: str | None = Field(None, description="default: the newest release validated for the cluster")
+    release: str = "gpu-operator"
+    namespace: str = "gpu-operator"
+    values: dict[str, Any] = Field(default_factory=dict, description="your overrides, applied last")
+    driver_management: Literal["auto", "operator", "host", "per-node"] = "auto"
+    runtime_integration: Literal["auto", "toolkit-env", "nri"] = "auto"
+    sharing: SharingConfig = Field(default_factory=SharingConfig)
+    wait_timeout: int = Field(900, ge=10, le=7200, description="seconds to wait for the operands to be ready")
+    skip_version_check: bool = Field(False, description="install even outside NVIDIA's validated Kubernetes range")
+
+    @field_validator("release", "namespace")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if len(value) > 53 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value):
+            raise ValueError(f"{value!r} must be a lowercase DNS label of at most 53 characters")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value):
+        if value is not None and not re.fullmatch(r"v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.-]+)?", value):
+            raise ValueError(f"{value!r} is not a chart version (e.g. v26.7.0)")
+        return value
+
+
+class ValidateConfig(Section):
+    enabled: bool = True
+    image: str = Field("nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+                       description="the CUDA vector-add sample; point it at a mirror for air-gapped clusters")
+    nodes: Literal["all", "sample"] | int = Field("all", description="all GPU nodes, one ('sample'), or N of them")
+    namespace: str = "gpu-bootstrap"
+    timeout: int = Field(300, ge=10, le=3600)
+
+
 class Config(Section):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     ssh: SshConfig = Field(default_factory=SshConfig)
     nodes: list[NodeConfig] = Field(min_length=1, description="the GPU nodes")
     node_prep: NodePrepConfig = Field(default_factory=NodePrepConfig)
-    gpu_operator: ComponentConfig = Field(default_factory=ComponentConfig)
+    gpu_operator: GpuOperatorConfig = Field(default_factory=GpuOperatorConfig)
     scheduler: ComponentConfig = Field(default_factory=ComponentConfig)
     admission: ComponentConfig = Field(default_factory=ComponentConfig)
     monitoring: ComponentConfig = Field(default_factory=ComponentConfig)
+    validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")  # BaseModel owns .validate
 
     @model_validator(mode="after")
     def _unique_nodes(self):
@@ -281,7 +357,7 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
         current = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
         if current is None:
             return []
-    return sorted(getattr(current, "model_fields", {}))
+    return sorted(field.alias or name for name, field in getattr(current, "model_fields", {}).items())
 
 
 def validate(data: Any, source: Source) -> Config:

@@ -24,7 +24,7 @@ class Context:
     facts: dict = field(default_factory=dict)  # what earlier steps learned, for later ones (e.g. preflight)
     preflight_report: Path | None = None  # node facts from a saved `doctor -o json` instead of SSH
     ssh: Any = None  # adapters.ssh.Ssh
-    helm: Any = None
+    helm: Any = None  # adapters.helm.Helm
 
     def server_version(self) -> str:
         """The cluster's Kubernetes version (x.y.z): --kube-version when offline, else the API's /version."""

@@ -22,10 +22,10 @@ def invoke(*args: str, tmp_path: Path):
     return runner.invoke(app, [*args, "--log-file", str(tmp_path / "log")])
 
 
-@pytest.mark.parametrize("example", ["minimal.yaml", "three-gpu-nodes.yaml"])
-def test_offline_dry_run_writes_the_node_prep_patches(example, tmp_path):
+@pytest.mark.parametrize("example, kube", [("minimal.yaml", []), ("three-gpu-nodes.yaml", ["--kube-version", "1.24"])])
+def test_offline_dry_run_writes_the_node_prep_patches(example, kube, tmp_path):
     out = tmp_path / "out"
-    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / example), "--render-dir", str(out),
+    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / example), "--render-dir", str(out), *kube,
                     tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     folder = out / "02-node-prep"
@@ -43,12 +43,13 @@ def test_offline_json_document(tmp_path):
                     tmp_path=tmp_path)
     assert result.exit_code == 0
     document = json.loads(result.stdout)
-    assert document == {"steps": [
-        {"id": "preflight", "status": "skipped", "changes": 0,
-         "message": "no node facts in an offline run; pass --preflight-report FILE (a saved 'gpu-bootstrap doctor -o "
-                    "json') to plan with them"},
-        {"id": "node-prep", "status": "planned", "changes": 2,
-         "message": "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2"}], "ok": True}
+    assert document["ok"] is True
+    assert [(s["id"], s["status"], s["changes"]) for s in document["steps"]] == [
+        ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-operator", "planned", 1),
+        ("validate", "planned", 3)]
+    assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
+                                               "saved 'gpu-bootstrap doctor -o json') to plan with them")
+    assert document["steps"][1]["message"] == "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2"
 
 
 def test_render_dir_is_refreshed_not_accumulated(tmp_path):

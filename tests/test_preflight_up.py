@@ -15,6 +15,7 @@ from tests.nodes.farm import NodeFarm
 pytestmark = pytest.mark.tools
 runner = CliRunner()
 NODES = ["gpu-a", "gpu-b"]
+SPINE = ["--playbook", str(Path(__file__).resolve().parent / "playbooks" / "spine.yaml")]
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def setup(farm: NodeFarm, cluster, tmp_path: Path, scenario=scenarios.healthy_h1
 
 
 def run(*args: str, tmp_path: Path):
-    result = runner.invoke(app, [*args, "--log-file", str(tmp_path / "log")])
+    result = runner.invoke(app, [*args, *SPINE, "--log-file", str(tmp_path / "log")])
     document = json.loads(result.stdout) if result.stdout.startswith("{") else None
     return result, document
 

@@ -22,6 +22,7 @@ from tests.kubeapi import Emulator
 from tests.nodes.reports import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
+SPINE = ["--playbook", str(ROOT / "tests" / "playbooks" / "spine.yaml")]  # the engine's tests need no Helm
 NODES = ["node5", "node6", "node7"]
 runner = CliRunner()
 
@@ -49,7 +50,7 @@ def cli(*args: str, tmp_path: Path):
     extra = ["--preflight-report", str(report(tmp_path))] if args[0] == "up" else []
     if args[0] == "doctor":
         extra = ["--no-nodes"]
-    return runner.invoke(app, [*args, *extra, "--log-file", str(tmp_path / "run.log")])
+    return runner.invoke(app, [*args, *extra, *SPINE, "--log-file", str(tmp_path / "run.log")])
 
 
 def report(tmp_path: Path, nodes=NODES) -> Path:
@@ -268,7 +269,7 @@ def test_a_stale_lock_is_taken_over(emu, config, tmp_path):
 def start_up(config: Path, tmp_path: Path, name: str) -> subprocess.Popen:
     env = dict(os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "up", "-c", str(config), "-o", "json",
-                             "--preflight-report", str(report(tmp_path)),
+                             "--preflight-report", str(report(tmp_path)), *SPINE,
                              "--log-file", str(tmp_path / f"{name}.log")], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -322,11 +323,13 @@ def reference_nodes(tmp_path: Path) -> dict:
 
 
 KILL_POINTS = {
-    # name: (fault to hold the run at that point, the request that shows the run got there)
-    "after-lock-before-changes": (("PATCH", r"/nodes/node5$"), ("PATCH", "/nodes/node5", False)),
-    "inside-node-prep": (("PATCH", r"/nodes/node6$"), ("PATCH", "/nodes/node5", True)),
-    "after-changes-before-checkpoint": (("POST", r"/configmaps$"), ("POST", "/configmaps", False)),
-    "after-checkpoint-before-unlock": (("PUT", rf"/leases/{LEASE}$"), ("PUT", f"/leases/{LEASE}", False)),
+    # name: (fault that holds the run at that point, the request that shows the run got there)
+    "between-preflight-and-node-prep": (("POST", r"/configmaps$"), ("POST", "/configmaps", False)),
+    "inside-node-prep-before-its-first-change": (("PATCH", r"/nodes/node5$"), ("PATCH", "/nodes/node5", False)),
+    "inside-node-prep-between-nodes": (("PATCH", r"/nodes/node6$"), ("PATCH", "/nodes/node5", True)),
+    "after-node-prep-changes-before-its-record": (("PATCH", rf"/configmaps/{STATE}$"),
+                                                  ("PATCH", f"/configmaps/{STATE}", False)),
+    "after-the-last-record-before-unlock": (("PUT", rf"/leases/{LEASE}$"), ("PUT", f"/leases/{LEASE}", False)),
 }
 
 

@@ -220,6 +220,20 @@ class Kube:
             if not token:
                 return items
 
+    def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
+        """A pod's log as text ('' when there is none yet)."""
+        api = self._api()
+        url = api.configuration.host + self.path("v1", "Pod", pod, namespace) + "/log" + \
+            (f"?container={quote(container, safe='')}" if container else "")
+        headers = {"Accept": "*/*", "User-Agent": "gpu-bootstrap"}
+        api.update_params_for_auth(headers, [], ["BearerToken"], url, "GET", None)
+        try:
+            response = api.rest_client.request("GET", url, headers=headers, _request_timeout=(5, self.timeout))
+            data = response.read() if hasattr(response, "read") else response.data
+        except TRANSPORT_ERRORS() as error:
+            raise self._unreachable(error) from None
+        return data.decode(errors="replace") if 200 <= response.status < 300 else ""
+
     def apply(self, obj: dict, dry_run: bool = False, force: bool = True, manager: str | None = None) -> dict:
         ref = Ref.of(obj)
         return self.request("PATCH", self.path(ref.api_version, ref.kind, ref.name, ref.namespace),

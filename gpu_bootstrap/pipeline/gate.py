@@ -36,7 +36,8 @@ class Renderer:
                   f" {change.target.api_version} {change.target}", f"# {change.summary}"]
         if change.reason:
             header.append(f"# why: {change.reason}")
-        body = yaml.safe_dump(change.body, sort_keys=False) if change.body is not None else ""
+        shown = change.body if change.verb != "helm-upgrade" else {k: v for k, v in change.body.items() if k != "values"}
+        body = yaml.safe_dump(shown, sort_keys=False) if shown is not None else ""
         path = folder / name
         path.write_text("\n".join(header) + "\n" + body)
         with (folder / "plan.txt").open("a") as plan:
@@ -48,11 +49,32 @@ class Renderer:
         path.write_text(text)
         return path
 
+    def write_release(self, step_id: str, change: Change, helm) -> None:
+        """A Helm change renders as values.yaml (the exact merged values), release.yaml (what and why) and, when
+        the chart can be read, manifests.yaml from `helm template` for the target Kubernetes version."""
+        body = change.body
+        self.write_file(step_id, "values.yaml", yaml.safe_dump(body["values"], sort_keys=False))
+        release = {key: body[key] for key in ("release", "namespace", "chart", "chart_version", "kube_version")}
+        release["derived_values"] = body.get("derived", [])
+        release["warnings"] = body.get("warnings", [])
+        self.write_file(step_id, "release.yaml", yaml.safe_dump(release, sort_keys=False))
+        chart = body["chart"]
+        try:
+            from ..adapters.helm import Chart
+            manifests = helm.template(body["release"], Chart(chart["ref"], chart.get("repo"), chart.get("version")),
+                                      body["values"], body["namespace"], body["kube_version"])
+            self.write_file(step_id, "manifests.yaml", manifests)
+        except Exception as error:  # noqa: BLE001 - no chart offline is a note in the render, not a failed plan
+            self.write_file(step_id, "manifests-not-rendered.txt",
+                            f"helm template could not render {chart['ref']}: {error}\n"
+                            f"For air-gapped or offline plans, set gpu_operator.chart to a local .tgz (helm pull).\n")
+
 
 class Gate:
-    def __init__(self, mode: str, kube_provider, renderer: Renderer | None = None):
+    def __init__(self, mode: str, kube_provider, renderer: Renderer | None = None, helm_provider=None):
         self.mode = mode
         self._kube = kube_provider
+        self._helm = helm_provider
         self.renderer = renderer
         self.submitted: list[tuple[str, Change]] = []
 
@@ -65,6 +87,8 @@ class Gate:
         self.submitted.append((step_id, change))
         if self.renderer is not None:
             self.renderer.write(step_id, change)
+            if change.verb == "helm-upgrade":
+                self.renderer.write_release(step_id, change, self._helm())
         log.info("%s %s", "would" if self.dry_run else "do", change.describe())
         if self.mode == RECORD:
             return None
@@ -86,3 +110,21 @@ class Gate:
 
     def _delete(self, change: Change, dry_run: bool):
         return self._kube().delete(self._ref(change), dry_run=dry_run)
+
+    def _helm_upgrade(self, change: Change, dry_run: bool):
+        from ..adapters.helm import Chart
+        body = change.body
+        chart = Chart(body["chart"]["ref"], body["chart"].get("repo"), body["chart"].get("version"))
+        return self._helm().upgrade(body["release"], chart, body["values"], body["namespace"], wait=True,
+                                    timeout=body.get("timeout"), dry_run=dry_run)
+
+    def _helm_recover(self, change: Change, dry_run: bool):
+        if dry_run:
+            return None
+        body = change.body
+        return self._helm().recover(body["release"], body["namespace"], body.get("timeout"))
+
+    def _helm_uninstall(self, change: Change, dry_run: bool):
+        body = change.body
+        return self._helm().uninstall(body["release"], body["namespace"], wait=True, timeout=body.get("timeout"),
+                                      dry_run=dry_run)

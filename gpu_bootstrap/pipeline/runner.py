@@ -81,7 +81,11 @@ class Runner:
                 self._finish(StepResult(step.id, "unchanged", 0, check.message))
                 return
             count = self._apply(step, check, lock)
-            verified = step.verify(self.ctx)
+            try:
+                verified = step.verify(self.ctx)
+            finally:
+                for change in step.cleanup_plan(self.ctx):
+                    self.ctx.gate.submit(step.id, change)
             if verified.status == FAIL or not verified.done:
                 raise StepFailed(f"verification failed: {verified.message}", step=step.id)
             status = "applied" if count else "unchanged"

@@ -97,5 +97,9 @@ class Step:
     def undo_plan(self, ctx: "Context") -> list[Change]:
         return []
 
+    def cleanup_plan(self, ctx: "Context") -> list[Change]:
+        """Changes that remove what only verification needed (run after verify, whether it passed or not)."""
+        return []
+
     def doctor(self, ctx: "Context") -> list[Check]:
         return [self.check(ctx)]

@@ -14,8 +14,8 @@ import json
 ANNOTATION = "gpu-bootstrap.io/node-prep"
 
 
-def read_record(node: dict) -> dict:
-    text = ((node.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
+def read_record(node: dict, annotation: str = ANNOTATION) -> dict:
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(annotation)
     try:
         record = json.loads(text) if text else {}
     except ValueError:
@@ -39,11 +39,13 @@ def _encode(record: dict) -> str | None:
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
-def prepare_patch(node: dict, labels: dict[str, str], taint: dict | None) -> dict | None:
-    """A JSON merge patch bringing `node` to the wanted labels and taint, or None when nothing needs to change."""
+def prepare_patch(node: dict, labels: dict[str, str], taint: dict | None,
+                  annotation: str = ANNOTATION) -> dict | None:
+    """A JSON merge patch bringing `node` to the wanted labels and taint, or None when nothing needs to change.
+    `annotation` names the record, so each step owns its own labels."""
     meta = node.get("metadata") or {}
     current = dict(meta.get("labels") or {})
-    record = read_record(node)
+    record = read_record(node, annotation)
     label_patch: dict = {}
     for key, entry in list(record["labels"].items()):
         if key not in labels:  # we set it once, the config no longer wants it: give back what was there
@@ -67,8 +69,8 @@ def prepare_patch(node: dict, labels: dict[str, str], taint: dict | None) -> dic
     if [_taint_identity(t) for t in new_taints] != [_taint_identity(t) for t in taints]:
         patch["spec"] = {"taints": new_taints or None}
     encoded = _encode(record)
-    if encoded != (meta.get("annotations") or {}).get(ANNOTATION):
-        patch.setdefault("metadata", {})["annotations"] = {ANNOTATION: encoded}
+    if encoded != (meta.get("annotations") or {}).get(annotation):
+        patch.setdefault("metadata", {})["annotations"] = {annotation: encoded}
     return patch or None
 
 
@@ -91,13 +93,13 @@ def _wanted_taints(taints: list[dict], record: dict, taint: dict | None) -> list
     return taints + [dict(taint)]
 
 
-def undo_patch(node: dict) -> dict | None:
+def undo_patch(node: dict, annotation: str = ANNOTATION) -> dict | None:
     """A merge patch removing what prepare_patch added (and restoring what it replaced), or None."""
     meta = node.get("metadata") or {}
-    if ANNOTATION not in (meta.get("annotations") or {}):
+    if annotation not in (meta.get("annotations") or {}):
         return None
     current = meta.get("labels") or {}
-    record = read_record(node)
+    record = read_record(node, annotation)
     labels = {key: entry.get("prev") for key, entry in record["labels"].items()
               if current.get(key) == entry.get("set")}
     taints = [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
@@ -106,7 +108,7 @@ def undo_patch(node: dict) -> dict | None:
         undone = [t for t in undone if _taint_identity(t) != _taint_identity(record["taint"])]
         if record["replaced"] and not any(_same_slot(t, record["replaced"]) for t in undone):
             undone.append(record["replaced"])
-    patch: dict = {"metadata": {"annotations": {ANNOTATION: None}}}
+    patch: dict = {"metadata": {"annotations": {annotation: None}}}
     if labels:
         patch["metadata"]["labels"] = labels
     if [_taint_identity(t) for t in undone] != [_taint_identity(t) for t in taints]:

@@ -8,6 +8,8 @@ KNOWN_STEPS = ("preflight", "node-prep", "gpu-operator", "binpack-scheduler", "a
 IMPLEMENTATIONS = {
     "preflight": "gpu_bootstrap.steps.preflight:Preflight",
     "node-prep": "gpu_bootstrap.steps.node_prep:NodePrep",
+    "gpu-operator": "gpu_bootstrap.steps.gpu_operator:GpuOperator",
+    "validate": "gpu_bootstrap.steps.validate:Validate",
 }
 
 

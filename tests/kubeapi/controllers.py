@@ -18,7 +18,7 @@ from .store import Event, Store, WriteOptions
 from .util import ApiError, jcopy, now
 
 ALL_CONTROLLERS = ("namespace", "serviceaccount", "crd", "gc", "deployment", "replicaset", "daemonset",
-                   "statefulset", "job", "scheduler", "kubelet")
+                   "statefulset", "job", "scheduler", "kubelet", "gpu-operator")
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
 DAEMON_TOLERATIONS = [
@@ -108,10 +108,18 @@ def controlled_by(obj: dict, owner: dict) -> bool:
                for ref in obj["metadata"].get("ownerReferences") or [])
 
 
+VECTOR_ADD_LOG = ("[Vector addition of 50000 elements]\nCopy input data from the host memory to the CUDA device\n"
+                  "CUDA kernel launch with 196 blocks of 256 threads\nCopy output data from the CUDA device to the "
+                  "host memory\nTest PASSED\nDone\n")  # what NVIDIA's cuda-samples vectorAdd prints
+
+
 def default_pod_behaviour(pod: dict) -> dict:
-    """What the simulated kubelet does with a pod: run it (services) or run it to completion (Never/OnFailure)."""
+    """What the simulated kubelet does with a pod: run it (services) or run it to completion (Never/OnFailure).
+    The CUDA vector-add sample prints its real output."""
     finishes = pod["spec"].get("restartPolicy", "Always") != "Always"
-    return {"phase": "Succeeded" if finishes else "Running", "ready": not finishes, "log": "", "exit_code": 0}
+    images = " ".join(c.get("image", "") for c in pod["spec"].get("containers") or [])
+    log = VECTOR_ADD_LOG if "vectoradd" in images else ""
+    return {"phase": "Succeeded" if finishes else "Running", "ready": not finishes, "log": log, "exit_code": 0}
 
 
 class ControllerManager:
@@ -122,6 +130,7 @@ class ControllerManager:
         self.schedulers = {"default-scheduler"}
         self.pod_behaviour = default_pod_behaviour
         self.ready_delay = 0.0  # seconds between a pod being bound and the kubelet reporting it running
+        self.plugins: list = []  # extra controllers (e.g. the gpu-operator stand-in): wants(key), reconcile()
         self._queue: list[tuple[float, int, tuple]] = []
         self._seq = 0
         self._cv = threading.Condition()
@@ -250,6 +259,7 @@ class ControllerManager:
             return None
         obj = self._bucket(group, plural).get((namespace, name))
         if obj is None:
+            self._plugins(key)
             return None
         handlers = {
             ("", "namespaces"): ("namespace", self._namespace),
@@ -266,7 +276,13 @@ class ControllerManager:
         handler = handlers.get((group, plural))
         if handler:
             self._on((handler[0],), handler[1], obj)
+        self._plugins(key)
         return None
+
+    def _plugins(self, key: tuple) -> None:
+        for plugin in self.plugins:
+            if self.enabled.get("gpu-operator", True) and plugin.wants(key):
+                plugin.reconcile()
 
     def _on(self, names: tuple, fn, *args):
         if all(self.enabled[n] for n in names):
@@ -770,7 +786,8 @@ class ControllerManager:
                 {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": stamp}],
             "containerStatuses": [self._container_status(c, behaviour, stamp) for c in pod["spec"]["containers"]]}
         if pod["spec"].get("initContainers"):
-            status["initContainerStatuses"] = [self._container_status(c, {**behaviour, "phase": "Succeeded"}, stamp)
+            init_phase = "Pending" if phase == "Pending" else "Succeeded"
+            status["initContainerStatuses"] = [self._container_status(c, {**behaviour, "phase": init_phase}, stamp)
                                                for c in pod["spec"]["initContainers"]]
         if ready == "False" and phase in ("Succeeded", "Failed"):
             for condition in status["conditions"][2:4]:
@@ -783,7 +800,9 @@ class ControllerManager:
     @staticmethod
     def _container_status(container: dict, behaviour: dict, stamp: str) -> dict:
         phase = behaviour["phase"]
-        if phase == "Running":
+        if phase == "Pending":
+            state = {"waiting": {"reason": behaviour.get("reason", "ContainerCreating")}}
+        elif phase == "Running":
             state = {"running": {"startedAt": stamp}}
         else:
             code = behaviour.get("exit_code", 0 if phase == "Succeeded" else 1)

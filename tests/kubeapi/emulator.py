@@ -25,7 +25,9 @@ VOLATILE_META = ("uid", "resourceVersion", "creationTimestamp", "managedFields",
 class Emulator:
     def __init__(self, kube_version: str = "1.31.0", gpu_nodes=(), gpus_per_node: int = 8, cpu_nodes=(),
                  controllers: bool = True, history_limit: int = 20000, extended_resource_toleration: bool = False,
-                 gpu_product: str = "NVIDIA-H100-80GB-HBM3"):
+                 gpu_product: str = "NVIDIA-H100-80GB-HBM3", gpu_operator: bool = False):
+        """gpu_operator=True: a stand-in for the gpu-operator's controllers runs, and GPU nodes advertise
+        nvidia.com/gpu only once its device plugin is ready on them (as on a real cluster)."""
         self.kube_version = kube_version.lstrip("v")
         self.kube_minor = int(self.kube_version.split(".")[1])
         self.table = ResourceTable(self.kube_minor)
@@ -41,6 +43,10 @@ class Emulator:
         self.store.ca_pem = self.pki.ca_pem
         self.token = uuid.uuid4().hex
         self.gpu_product = gpu_product
+        self.gpu_operator = gpu_operator
+        if gpu_operator:
+            from .gpu_operator_sim import GpuOperatorSim
+            self.controllers.plugins.append(GpuOperatorSim(self.controllers))
         self._server: EmulatorHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._node_index = 0
@@ -226,7 +232,7 @@ class Emulator:
                     "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
         allocatable = dict(capacity, cpu=str(int(cpu) - 1) if cpu.isdigit() and int(cpu) > 1 else cpu,
                            **{"ephemeral-storage": "884538805627"})
-        if gpus:
+        if gpus and not self.gpu_operator:
             capacity["nvidia.com/gpu"] = allocatable["nvidia.com/gpu"] = str(gpus)
         stamp = now()
         node_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
@@ -236,10 +242,12 @@ class Emulator:
             return {"type": kind, "status": status, "reason": reason, "message": message,
                     "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
 
+        annotations = {"node.alpha.kubernetes.io/ttl": "0",
+                       "volumes.kubernetes.io/controller-managed-attach-detach": "true"}
+        if gpus:
+            annotations["kubeapi.emulator/gpus"] = str(gpus)  # what the node's hardware has (for the device plugin)
         node = {
-            "metadata": {"name": name, "labels": node_labels,
-                         "annotations": {"node.alpha.kubernetes.io/ttl": "0",
-                                         "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+            "metadata": {"name": name, "labels": node_labels, "annotations": annotations},
             "spec": {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]},
             "status": {
                 "capacity": capacity, "allocatable": allocatable,

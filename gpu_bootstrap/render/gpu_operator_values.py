@@ -1,0 +1,318 @@
+"""gpu-operator values in three layers: our tuned base (values/gpu-operator.yaml), values derived from what
+preflight found on the nodes, then the user's gpu_operator.values. Pure: facts and config in, values out, with the
+reason for every derived value, or a Refusal when the facts rule out any working install.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..paths import data_path
+
+MIG_CAPABLE = re.compile(r"A100|A30|A800|H100|H200|H800|H20|GH200|B100|B200|GB200|B300|RTX PRO 6000 Blackwell")
+NRI_MIN_OPERATOR = (26, 3, 0)
+NRI_MIN_CONTAINERD = (1, 7, 30)
+
+
+class Refusal(Exception):
+    """The facts rule out a working install; nothing is installed. message says why, fix what to do."""
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+@dataclass
+class Derived:
+    path: str
+    value: Any
+    because: str
+
+    def line(self) -> str:
+        return f"{self.path}={json.dumps(self.value, separators=(',', ':'))}  ← {self.because}"
+
+
+@dataclass
+class ValuesPlan:
+    base: dict
+    derived: list[Derived]
+    overrides: dict
+    merged: dict
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def explain(self) -> list[str]:
+        lines = [d.line() for d in self.derived]
+        for path in sorted(_paths(self.overrides)):
+            lines.append(f"{path}={json.dumps(_get(self.overrides, path), separators=(',', ':'))}  ← your "
+                         f"gpu_operator.values")
+        return lines
+
+
+# --- facts ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str
+    driver: str | None
+    gpus: tuple[str, ...]
+    nouveau: bool
+    runtime: str | None
+    distribution: str
+    runtime_version: str | None
+    config_path: str | None
+    socket: str | None
+    toolkit_installed: bool
+    toolkit_version: str | None
+    toolkit_configured: bool
+    toolkit_default: bool
+
+
+def facts_from_reports(reports: dict) -> list[NodeFacts]:
+    """NodeReport objects (preflight) -> the facts the values depend on."""
+    out = []
+    for name, report in sorted(reports.items()):
+        data = {c.id: c.data or {} for c in report.checks}
+        driver, runtime, toolkit = data.get("nvidia-driver", {}), data.get("container-runtime", {}), \
+            data.get("nvidia-container-toolkit", {})
+        out.append(NodeFacts(
+            name, driver.get("driver_version"), tuple(g.get("name", "") for g in driver.get("gpus") or []),
+            bool(data.get("nouveau", {}).get("loaded")), runtime.get("runtime"),
+            runtime.get("distribution") or "standard", runtime.get("version"), runtime.get("config_path"),
+            runtime.get("socket"), bool(toolkit.get("installed")), toolkit.get("version"),
+            bool(toolkit.get("runtime_configured")), bool(toolkit.get("default_runtime"))))
+    return out
+
+
+def _nodes(names) -> str:
+    names = sorted(names)
+    return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} and {len(names) - 3} more"
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text or "")[:3]) or (0,)
+
+
+# --- layers -----------------------------------------------------------------------------------------------------------
+def base_values() -> dict:
+    return yaml.safe_load(data_path("values", "gpu-operator.yaml").read_text()) or {}
+
+
+def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps: list[str]) -> ValuesPlan:
+    section = config.gpu_operator
+    base = base_values()
+    derived: list[Derived] = []
+    labels: dict[str, dict[str, str]] = {}
+    warnings: list[str] = []
+    _driver(facts, section, derived, labels, warnings)
+    _toolkit(facts, section, operator_version, derived, warnings)
+    _placement(config, base, playbook_steps, derived)
+    _sharing(facts, config, derived, labels, warnings)
+    monitoring = "monitoring" in playbook_steps and config.monitoring.enabled
+    derived.append(Derived("dcgmExporter.serviceMonitor.enabled", monitoring,
+                           "the monitoring step is in the playbook" if monitoring else
+                           "no monitoring step in the playbook, so no Prometheus to scrape it"))
+    tree: dict = {}
+    for item in derived:
+        _set(tree, item.path, item.value)
+    merged = deep_merge(deep_merge(base, tree), section.values)
+    return ValuesPlan(base, derived, dict(section.values), merged, labels, warnings)
+
+
+def _driver(facts, section, derived, labels, warnings) -> None:
+    mode = section.driver_management
+    if not facts:
+        enabled = mode != "host"
+        derived.append(Derived("driver.enabled", enabled, "no node facts (offline without --preflight-report): "
+                                                          + ("the chart's default" if enabled else
+                                                             "gpu_operator.driver_management: host")))
+        return
+    with_driver = [f for f in facts if f.driver]
+    without = [f for f in facts if not f.driver]
+    versions = sorted({f.driver for f in with_driver})
+    if mode == "auto":
+        if with_driver and without:
+            raise Refusal(f"the NVIDIA driver is pre-installed on {_nodes(f.name for f in with_driver)} but missing "
+                          f"on {_nodes(f.name for f in without)}; the operator installs it on every GPU node or none",
+                          "set gpu_operator.driver_management: per-node (the operator installs it only where it is "
+                          "missing), or install the same driver everywhere")
+        mode = "host" if with_driver else "operator"
+        because = (f"{_nodes(f.name for f in with_driver)}: driver {', '.join(versions)} pre-installed" if with_driver
+                   else f"no NVIDIA driver on {_nodes(f.name for f in without)}")
+    else:
+        because = f"gpu_operator.driver_management: {mode}"
+    if mode == "host":
+        derived.append(Derived("driver.enabled", False, because))
+        if without:
+            warnings.append(f"no NVIDIA driver on {_nodes(f.name for f in without)}: GPU pods cannot run there until "
+                            f"you install one")
+        return
+    derived.append(Derived("driver.enabled", True, because))
+    installs_on = [f for f in facts if mode == "operator" or not f.driver]
+    if mode == "per-node":
+        for f in with_driver:
+            labels.setdefault(f.name, {})["nvidia.com/gpu.deploy.driver"] = "false"
+        if with_driver:
+            derived.append(Derived("nodes:nvidia.com/gpu.deploy.driver", "false",
+                                   f"{_nodes(f.name for f in with_driver)}: driver pre-installed, so the operator "
+                                   f"leaves it alone there"))
+    elif with_driver:
+        warnings.append(f"{_nodes(f.name for f in with_driver)} already have driver {', '.join(versions)}: the "
+                        f"operator's driver container will not start there until it is removed")
+    blocked = [f.name for f in installs_on if f.nouveau]
+    if blocked:
+        raise Refusal(f"nouveau is loaded on {_nodes(blocked)}, where the operator would install the NVIDIA driver",
+                      "blacklist nouveau (echo 'blacklist nouveau' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf; "
+                      "sudo update-initramfs -u) and reboot those nodes")
+
+
+def _toolkit(facts, section, operator_version, derived, warnings) -> None:
+    if not facts:
+        derived.append(Derived("toolkit.enabled", True, "no node facts (offline without --preflight-report): the "
+                                                        "chart's default"))
+        return
+    ready = [f for f in facts if f.toolkit_installed and f.toolkit_configured and f.toolkit_default]
+    if len(ready) == len(facts):
+        versions = sorted({f.toolkit_version or "?" for f in ready})
+        derived.append(Derived("toolkit.enabled", False, f"{_nodes(f.name for f in ready)}: toolkit "
+                                                         f"{', '.join(versions)} with nvidia as the default runtime"))
+        return
+    not_ready = [f.name for f in facts if f not in ready]
+    derived.append(Derived("toolkit.enabled", True, f"{_nodes(not_ready)}: no nvidia default runtime"))
+    setups = {f.name: (f.runtime, f.distribution, f.config_path, f.socket) for f in facts}
+    runtimes = set(setups.values())
+    if section.runtime_integration == "nri":
+        _nri(facts, operator_version, derived)
+        return
+    if len(runtimes) > 1 and "env" not in (section.values.get("toolkit") or {}):
+        groups = "; ".join(f"{r[0]} ({r[1]}) {r[2]}: {_nodes(n for n, s in setups.items() if s == r)}"
+                           for r in sorted(runtimes, key=str))
+        raise Refusal(f"the GPU nodes use different container runtime setups ({groups}), but the toolkit's paths "
+                      f"(toolkit.env) apply to every node",
+                      "make the nodes uniform, or set gpu_operator.values.toolkit.env yourself")
+    runtime, distribution, config_path, socket = next(iter(runtimes))
+    which = f"{_nodes(f.name for f in facts)}: {runtime}" + (f" ({distribution})" if distribution != "standard" else "")
+    if runtime == "containerd":
+        env = [{"name": "CONTAINERD_CONFIG", "value": config_path}, {"name": "CONTAINERD_SOCKET", "value": socket}]
+        if distribution != "standard":
+            env.append({"name": "RUNTIME_CONFIG_SOURCE", "value": "file"})
+        derived.append(Derived("toolkit.env", env, f"{which}, config {config_path}, socket {socket}"))
+    elif runtime == "cri-o":
+        derived.append(Derived("toolkit.env", [], f"{which}: the toolkit configures CRI-O through drop-in files"))
+    elif runtime == "docker":
+        warnings.append("docker (cri-dockerd) nodes: current gpu-operator releases support containerd and CRI-O; "
+                        "plan a move to containerd")
+        derived.append(Derived("toolkit.env", [{"name": "DOCKER_CONFIG", "value": config_path or
+                                                "/etc/docker/daemon.json"}], which))
+
+
+def _nri(facts, operator_version, derived) -> None:
+    if _version_tuple(operator_version) < NRI_MIN_OPERATOR:
+        raise Refusal(f"runtime_integration: nri needs gpu-operator v26.3.0 or newer (this is {operator_version})",
+                      "pin gpu_operator.version to v26.3.0+ or use runtime_integration: auto")
+    old = [f"{f.name} ({f.runtime} {f.runtime_version})" for f in facts
+           if f.runtime != "containerd" or _version_tuple(f.runtime_version) < NRI_MIN_CONTAINERD]
+    if old:
+        raise Refusal(f"runtime_integration: nri needs containerd 1.7.30 or newer on every GPU node: {_nodes(old)}",
+                      "upgrade containerd, or use runtime_integration: auto")
+    derived.append(Derived("cdi.enabled", True, "runtime_integration: nri"))
+    derived.append(Derived("cdi.nriPluginEnabled", True, f"operator {operator_version}, containerd >= 1.7.30 on "
+                                                         f"{_nodes(f.name for f in facts)}: no runtime config paths"))
+
+
+def _placement(config, base, playbook_steps, derived) -> None:
+    taint = config.node_prep.taint if config.node_prep.enabled and "node-prep" in playbook_steps else None
+    if taint is not None:
+        default = base.get("daemonsets", {}).get("tolerations") or []
+        toleration = {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+        if toleration not in default:
+            derived.append(Derived("daemonsets.tolerations", default + [toleration],
+                                   f"node_prep.taint {taint}: operands must run on the tainted GPU nodes"))
+            derived.append(Derived("node-feature-discovery.worker.tolerations", [
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "",
+                 "effect": "NoSchedule"}, {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                toleration], f"node_prep.taint {taint}: NFD must see the tainted GPU nodes"))
+    if config.node_prep.enabled and config.node_prep.gpu_present_label and "node-prep" in playbook_steps:
+        derived.append(Derived("node-feature-discovery.worker.nodeSelector", {"nvidia.com/gpu.present": "true"},
+                               "node-prep labels the GPU nodes, so NFD need not run on the others"))
+
+
+def _sharing(facts, config, derived, labels, warnings) -> None:
+    sharing = config.gpu_operator.sharing
+    names = [n.name for n in config.nodes]
+    if sharing.mode == "time-slicing":
+        data = {"default": _time_slicing(sharing, sharing.replicas)}
+        for profile, replicas in sorted(sharing.profiles.items()):
+            data[profile] = _time_slicing(sharing, replicas)
+        for node, profile in sharing.node_profiles.items():
+            if node not in names:
+                raise Refusal(f"sharing.node_profiles names {node!r}, which is not a configured GPU node",
+                              f"use one of: {', '.join(names)}")
+            if profile not in data:
+                raise Refusal(f"sharing.node_profiles: {node} uses profile {profile!r}, which sharing.profiles does "
+                              f"not define", f"define it in sharing.profiles (known: {', '.join(sorted(data))})")
+            labels.setdefault(node, {})["nvidia.com/device-plugin.config"] = profile
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
+        derived.append(Derived("devicePlugin.config", {"create": True, "name": f"time-slicing-{digest}",
+                                                       "default": "default", "data": data},
+                               f"sharing: time-slicing, {sharing.replicas} pods per GPU (the name follows the content, "
+                               f"so an edit restarts the device plugin: NVIDIA/gpu-operator#1144)"))
+    elif sharing.mode == "mig":
+        derived.append(Derived("mig.strategy", sharing.mig_strategy, "sharing: mig"))
+        for node in names:
+            labels.setdefault(node, {})["nvidia.com/mig.config"] = sharing.mig_node_configs.get(node,
+                                                                                               sharing.mig_config)
+        derived.append(Derived("nodes:nvidia.com/mig.config", sharing.mig_config, "sharing: mig (per-node values from "
+                                                                                  "sharing.mig_node_configs)"))
+        for f in facts:
+            unable = sorted({g for g in f.gpus if not MIG_CAPABLE.search(g)})
+            if unable:
+                warnings.append(f"{f.name}: {', '.join(unable)} cannot be partitioned with MIG; the MIG manager will "
+                                f"leave it whole")
+
+
+def _time_slicing(sharing, replicas: int) -> str:
+    return yaml.safe_dump({"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {"timeSlicing": {
+        "renameByDefault": sharing.rename_by_default, "failRequestsGreaterThanOne":
+            sharing.fail_requests_greater_than_one, "resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}}},
+        sort_keys=False)
+
+
+# --- trees ------------------------------------------------------------------------------------------------------------
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """Helm's rule: maps merge key by key, everything else (lists included) is replaced."""
+    out = dict(base)
+    for key, value in (overlay or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _set(tree: dict, path: str, value) -> None:
+    if path.startswith("nodes:"):
+        return  # node labels, not chart values
+    parts = path.split(".")
+    for part in parts[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[parts[-1]] = value
+
+
+def _get(tree: dict, path: str):
+    for part in path.split("."):
+        tree = tree[part]
+    return tree
+
+
+def _paths(tree: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else key
+        out.extend(_paths(value, path) if isinstance(value, dict) and value else [path])
+    return out

@@ -1,0 +1,329 @@
+"""gpu-operator: install or upgrade the NVIDIA gpu-operator with values derived from the nodes' facts, then wait
+until its operands run on every GPU node and the nodes advertise their GPUs.
+
+The release is only upgraded when the chart version, the values or the rendered manifest differ from what is
+deployed, so a re-run with nothing new makes no helm upgrade at all.
+"""
+from __future__ import annotations
+
+import time
+
+import yaml
+
+from ..adapters.helm import Chart
+from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Step, Target
+from ..render import gpu_operator_values as values_render
+from ..render import node_prep as labels_render
+from ..render import operator_versions as versions
+from .preflight import facts_digest, node_facts
+
+LABELS_ANNOTATION = "gpu-bootstrap.io/gpu-operator"
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+OPERAND_FIXES = {
+    "nvidia-driver-daemonset": "if the driver is already on the host set gpu_operator.driver_management: host "
+                               "(NVIDIA/gpu-operator#126); if it cannot build against the kernel, install the kernel "
+                               "headers or use precompiled drivers (#85); logs: -c nvidia-driver-ctr",
+    "nvidia-container-toolkit-daemonset": "the toolkit cannot configure the runtime: check toolkit.env "
+                                          "CONTAINERD_CONFIG / CONTAINERD_SOCKET against `gpu-bootstrap doctor` (#473); "
+                                          "logs: -c nvidia-container-toolkit-ctr",
+    "nvidia-operator-validator": "it waits for the driver and the toolkit: fix those pods first (#280); logs: "
+                                 "-c driver-validation, -c toolkit-validation",
+    "nvidia-device-plugin-daemonset": "usually waiting for the toolkit ('no runtime for \"nvidia\" is configured', "
+                                      "#432): check the toolkit pod and the runtime config",
+    "gpu-feature-discovery": "it waits for the device plugin",
+    "nvidia-dcgm-exporter": "it needs a working driver; check the driver pod",
+    "nvidia-mig-manager": "some GPUs need a reboot to change MIG mode (#668); logs: -c nvidia-mig-manager",
+}
+
+
+def gpu_resources(node: dict) -> int:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    total = 0
+    for name, amount in allocatable.items():
+        if name.startswith(GPU_RESOURCE_PREFIXES):
+            try:
+                total += int(str(amount))
+            except ValueError:
+                continue
+    return total
+
+
+def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, dict | None],
+                     namespace: str) -> list[str]:
+    """Pure: what keeps the operator's operands from being ready on the GPU nodes (empty when all is well)."""
+    problems = []
+    if not any(ds["metadata"]["name"].startswith("nvidia-device-plugin") for ds in daemonsets):
+        problems.append("the operator has not created its operands yet (no nvidia-device-plugin DaemonSet): check "
+                        f"the gpu-operator pod in {namespace} and its ClusterPolicy")
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node not in nodes or _pod_ready(pod):
+            continue
+        operand = _operand_of(pod)
+        fix = OPERAND_FIXES.get(operand, "kubectl describe pod for the reason")
+        problems.append(f"{operand} on {node} is {_pod_state(pod)}: {fix} "
+                        f"(kubectl -n {namespace} logs {pod['metadata']['name']})")
+    for ds in daemonsets:
+        status = ds.get("status") or {}
+        desired = status.get("desiredNumberScheduled", 0)
+        if desired < len(nodes) and ds["metadata"]["name"].startswith("nvidia-device-plugin"):
+            problems.append(f"{ds['metadata']['name']} is scheduled on {desired} of {len(nodes)} GPU nodes: do its "
+                            f"tolerations cover the node taint (daemonsets.tolerations), and are the nodes labelled?")
+    for name, node in sorted(nodes.items()):
+        if node is None:
+            problems.append(f"{name} is not a node of the cluster")
+        elif not gpu_resources(node):
+            problems.append(f"{name} advertises no nvidia.com/gpu yet: the device plugin is not running there")
+    return problems
+
+
+def _operand_of(pod: dict) -> str:
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "DaemonSet":
+            return ref.get("name", "")
+    return pod["metadata"]["name"].rsplit("-", 1)[0]
+
+
+def _pod_ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _pod_state(pod: dict) -> str:
+    status = pod.get("status") or {}
+    for group in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(group) or []:
+            waiting = (container.get("state") or {}).get("waiting")
+            if waiting and waiting.get("reason"):
+                return f"{waiting['reason']} ({container.get('name')})"
+    return status.get("phase", "Pending")
+
+
+class GpuOperator(Step):
+    id = "gpu-operator"
+    title = "Install the NVIDIA gpu-operator"
+
+    def enabled(self, ctx) -> bool:
+        return ctx.config.gpu_operator.enabled
+
+    # --- what to install -----------------------------------------------------------------------------------------
+    def chart(self, ctx) -> tuple[Chart, dict | None]:
+        """The chart to install (version resolved) and its Chart.yaml when it is local."""
+        if "gpu-operator-chart" in ctx.facts:
+            return ctx.facts["gpu-operator-chart"]
+        section = ctx.config.gpu_operator
+        if versions.is_local(section.chart):
+            meta = versions.local_chart_metadata(section.chart)
+            if meta is None:
+                raise ChartProblem(f"gpu_operator.chart {section.chart} is neither a chart directory nor a .tgz")
+            if section.version and section.version.lstrip("v") != str(meta.get("version", "")).lstrip("v"):
+                raise ChartProblem(f"gpu_operator.version {section.version} does not match the local chart "
+                                   f"{section.chart} (version {meta.get('version')})")
+            resolved = (Chart(section.chart, None, None), meta)
+        else:
+            version = section.version
+            if version is None:
+                fits = versions.fitting(ctx.server_version())
+                if not fits:
+                    raise ChartProblem(self._no_fit(ctx.server_version()))
+                version = fits[0].latest
+            resolved = (Chart(section.chart, section.repository, version), None)
+        ctx.facts["gpu-operator-chart"] = resolved
+        return resolved
+
+    @staticmethod
+    def version_of(chart: Chart, meta: dict | None) -> str:
+        return str((meta or {}).get("version") or chart.version or "")
+
+    def _no_fit(self, kube: str) -> str:
+        known = ", ".join(f"v{line.line} ({line.range})" for line in versions.table())
+        return (f"no gpu-operator release in gpu-bootstrap's table is validated for Kubernetes {kube} (known: {known}); "
+                f"pin gpu_operator.version, or set gpu_operator.skip_version_check: true at your own risk")
+
+    def version_problem(self, ctx, version: str, meta: dict | None) -> str | None:
+        if ctx.config.gpu_operator.skip_version_check:
+            return None
+        kube = ctx.server_version()
+        line = versions.line_of(version)
+        if line is not None and not line.supports(versions.minor_of(kube)):
+            fits = ", ".join(f"{l.latest} (validated for {l.range})" for l in versions.fitting(kube)) or \
+                "none in gpu-bootstrap's table"
+            return (f"gpu-operator {version} is validated for Kubernetes {line.range}, but the cluster runs {kube}; "
+                    f"releases that fit: {fits}. Pin gpu_operator.version (and gpu_operator.chart for a local chart)")
+        constraint = (meta or {}).get("kubeVersion")
+        if line is None and constraint and not versions.constraint_allows(constraint, kube):
+            return f"the chart {version} requires Kubernetes {constraint}, but the cluster runs {kube}"
+        return None
+
+    def values(self, ctx) -> values_render.ValuesPlan:
+        if "gpu-operator-values" not in ctx.facts:
+            chart, meta = self.chart(ctx)
+            facts = values_render.facts_from_reports(node_facts(ctx))
+            ctx.facts["gpu-operator-values"] = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
+                                                                    ctx.facts.get("playbook", []))
+        return ctx.facts["gpu-operator-values"]
+
+    def inputs(self, ctx) -> dict:
+        chart, meta = self.chart(ctx)
+        return {"config": ctx.config.gpu_operator.model_dump(mode="json"), "chart": self.version_of(chart, meta),
+                "facts": facts_digest(node_facts(ctx)), "kube": ".".join(ctx.server_version().split(".")[:2]),
+                "node_prep": ctx.config.node_prep.model_dump(mode="json"), "playbook": ctx.facts.get("playbook", [])}
+
+    # --- check / plan ---------------------------------------------------------------------------------------------
+    def check(self, ctx) -> Check:
+        section = ctx.config.gpu_operator
+        try:
+            chart, meta = self.chart(ctx)
+            version = self.version_of(chart, meta)
+            problem = self.version_problem(ctx, version, meta)
+            if problem:
+                return Check(FAIL, problem)
+            plan = self.values(ctx)
+        except ChartProblem as error:
+            return Check(FAIL, str(error))
+        except values_render.Refusal as refusal:
+            return Check(FAIL, f"{refusal.message} — {refusal.fix}")
+        nodes = {n.name: ctx.kube.get("v1", "Node", n.name) for n in ctx.config.nodes}
+        label_patches = {name: labels_render.prepare_patch(node, plan.node_labels.get(name, {}), None,
+                                                           LABELS_ANNOTATION)
+                         for name, node in nodes.items() if node is not None}
+        label_patches = {k: v for k, v in label_patches.items() if v}
+        release = self._release_state(ctx, chart, version, plan.merged if node_facts(ctx) else None)
+        facts = {"chart": chart, "version": version, "plan": plan, "nodes": nodes, "labels": label_patches,
+                 "release": release}
+        if release["up_to_date"] and not label_patches:
+            return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts)
+        return Check(WARN, f"{section.release} {version}: {release['reason']}", facts=facts)
+
+    def _release_state(self, ctx, chart: Chart, version: str, values: dict | None) -> dict:
+        """Is the deployed release what we would deploy? values=None: no node facts (doctor --no-nodes), so only
+        the chart version can be compared."""
+        section = ctx.config.gpu_operator
+        if ctx.offline:
+            return {"up_to_date": False, "reason": "to install (offline plan)", "installed": None}
+        status = ctx.helm.status(section.release, section.namespace)
+        if status is None:
+            return {"up_to_date": False, "reason": "not installed", "installed": None}
+        deployed = ctx.helm.deployed_chart(section.release, section.namespace) or ""
+        installed = deployed.rsplit("-", 1)[-1] if "-" in deployed else deployed
+        state = (status.get("info") or {}).get("status")
+        if state and state.startswith("pending"):
+            return {"up_to_date": False, "reason": f"release is {state} (an interrupted helm run)",
+                    "installed": installed, "pending": state}
+        if state != "deployed":
+            return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
+        if installed.lstrip("v") != version.lstrip("v"):
+            return {"up_to_date": False, "reason": f"upgrade from {installed}", "installed": installed}
+        if values is None:
+            return {"up_to_date": True, "reason": "deployed (values not compared without node facts)",
+                    "installed": installed}
+        if (status.get("config") or {}) != values:
+            return {"up_to_date": False, "reason": "values changed", "installed": installed}
+        if _documents(ctx.helm.dry_run_manifest(section.release, chart, values, section.namespace)) != \
+                _documents(status.get("manifest", "")):
+            return {"up_to_date": False, "reason": "the rendered manifest differs from the deployed one",
+                    "installed": installed}
+        return {"up_to_date": True, "reason": "up to date", "installed": installed}
+
+    def plan(self, ctx, check: Check) -> list[Change]:
+        facts = check.facts
+        section = ctx.config.gpu_operator
+        changes = []
+        for name, patch in sorted(facts["labels"].items()):
+            node = facts["nodes"][name]
+            if node["metadata"].get("resourceVersion"):
+                patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+            changes.append(Change("patch", Target("Node", name, api_version="v1"), labels_render.describe(patch),
+                                  "the operator reads these node labels", patch))
+        if facts["release"].get("pending"):
+            changes.append(Change("helm-recover", Target("HelmRelease", section.release, section.namespace,
+                                                         "helm.sh/v3"),
+                                  f"clear the {facts['release']['pending']} state",
+                                  "a helm run was interrupted; helm refuses new operations until it is cleared",
+                                  {"release": section.release, "namespace": section.namespace,
+                                   "timeout": f"{section.wait_timeout}s"}))
+        if not facts["release"]["up_to_date"]:
+            plan, chart, version = facts["plan"], facts["chart"], facts["version"]
+            action = "install" if facts["release"]["installed"] is None else facts["release"]["reason"]
+            body = {"release": section.release, "namespace": section.namespace,
+                    "chart": {"ref": chart.ref, "repo": chart.repo, "version": chart.version},
+                    "chart_version": version, "values": plan.merged, "derived": plan.explain(),
+                    "warnings": plan.warnings, "kube_version": ctx.server_version(),
+                    "timeout": f"{section.wait_timeout}s"}
+            changes.append(Change("helm-upgrade", Target("HelmRelease", section.release, section.namespace,
+                                                         "helm.sh/v3"),
+                                  f"{action}: gpu-operator {version}",
+                                  "; ".join(d.line() for d in plan.derived[:3]) + (" …" if len(plan.derived) > 3
+                                                                                    else ""), body))
+        for warning in facts["plan"].warnings:
+            ctx.reporter.warn(f"gpu-operator: {warning}")
+        return changes
+
+    # --- verify: wait for the operands ------------------------------------------------------------------------------
+    def verify(self, ctx) -> Check:
+        section = ctx.config.gpu_operator
+        deadline = time.monotonic() + section.wait_timeout
+        last_note = 0.0
+        while True:
+            problems = self.operand_problems(ctx)
+            if not problems:
+                gpus = sum(gpu_resources(ctx.kube.get("v1", "Node", n.name) or {}) for n in ctx.config.nodes)
+                return Check(PASS, f"operands ready on {len(ctx.config.nodes)} GPU node(s), {gpus} GPU(s) "
+                                   f"advertised", done=True)
+            if time.monotonic() >= deadline:
+                return Check(FAIL, f"not ready after {section.wait_timeout}s: " + "; ".join(problems[:6]) +
+                             (f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""))
+            if time.monotonic() - last_note > 10:
+                ctx.reporter.note(f"waiting for the gpu-operator operands: {problems[0]}")
+                last_note = time.monotonic()
+            time.sleep(min(2.0, max(deadline - time.monotonic(), 0.1)))
+
+    def operand_problems(self, ctx) -> list[str]:
+        namespace = ctx.config.gpu_operator.namespace
+        daemonsets = ctx.kube.list("apps/v1", "DaemonSet", namespace)
+        pods = ctx.kube.list("v1", "Pod", namespace)
+        nodes = {n.name: ctx.kube.get("v1", "Node", n.name) for n in ctx.config.nodes}
+        return operand_problems(daemonsets, pods, nodes, namespace)
+
+    def doctor(self, ctx) -> list[Check]:
+        check = self.check(ctx)
+        if check.status == FAIL or ctx.offline or check.facts.get("release", {}).get("installed") is None:
+            return [check]
+        problems = self.operand_problems(ctx)
+        return [check, Check(WARN if problems else PASS, "; ".join(problems[:4]) if problems else
+                             "operands ready on every GPU node")]
+
+    # --- undo -------------------------------------------------------------------------------------------------------
+    def undo_plan(self, ctx) -> list[Change]:
+        section = ctx.config.gpu_operator
+        changes = [Change("helm-uninstall", Target("HelmRelease", section.release, section.namespace, "helm.sh/v3"),
+                          f"uninstall {section.release}", "teardown",
+                          {"release": section.release, "namespace": section.namespace,
+                           "timeout": f"{section.wait_timeout}s"})]
+        for configured in ctx.config.nodes:
+            node = ctx.kube.get("v1", "Node", configured.name)
+            patch = labels_render.undo_patch(node, LABELS_ANNOTATION) if node else None
+            if patch:
+                changes.append(Change("patch", Target("Node", configured.name, api_version="v1"),
+                                      labels_render.describe(patch), "remove the labels gpu-operator set", patch))
+        if ctx.facts.get("purge_crds"):
+            changes += self._crd_deletions(ctx)
+        return changes
+
+    def _crd_deletions(self, ctx) -> list[Change]:
+        chart, _meta = self.chart(ctx)
+        names = [crd["metadata"]["name"] for crd in ctx.helm.show_crds(chart)]
+        return [Change("delete", Target("CustomResourceDefinition", name, api_version="apiextensions.k8s.io/v1"),
+                       "delete the CRD and every object of it", "--purge-crds")
+                for name in names if ctx.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)]
+
+
+class ChartProblem(Exception):
+    pass
+
+
+def _documents(manifest: str) -> list:
+    """A manifest as a sorted list of documents, so formatting and order do not count as a difference."""
+    docs = [doc for doc in yaml.safe_load_all(manifest or "") if doc]
+    return sorted(docs, key=lambda d: (d.get("kind", ""), (d.get("metadata") or {}).get("namespace", ""),
+                                       (d.get("metadata") or {}).get("name", "")))

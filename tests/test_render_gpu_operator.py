@@ -1,0 +1,200 @@
+"""Table tests of the gpu-operator values derivation over the preflight scenarios, and of the version table."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from gpu_bootstrap import config as cfg
+from gpu_bootstrap.render import gpu_operator_values as gov
+from gpu_bootstrap.render import operator_versions as versions
+from gpu_bootstrap.render.gpu_operator_values import NodeFacts, Refusal
+
+PLAYBOOK = ["preflight", "node-prep", "gpu-operator", "validate"]
+H100 = ("NVIDIA H100 80GB HBM3",) * 8
+
+
+def node(name: str, **changes) -> NodeFacts:
+    """A healthy node: driver 550, containerd with nvidia as default runtime (the healthy-h100 scenario)."""
+    base = NodeFacts(name, "550.54.15", H100, False, "containerd", "standard", "1.7.27", "/etc/containerd/config.toml",
+                     "/run/containerd/containerd.sock", True, "1.17.4", True, True)
+    return dataclasses.replace(base, **changes)
+
+
+FRESH = dict(driver=None, gpus=(), toolkit_installed=False, toolkit_version=None, toolkit_configured=False,
+             toolkit_default=False)
+K3S = dict(distribution="k3s", runtime_version="1.7.23-k3s2",
+           config_path="/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+           socket="/run/k3s/containerd/containerd.sock", toolkit_default=False)
+RKE2 = dict(distribution="rke2", config_path="/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+            socket="/run/k3s/containerd/containerd.sock", toolkit_installed=False, toolkit_configured=False,
+            toolkit_default=False)
+MICROK8S = dict(distribution="microk8s", config_path="/var/snap/microk8s/current/args/containerd-template.toml",
+                socket="/var/snap/microk8s/common/run/containerd.sock", toolkit_configured=False,
+                toolkit_default=False)
+CRIO = dict(runtime="cri-o", config_path="/etc/crio/crio.conf", socket="/var/run/crio/crio.sock",
+            toolkit_configured=False, toolkit_default=False)
+DOCKER = dict(runtime="docker", config_path="/etc/docker/daemon.json", socket="/var/run/cri-dockerd.sock")
+
+
+def config(**gpu_operator) -> cfg.Config:
+    return cfg.validate({"nodes": [{"name": "node5"}, {"name": "node6"}, {"name": "node7"}],
+                         "gpu_operator": gpu_operator}, cfg.Source(None, {}))
+
+
+def derive(facts, conf=None, version="v26.7.0", playbook=PLAYBOOK) -> gov.ValuesPlan:
+    return gov.derive(facts, conf or config(), version, playbook)
+
+
+def env(plan) -> dict:
+    return {e["name"]: e["value"] for e in plan.merged["toolkit"].get("env") or []}
+
+
+SCENARIOS = [
+    # (scenario, facts, driver.enabled, toolkit.enabled, toolkit env)
+    ("healthy containerd, everything on the host", [node("node5"), node("node6"), node("node7")], False, False, {}),
+    ("driver missing everywhere", [node(n, **FRESH) for n in ("node5", "node6", "node7")], True, True,
+     {"CONTAINERD_CONFIG": "/etc/containerd/config.toml", "CONTAINERD_SOCKET": "/run/containerd/containerd.sock"}),
+    ("k3s containerd", [node(n, **K3S) for n in ("node5", "node6")], False, True,
+     {"CONTAINERD_CONFIG": "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+      "CONTAINERD_SOCKET": "/run/k3s/containerd/containerd.sock", "RUNTIME_CONFIG_SOURCE": "file"}),
+    ("rke2 containerd", [node(n, **RKE2) for n in ("node5", "node6")], False, True,
+     {"CONTAINERD_CONFIG": "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+      "CONTAINERD_SOCKET": "/run/k3s/containerd/containerd.sock", "RUNTIME_CONFIG_SOURCE": "file"}),
+    ("microk8s containerd", [node("node5", **MICROK8S)], False, True,
+     {"CONTAINERD_CONFIG": "/var/snap/microk8s/current/args/containerd-template.toml",
+      "CONTAINERD_SOCKET": "/var/snap/microk8s/common/run/containerd.sock", "RUNTIME_CONFIG_SOURCE": "file"}),
+    ("CRI-O", [node("node5", **CRIO)], False, True, {}),
+    ("docker with nvidia as default runtime", [node(n, **DOCKER) for n in ("node5", "node6")], False, False, {}),
+]
+
+
+@pytest.mark.parametrize("name, facts, driver, toolkit, toolkit_env", SCENARIOS, ids=[s[0] for s in SCENARIOS])
+def test_values_derived_from_each_scenario(name, facts, driver, toolkit, toolkit_env):
+    plan = derive(facts)
+    assert plan.merged["driver"]["enabled"] is driver
+    assert plan.merged["toolkit"]["enabled"] is toolkit
+    assert env(plan) == toolkit_env
+    reasons = {d.path: d.because for d in plan.derived}
+    assert "driver.enabled" in reasons and "toolkit.enabled" in reasons
+    if not driver:
+        assert "driver 550.54.15 pre-installed" in reasons["driver.enabled"]
+
+
+def test_every_derived_value_names_its_fact():
+    plan = derive([node("node5"), node("node6"), node("node7")])
+    lines = plan.explain()
+    assert "driver.enabled=false  ← node5, node6, node7: driver 550.54.15 pre-installed" in lines
+    assert all("  ← " in line for line in lines)
+
+
+def test_a_mixed_fleet_is_refused_with_the_nodes_and_the_choices():
+    with pytest.raises(Refusal) as refused:
+        derive([node("node5"), node("node6", **FRESH), node("node7", **FRESH)])
+    assert "pre-installed on node5 but missing on node6, node7" in refused.value.message
+    assert "driver_management: per-node" in refused.value.fix
+
+
+def test_per_node_driver_management_labels_the_nodes_with_a_driver():
+    plan = derive([node("node5"), node("node6", **FRESH)], config(driver_management="per-node"))
+    assert plan.merged["driver"]["enabled"] is True
+    assert plan.node_labels == {"node5": {"nvidia.com/gpu.deploy.driver": "false"}}
+
+
+def test_nouveau_where_the_operator_installs_the_driver_is_refused():
+    with pytest.raises(Refusal) as refused:
+        derive([node("node5", **FRESH), node("node6", **FRESH, nouveau=True)])
+    assert "nouveau is loaded on node6" in refused.value.message and "blacklist nouveau" in refused.value.fix
+
+
+def test_different_runtime_setups_are_refused_unless_the_user_sets_the_paths():
+    facts = [node("node5", **K3S), node("node6", toolkit_default=False)]
+    with pytest.raises(Refusal) as refused:
+        derive(facts)
+    assert "different container runtime setups" in refused.value.message
+    plan = derive(facts, config(values={"toolkit": {"env": [{"name": "CONTAINERD_CONFIG", "value": "/x"}]}}))
+    assert env(plan) == {"CONTAINERD_CONFIG": "/x"}
+
+
+def test_nri_needs_new_enough_operator_and_containerd():
+    new = [node("node5", toolkit_default=False, runtime_version="1.7.30")]
+    plan = derive(new, config(runtime_integration="nri"))
+    assert plan.merged["cdi"] == {"enabled": True, "nriPluginEnabled": True} and "env" not in plan.merged["toolkit"]
+    with pytest.raises(Refusal):
+        derive([node("node5", toolkit_default=False, runtime_version="1.7.27")], config(runtime_integration="nri"))
+    with pytest.raises(Refusal):
+        derive(new, config(runtime_integration="nri"), version="v24.6.2")
+
+
+def test_no_facts_offline_keeps_the_chart_defaults_and_says_so():
+    plan = derive([])
+    assert plan.merged["driver"]["enabled"] is True and plan.merged["toolkit"]["enabled"] is True
+    assert all("offline" in d.because for d in plan.derived if d.path in ("driver.enabled", "toolkit.enabled"))
+
+
+def test_user_overrides_come_last_and_are_listed():
+    plan = derive([node("node5")], config(values={"driver": {"enabled": True}, "dcgmExporter": {"enabled": False}}))
+    assert plan.merged["driver"]["enabled"] is True and plan.merged["dcgmExporter"]["enabled"] is False
+    assert "driver.enabled=true  ← your gpu_operator.values" in plan.explain()
+    assert plan.merged["dcgmExporter"]["serviceMonitor"]["enabled"] is False  # deep merge kept the sibling
+
+
+def test_a_custom_taint_is_tolerated_by_the_operands_and_nfd():
+    conf = cfg.validate({"nodes": [{"name": "node5"}], "node_prep": {"taint": {"key": "dedicated", "value": "gpu",
+                                                                               "effect": "NoExecute"}}},
+                        cfg.Source(None, {}))
+    plan = gov.derive([node("node5")], conf, "v26.7.0", PLAYBOOK)
+    toleration = {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}
+    assert toleration in plan.merged["daemonsets"]["tolerations"]
+    assert toleration in plan.merged["node-feature-discovery"]["worker"]["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
+        plan.merged["daemonsets"]["tolerations"]
+
+
+def test_without_node_prep_nfd_runs_everywhere():
+    plan = derive([node("node5")], playbook=["preflight", "gpu-operator"])
+    assert "nodeSelector" not in plan.merged.get("node-feature-discovery", {}).get("worker", {})
+
+
+def test_time_slicing_config_is_named_by_content_and_labels_profiles():
+    conf = config(sharing={"mode": "time-slicing", "replicas": 4, "profiles": {"heavy": 2},
+                           "node_profiles": {"node6": "heavy"}})
+    plan = derive([node("node5"), node("node6")], conf)
+    device = plan.merged["devicePlugin"]["config"]
+    assert device["create"] is True and device["default"] == "default" and device["name"].startswith("time-slicing-")
+    assert yaml.safe_load(device["data"]["default"])["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4}]
+    assert plan.node_labels == {"node6": {"nvidia.com/device-plugin.config": "heavy"}}
+    other = derive([node("node5"), node("node6")], config(sharing={"mode": "time-slicing", "replicas": 8}))
+    assert other.merged["devicePlugin"]["config"]["name"] != device["name"]
+    with pytest.raises(Refusal):
+        derive([node("node5")], config(sharing={"mode": "time-slicing", "node_profiles": {"node5": "nope"}}))
+
+
+def test_mig_labels_every_node_and_warns_about_gpus_that_cannot():
+    conf = config(sharing={"mode": "mig", "mig_strategy": "mixed", "mig_node_configs": {"node6": "all-3g.40gb"}})
+    plan = derive([node("node5"), node("node6", gpus=("Tesla T4",))], conf)
+    assert plan.merged["mig"]["strategy"] == "mixed"
+    assert plan.node_labels["node5"] == {"nvidia.com/mig.config": "all-1g.10gb"}
+    assert plan.node_labels["node6"] == {"nvidia.com/mig.config": "all-3g.40gb"}
+    assert plan.warnings == ["node6: Tesla T4 cannot be partitioned with MIG; the MIG manager will leave it whole"]
+
+
+# --- versions ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kube, expected", [("1.33.2", ["v26.7.0"]), ("1.37.0", ["v26.7.0"]), ("1.24.17", ["v24.6.2"]),
+                                            ("1.31.0", []), ("1.38.1", [])])
+def test_fitting_releases(kube, expected):
+    assert [line.latest for line in versions.fitting(kube)] == expected
+
+
+@pytest.mark.parametrize("constraint, kube, allowed", [
+    (">= 1.16.0-0", "1.33.0", True), (">=1.25.0-0", "1.24.4", False), (">=1.25.0-0 <1.32.0", "1.31.9", True),
+    (">=1.25.0-0 <1.32.0", "1.32.0", False), ("", "1.20.0", True),
+])
+def test_chart_kube_version_constraints(constraint, kube, allowed):
+    assert versions.constraint_allows(constraint, kube) is allowed
+
+
+def test_every_table_row_has_a_source():
+    assert all(line.source for line in versions.table())
