@@ -59,7 +59,7 @@ def test_render_dir_is_refreshed_not_accumulated(tmp_path):
     for _ in range(2):
         invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
                tmp_path=tmp_path)
-    assert sorted(p.name for p in out.iterdir()) == ["02-node-prep", "keep.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["02-node-prep", "03-gpu-operator", "04-validate", "keep.txt"]
     assert (out / "02-node-prep" / "plan.txt").read_text().count("\n") == 2
 
 
