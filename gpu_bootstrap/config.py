@@ -239,6 +239,91 @@ class GpuOperatorConfig(Section):
         return value
 
 
+class ShapePoint(Section):
+    utilization: int = Field(ge=0, le=100, description="requested / allocatable, in percent")
+    score: int = Field(ge=0, le=10)
+
+
+SCHEDULER_RESOURCE = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+class SchedulerConfig(Section):
+    """The second, bin-packing kube-scheduler. The defaults were chosen with `gpu-bootstrap simulate` on the
+    Alibaba openb GPU trace (see README, "Choosing the scoring")."""
+
+    enabled: bool = True
+    name: str = Field("gpu-binpack-scheduler", description="the profile's schedulerName; GPU pods set it")
+    namespace: str = "kube-system"
+    strategy: Literal["MostAllocated", "RequestedToCapacityRatio"] = "MostAllocated"
+    resource_weights: dict[str, int] = Field(
+        default_factory=lambda: {"nvidia.com/gpu": 100},
+        description="NodeResourcesFit scoring resources and their weights (1-100). GPU only by default: even "
+                    "cpu: 1, memory: 1 beside it cost packing on the openb trace (see README)")
+    shape: list[ShapePoint] = Field(
+        default_factory=lambda: [ShapePoint(utilization=0, score=0), ShapePoint(utilization=100, score=10)],
+        description="RequestedToCapacityRatio only: score (0-10) by utilization (0-100), increasing utilization")
+    fit_weight: int = Field(1, ge=1, le=100, description="weight of the NodeResourcesFit score plugin")
+    balanced_allocation_weight: int = Field(
+        0, ge=0, le=100, description="weight of NodeResourcesBalancedAllocation; 0 turns it off (it spreads)")
+    percentage_of_nodes_to_score: int = Field(
+        100, ge=0, le=100, description="100: score every feasible node (best packing); 0: kube-scheduler's adaptive "
+                                        "default")
+    replicas: int = Field(2, ge=1, le=10)
+    image: str = Field("registry.k8s.io/kube-scheduler", description="repository; point it at a mirror if needed")
+    image_tag: str | None = Field(None, description="default: v<the API server's version> (version skew policy)")
+    lease_name: str | None = Field(None, description="leader election lease (default: the scheduler's name)")
+    wait_timeout: int = Field(300, ge=10, le=3600, description="seconds to wait for the Deployment and a leader")
+
+    @field_validator("name", "lease_name")
+    @classmethod
+    def _object_name(cls, value):
+        if value is None:
+            return value
+        if len(value) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value):
+            raise ValueError(f"{value!r} must be a lowercase DNS label of at most 63 characters")
+        if value == "default-scheduler":
+            raise ValueError("'default-scheduler' is the cluster's own scheduler; pick another name")
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        return GpuOperatorConfig._dns_label(value)
+
+    @field_validator("resource_weights")
+    @classmethod
+    def _weights(cls, value: dict) -> dict:
+        if not value:
+            raise ValueError("list at least one resource (e.g. nvidia.com/gpu: 100)")
+        for name, weight in value.items():
+            if not SCHEDULER_RESOURCE.fullmatch(name):
+                raise ValueError(f"{name!r} is not a resource name (e.g. cpu, memory, nvidia.com/gpu)")
+            if not 1 <= weight <= 100:
+                raise ValueError(f"{name}: weight {weight} must be between 1 and 100 (kube-scheduler's limit)")
+        return value
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, value: list) -> list:
+        if not value:
+            raise ValueError("needs at least one point")
+        points = [p.utilization for p in value]
+        if any(b <= a for a, b in zip(points, points[1:])):
+            raise ValueError(f"utilization must increase strictly from point to point (got {points})")
+        return value
+
+    @field_validator("image_tag")
+    @classmethod
+    def _tag(cls, value):
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", value):
+            raise ValueError(f"{value!r} is not an image tag")
+        return value
+
+    @property
+    def lease(self) -> str:
+        return self.lease_name or self.name
+
+
 class ValidateConfig(Section):
     enabled: bool = True
     image: str = Field("nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
@@ -255,7 +340,7 @@ class Config(Section):
     nodes: list[NodeConfig] = Field(min_length=1, description="the GPU nodes")
     node_prep: NodePrepConfig = Field(default_factory=NodePrepConfig)
     gpu_operator: GpuOperatorConfig = Field(default_factory=GpuOperatorConfig)
-    scheduler: ComponentConfig = Field(default_factory=ComponentConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     admission: ComponentConfig = Field(default_factory=ComponentConfig)
     monitoring: ComponentConfig = Field(default_factory=ComponentConfig)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")  # BaseModel owns .validate
@@ -451,4 +536,11 @@ node_prep:                          # taint and label the GPU nodes so that ordi
   taint: {key: nvidia.com/gpu, value: present, effect: NoSchedule}   # null: no taint
   gpu_present_label: true           # nvidia.com/gpu.present=true
   labels: {}                        # extra labels, e.g. {team: ml}
+
+scheduler:                          # a second kube-scheduler that packs GPU pods onto as few nodes as possible
+  name: gpu-binpack-scheduler       # GPU pods set spec.schedulerName to this
+  strategy: MostAllocated           # or RequestedToCapacityRatio (with `shape`)
+  resource_weights: {nvidia.com/gpu: 100}   # GPU only: cpu/memory weights cost packing (README)
+  balanced_allocation_weight: 0     # 0: NodeResourcesBalancedAllocation off (it spreads pods)
+  replicas: 2                       # leader-elected; `gpu-bootstrap simulate` shows what a profile buys
 """

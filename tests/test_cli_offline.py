@@ -46,7 +46,7 @@ def test_offline_json_document(tmp_path):
     assert document["ok"] is True
     assert [(s["id"], s["status"], s["changes"]) for s in document["steps"]] == [
         ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-operator", "planned", 1),
-        ("validate", "planned", 3)]
+        ("binpack-scheduler", "planned", 9), ("validate", "planned", 3)]
     assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
                                                "saved 'gpu-bootstrap doctor -o json') to plan with them")
     assert document["steps"][1]["message"] == "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2"
@@ -59,7 +59,8 @@ def test_render_dir_is_refreshed_not_accumulated(tmp_path):
     for _ in range(2):
         invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
                tmp_path=tmp_path)
-    assert sorted(p.name for p in out.iterdir()) == ["02-node-prep", "03-gpu-operator", "04-validate", "keep.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["02-node-prep", "03-gpu-operator", "04-binpack-scheduler",
+                                                    "05-validate", "keep.txt"]
     assert (out / "02-node-prep" / "plan.txt").read_text().count("\n") == 2
 
 
@@ -126,3 +127,23 @@ def test_default_log_file_is_private_and_named_on_failure(tmp_path):
     [log] = list((tmp_path / "state" / "gpu-bootstrap" / "logs").glob("up-*.log"))
     assert f"details: {log}" in process.stderr
     assert oct(log.stat().st_mode & 0o777) == "0o600"
+
+
+def test_validation_pods_use_the_binpack_scheduler_when_the_playbook_deploys_it(tmp_path):
+    out = tmp_path / "out"
+    invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
+           tmp_path=tmp_path)
+    pod = yaml.safe_load((out / "05-validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
+    assert pod["spec"]["schedulerName"] == "gpu-binpack-scheduler"
+    invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
+           "--playbook", str(ROOT / "tests" / "playbooks" / "no-scheduler.yaml"), tmp_path=tmp_path)
+    pod = yaml.safe_load((out / "04-validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
+    assert "schedulerName" not in pod["spec"]
+
+
+def test_a_cluster_too_old_for_the_scheduler_profile_fails_its_check(tmp_path):
+    result = invoke("up", "--dry-run", "--offline", "--kube-version", "1.22", "-c", str(EXAMPLES / "minimal.yaml"),
+                    "--only", "binpack-scheduler", tmp_path=tmp_path)
+    assert result.exit_code == 1
+    assert "[binpack-scheduler] scheduler: Kubernetes 1.22 is too old for the bin-packing profile" in \
+        " ".join(result.output.split())

@@ -14,6 +14,22 @@ log = logging.getLogger("gpu_bootstrap.gate")
 APPLY, SERVER_DRY_RUN, RECORD = "apply", "server-dry-run", "record"
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (a ConfigMap's embedded config file) as readable `|` blocks."""
+
+
+def _str(dumper, value: str):
+    style = "|" if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def dump(obj) -> str:
+    return yaml.dump(obj, Dumper=_BlockDumper, sort_keys=False)
+
+
 class Renderer:
     """Writes each step's changes to DIR/<NN>-<step-id>/ as the exact documents sent to the cluster."""
 
@@ -37,7 +53,7 @@ class Renderer:
         if change.reason:
             header.append(f"# why: {change.reason}")
         shown = change.body if change.verb != "helm-upgrade" else {k: v for k, v in change.body.items() if k != "values"}
-        body = yaml.safe_dump(shown, sort_keys=False) if shown is not None else ""
+        body = dump(shown) if shown is not None else ""
         path = folder / name
         path.write_text("\n".join(header) + "\n" + body)
         with (folder / "plan.txt").open("a") as plan:

@@ -9,6 +9,7 @@ IMPLEMENTATIONS = {
     "preflight": "gpu_bootstrap.steps.preflight:Preflight",
     "node-prep": "gpu_bootstrap.steps.node_prep:NodePrep",
     "gpu-operator": "gpu_bootstrap.steps.gpu_operator:GpuOperator",
+    "binpack-scheduler": "gpu_bootstrap.steps.binpack_scheduler:BinpackScheduler",
     "validate": "gpu_bootstrap.steps.validate:Validate",
 }
 

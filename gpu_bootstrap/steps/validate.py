@@ -33,7 +33,14 @@ class Validate(Step):
     def inputs(self, ctx) -> dict:
         return {"validate": ctx.config.validation.model_dump(mode="json"), "nodes": self.nodes(ctx),
                 "operator": ctx.config.gpu_operator.model_dump(mode="json"),
-                "facts": facts_digest(node_facts(ctx))}
+                "facts": facts_digest(node_facts(ctx)), "scheduler": self.scheduler_name(ctx)}
+
+    @staticmethod
+    def scheduler_name(ctx) -> str | None:
+        """The bin-packing scheduler when this playbook deploys it, so validation also proves it schedules."""
+        if "binpack-scheduler" in ctx.facts.get("playbook", ()) and ctx.config.scheduler.enabled:
+            return ctx.config.scheduler.name
+        return None
 
     def check(self, ctx) -> Check:
         # Nothing persists between runs (the pods are removed), so the record's fingerprint decides.
@@ -48,13 +55,16 @@ class Validate(Step):
         tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         if taint is not None and taint.key != "nvidia.com/gpu":
             tolerations.append({"key": taint.key, "operator": "Exists", "effect": taint.effect})
+        spec = {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
+                "tolerations": tolerations,
+                "containers": [{"name": "vectoradd", "image": ctx.config.validation.image,
+                                "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+        if self.scheduler_name(ctx):
+            spec["schedulerName"] = self.scheduler_name(ctx)
         return {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": self._pod_name(node), "namespace": ctx.config.validation.namespace,
                              "labels": dict(LABEL)},
-                "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
-                         "tolerations": tolerations,
-                         "containers": [{"name": "vectoradd", "image": ctx.config.validation.image,
-                                         "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+                "spec": spec}
 
     def plan(self, ctx, check: Check) -> list[Change]:
         namespace = ctx.config.validation.namespace
@@ -110,6 +120,9 @@ class Validate(Step):
             waiting = (container.get("state") or {}).get("waiting")
             if waiting:
                 return f"{waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": ")
+        scheduler = (pod.get("spec") or {}).get("schedulerName")
+        if pod and not (pod.get("spec") or {}).get("nodeName") and scheduler not in (None, "default-scheduler"):
+            return f"no scheduler named {scheduler} has picked it up: is the binpack-scheduler step's Deployment running?"
         return (pod.get("status") or {}).get("phase", "not found")
 
     def cleanup_plan(self, ctx) -> list[Change]:

@@ -25,9 +25,12 @@ VOLATILE_META = ("uid", "resourceVersion", "creationTimestamp", "managedFields",
 class Emulator:
     def __init__(self, kube_version: str = "1.31.0", gpu_nodes=(), gpus_per_node: int = 8, cpu_nodes=(),
                  controllers: bool = True, history_limit: int = 20000, extended_resource_toleration: bool = False,
-                 gpu_product: str = "NVIDIA-H100-80GB-HBM3", gpu_operator: bool = False):
+                 gpu_product: str = "NVIDIA-H100-80GB-HBM3", gpu_operator: bool = False,
+                 scheduler_pods: bool = True):
         """gpu_operator=True: a stand-in for the gpu-operator's controllers runs, and GPU nodes advertise
-        nvidia.com/gpu only once its device plugin is ready on them (as on a real cluster)."""
+        nvidia.com/gpu only once its device plugin is ready on them (as on a real cluster).
+        scheduler_pods=True: ready pods of a Deployment running kube-scheduler take their config's leader lease and
+        serve its profiles' scheduler names (tests/kubeapi/scheduler_sim.py)."""
         self.kube_version = kube_version.lstrip("v")
         self.kube_minor = int(self.kube_version.split(".")[1])
         self.table = ResourceTable(self.kube_minor)
@@ -47,6 +50,9 @@ class Emulator:
         if gpu_operator:
             from .gpu_operator_sim import GpuOperatorSim
             self.controllers.plugins.append(GpuOperatorSim(self.controllers))
+        if scheduler_pods:
+            from .scheduler_sim import SchedulerSim
+            self.controllers.plugins.append(SchedulerSim(self.controllers))
         self._server: EmulatorHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._node_index = 0

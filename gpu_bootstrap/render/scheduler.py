@@ -1,0 +1,169 @@
+"""The bin-packing scheduler: its KubeSchedulerConfiguration for the cluster's version, and the objects that run it.
+
+Pure functions of (scheduler settings, Kubernetes version). The simulator reads the same rendered configuration,
+so what `gpu-bootstrap simulate` measures is what `up` deploys.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+import yaml
+
+from ..errors import ConfigError
+
+GROUP = "kubescheduler.config.k8s.io"
+CONFIG_FILE = "config.yaml"
+CONFIG_DIR = "/etc/gpu-binpack-scheduler"
+SECURE_PORT = 10259
+MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "scheduler"}
+CONFIG_HASH = "gpu-bootstrap.io/config-hash"
+FIT, BALANCED = "NodeResourcesFit", "NodeResourcesBalancedAllocation"
+
+
+def minor_of(kube_version: str) -> tuple[int, int]:
+    match = re.match(r"v?(\d+)\.(\d+)", kube_version)
+    if not match:
+        raise ConfigError(f"cannot read the Kubernetes version {kube_version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def config_api_version(kube_version: str) -> str:
+    """v1 from 1.25 (GA); v1beta3 on 1.23-1.24. Older clusters only have v1beta2/v1beta1, whose profile differs."""
+    version = minor_of(kube_version)
+    if version >= (1, 25):
+        return f"{GROUP}/v1"
+    if version >= (1, 23):
+        return f"{GROUP}/v1beta3"
+    raise ConfigError(f"scheduler: Kubernetes {version[0]}.{version[1]} is too old for the bin-packing profile "
+                      f"(needs 1.23 or newer: kubescheduler.config.k8s.io/v1beta3)",
+                      "upgrade the cluster, or set scheduler.enabled: false")
+
+
+def image(settings, kube_version: str) -> str:
+    """kube-scheduler must not be newer than the API server (skew policy): use the server's own version."""
+    tag = settings.image_tag or "v" + re.match(r"v?(\d+\.\d+\.\d+)", kube_version + ".0").group(1)
+    return f"{settings.image}:{tag}"
+
+
+def scheduler_configuration(settings, kube_version: str) -> dict:
+    """The KubeSchedulerConfiguration: one profile, NodeResourcesFit packing, leader election on its own lease."""
+    fit_args: dict = {"scoringStrategy": {
+        "type": settings.strategy,
+        "resources": [{"name": name, "weight": weight} for name, weight in settings.resource_weights.items()]}}
+    if settings.strategy == "RequestedToCapacityRatio":
+        fit_args["scoringStrategy"]["requestedToCapacityRatio"] = {
+            "shape": [{"utilization": p.utilization, "score": p.score} for p in settings.shape]}
+    score: dict = {"enabled": [{"name": FIT, "weight": settings.fit_weight}]}
+    if settings.balanced_allocation_weight:
+        score["enabled"].append({"name": BALANCED, "weight": settings.balanced_allocation_weight})
+    else:
+        score["disabled"] = [{"name": BALANCED}]
+    return {
+        "apiVersion": config_api_version(kube_version),
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": True, "resourceLock": "leases", "resourceName": settings.lease,
+                           "resourceNamespace": settings.namespace},
+        "percentageOfNodesToScore": settings.percentage_of_nodes_to_score,
+        "profiles": [{"schedulerName": settings.name, "plugins": {"score": score},
+                      "pluginConfig": [{"name": FIT, "args": fit_args}]}],
+    }
+
+
+def config_text(settings, kube_version: str) -> str:
+    return yaml.safe_dump(scheduler_configuration(settings, kube_version), sort_keys=False)
+
+
+def labels(settings) -> dict:
+    return {"app.kubernetes.io/name": settings.name, **MANAGED}
+
+
+def manifests(settings, kube_version: str) -> list[dict]:
+    """Everything the scheduler needs, in the order to apply it (the reverse is the order to remove it)."""
+    name, namespace = settings.name, settings.namespace
+    text = config_text(settings, kube_version)
+    objects = [
+        _object("v1", "ServiceAccount", name, namespace, settings),
+        _cluster_binding(f"{name}-as-kube-scheduler", "system:kube-scheduler", settings),
+        _cluster_binding(f"{name}-as-volume-scheduler", "system:volume-scheduler", settings),
+        # The scheduler reads the client CA for delegated authentication of its secure port.
+        _role_binding(f"{name}-authentication-reader", "kube-system", "extension-apiserver-authentication-reader",
+                      settings),
+        # system:kube-scheduler may only get/update the leases it lists by name, so ours gets its own Role.
+        {**_object("rbac.authorization.k8s.io/v1", "Role", f"{name}-leader-election", namespace, settings),
+         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                   {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "resourceNames": [settings.lease], "verbs": ["get", "update", "patch", "watch"]}]},
+        _role_binding(f"{name}-leader-election", namespace, f"{name}-leader-election", settings),
+        {**_object("v1", "ConfigMap", f"{name}-config", namespace, settings), "data": {CONFIG_FILE: text}},
+        deployment(settings, kube_version, text),
+    ]
+    if settings.replicas > 1:
+        objects.append({**_object("policy/v1", "PodDisruptionBudget", name, namespace, settings),
+                        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(settings)}}})
+    return objects
+
+
+def selector(settings) -> dict:
+    return {"app.kubernetes.io/name": settings.name}
+
+
+def deployment(settings, kube_version: str, text: str) -> dict:
+    probe = {"httpGet": {"path": "/healthz", "port": SECURE_PORT, "scheme": "HTTPS"}}
+    container = {
+        "name": "kube-scheduler",
+        "image": image(settings, kube_version),
+        "command": ["/usr/local/bin/kube-scheduler", f"--config={CONFIG_DIR}/{CONFIG_FILE}", "--v=2"],
+        "ports": [{"name": "https", "containerPort": SECURE_PORT, "protocol": "TCP"}],
+        "livenessProbe": {**probe, "initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 3},
+        "readinessProbe": {**probe, "periodSeconds": 10},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
+    anti_affinity = {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                          "labelSelector": {"matchLabels": selector(settings)}}}]}
+    template = {
+        "metadata": {"labels": labels(settings),
+                     # A new config changes the hash, so the pods restart and load it.
+                     "annotations": {CONFIG_HASH: hashlib.sha256(text.encode()).hexdigest()[:16]}},
+        "spec": {
+            "serviceAccountName": settings.name,
+            "priorityClassName": "system-cluster-critical",
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "affinity": {"podAntiAffinity": anti_affinity},
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [container],
+            "volumes": [{"name": "config", "configMap": {"name": f"{settings.name}-config"}}],
+        },
+    }
+    return {**_object("apps/v1", "Deployment", settings.name, settings.namespace, settings),
+            "spec": {"replicas": settings.replicas, "selector": {"matchLabels": selector(settings)},
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+                     "template": template}}
+
+
+def _object(api_version: str, kind: str, name: str, namespace: str | None, settings) -> dict:
+    metadata = {"name": name, "labels": labels(settings)}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata}
+
+
+def _subject(settings) -> list[dict]:
+    return [{"kind": "ServiceAccount", "name": settings.name, "namespace": settings.namespace}]
+
+
+def _cluster_binding(name: str, role: str, settings) -> dict:
+    return {**_object("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", name, None, settings),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": _subject(settings)}
+
+
+def _role_binding(name: str, namespace: str, role: str, settings) -> dict:
+    return {**_object("rbac.authorization.k8s.io/v1", "RoleBinding", name, namespace, settings),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": _subject(settings)}

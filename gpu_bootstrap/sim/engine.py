@@ -1,0 +1,251 @@
+"""Replays pods onto nodes one at a time with a model of kube-scheduler's filter and score.
+
+Filter: the pod's cpu, memory and whole GPUs fit the node's free allocatable, the node's GPU model is one the pod
+allows, and CPU-only pods stay off GPU nodes (node-prep taints them; such pods never tolerate the taint). Score:
+the profile's NodeResourcesFit and BalancedAllocation (scoring.py). Ties: uniform random, seeded.
+
+Speed: a node's score for a pod depends only on the node's usage and the pod's requests, and traces repeat a few
+dozen request shapes. So each shape keeps its feasible nodes bucketed by score and re-scores only the nodes that
+changed since that shape was last placed. With percentageOfNodesToScore below 100 the scheduler's answer also
+depends on where its round-robin search starts, so that mode scans the nodes in order, as the scheduler does.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from . import scoring
+from .scoring import GPU, Profile
+
+NONZERO_CPU_MILLI = 100  # kube-scheduler's defaults for containers without requests (Fit scoring only)
+NONZERO_MEMORY_MIB = 200
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cpu: int  # allocatable millicores
+    memory: int  # allocatable MiB
+    gpus: int
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class Pod:
+    cpu: int
+    memory: int
+    gpus: int
+    models: frozenset | None = None  # allowed GPU models; None: any
+
+    @property
+    def shape(self) -> tuple:
+        return self.cpu, self.memory, self.gpus, self.models
+
+
+class Cluster:
+    """Free and requested resources per node, and a log of which nodes changed (for the score caches)."""
+
+    def __init__(self, nodes: list[Node], used: dict[str, Pod] | None = None):
+        self.nodes = nodes
+        self.cpu_cap = [n.cpu for n in nodes]
+        self.mem_cap = [n.memory for n in nodes]
+        self.gpu_cap = [n.gpus for n in nodes]
+        self.model = [n.model for n in nodes]
+        count = len(nodes)
+        self.cpu = [0] * count  # requested
+        self.mem = [0] * count
+        self.nz_cpu = [0] * count  # requested, with the non-zero defaults (what Fit scores)
+        self.nz_mem = [0] * count
+        self.gpu = [0] * count
+        self.changes: list[int] = []
+        self.total_gpus = sum(self.gpu_cap)
+        for index, node in enumerate(nodes):
+            if used and node.name in used:
+                self.add(index, used[node.name])
+
+    def fits(self, index: int, pod: Pod) -> bool:
+        if pod.gpus:
+            if self.gpu_cap[index] - self.gpu[index] < pod.gpus:
+                return False
+            if pod.models is not None and self.model[index] not in pod.models:
+                return False
+        elif self.gpu_cap[index]:
+            return False  # CPU-only pods do not tolerate the GPU nodes' taint
+        return self.cpu_cap[index] - self.cpu[index] >= pod.cpu and self.mem_cap[index] - self.mem[index] >= pod.memory
+
+    def add(self, index: int, pod: Pod, sign: int = 1) -> None:
+        self.cpu[index] += sign * pod.cpu
+        self.mem[index] += sign * pod.memory
+        self.nz_cpu[index] += sign * (pod.cpu or NONZERO_CPU_MILLI)
+        self.nz_mem[index] += sign * (pod.memory or NONZERO_MEMORY_MIB)
+        self.gpu[index] += sign * pod.gpus
+        self.changes.append(index)
+
+    def free_gpus(self, models: frozenset | None = None) -> int:
+        return sum(cap - used for cap, used, model in zip(self.gpu_cap, self.gpu, self.model)
+                   if models is None or model in models)
+
+
+class Scorer:
+    """score(node, pod) for one profile, with kube-scheduler's integer arithmetic."""
+
+    def __init__(self, profile: Profile, cluster: Cluster):
+        self.profile = profile
+        self.cluster = cluster
+        self.shape = scoring.scaled_shape(profile.shape)
+        self.fit_resources = [(name, weight) for name, weight in profile.resources if name in ("cpu", "memory", GPU)]
+        self.balanced_resources = [r for r in profile.balanced_resources if r in ("cpu", "memory", GPU)]
+
+    def score(self, index: int, pod: Pod) -> int:
+        profile, c = self.profile, self.cluster
+        if profile.strategy == "Random":
+            return 0
+        weighted = []
+        for name, weight in self.fit_resources:
+            if name == "cpu":
+                weighted.append((c.nz_cpu[index] + (pod.cpu or NONZERO_CPU_MILLI), c.cpu_cap[index], weight))
+            elif name == "memory":
+                weighted.append((c.nz_mem[index] + (pod.memory or NONZERO_MEMORY_MIB), c.mem_cap[index], weight))
+            elif pod.gpus and c.gpu_cap[index]:  # an extended resource the pod does not request is left out
+                weighted.append((c.gpu[index] + pod.gpus, c.gpu_cap[index], weight))
+        total = profile.fit_weight * scoring.fit_score(profile.strategy, weighted, self.shape)
+        if profile.balanced_weight:
+            fractions = []
+            for name in self.balanced_resources:
+                if name == "cpu" and c.cpu_cap[index]:
+                    fractions.append((c.cpu[index] + pod.cpu) / c.cpu_cap[index])
+                elif name == "memory" and c.mem_cap[index]:
+                    fractions.append((c.mem[index] + pod.memory) / c.mem_cap[index])
+                elif name == GPU and pod.gpus and c.gpu_cap[index]:
+                    fractions.append((c.gpu[index] + pod.gpus) / c.gpu_cap[index])
+            total += profile.balanced_weight * scoring.balanced_score(fractions)
+        return total
+
+
+class ShapeIndex:
+    """For one pod shape: its feasible nodes grouped by score, brought up to date from the cluster's change log."""
+
+    def __init__(self, scorer: Scorer, pod: Pod):
+        self.scorer = scorer
+        self.pod = pod
+        self.node_score: dict[int, int] = {}
+        self.buckets: dict[int, set[int]] = {}
+        self.seen = len(scorer.cluster.changes)
+        for index in range(len(scorer.cluster.nodes)):
+            self._rescore(index)
+
+    def _rescore(self, index: int) -> None:
+        old = self.node_score.pop(index, None)
+        if old is not None:
+            bucket = self.buckets[old]
+            bucket.discard(index)
+            if not bucket:
+                del self.buckets[old]
+        if self.scorer.cluster.fits(index, self.pod):
+            score = self.scorer.score(index, self.pod)
+            self.node_score[index] = score
+            self.buckets.setdefault(score, set()).add(index)
+
+    def best(self, rng: random.Random) -> int | None:
+        changes = self.scorer.cluster.changes
+        if self.seen < len(changes):
+            for index in set(changes[self.seen:]):
+                self._rescore(index)
+            self.seen = len(changes)
+        if not self.buckets:
+            return None
+        top = self.buckets[max(self.buckets)]
+        return next(iter(top)) if len(top) == 1 else rng.choice(tuple(top))
+
+
+class Scheduler:
+    """Places pods with one profile (GPU pods) and the default profile (CPU-only pods), as deployed."""
+
+    def __init__(self, cluster: Cluster, gpu_profile: Profile, rng: random.Random,
+                 cpu_profile: Profile = scoring.DEFAULT_PROFILE):
+        self.cluster = cluster
+        self.rng = rng
+        self.scorers = {True: Scorer(gpu_profile, cluster), False: Scorer(cpu_profile, cluster)}
+        self.indexes: dict[tuple, ShapeIndex] = {}
+        self.next_start = {True: 0, False: 0}
+
+    def place(self, pod: Pod) -> int | None:
+        scorer = self.scorers[pod.gpus > 0]
+        percentage = scorer.profile.percentage_of_nodes_to_score
+        if scoring.nodes_to_find(len(self.cluster.nodes), percentage) < len(self.cluster.nodes):
+            index = self._place_scanning(scorer, pod)
+        else:
+            key = (pod.gpus > 0, pod.shape)
+            if key not in self.indexes:
+                self.indexes[key] = ShapeIndex(scorer, pod)
+            index = self.indexes[key].best(self.rng)
+        if index is not None:
+            self.cluster.add(index, pod)
+        return index
+
+    def _place_scanning(self, scorer: Scorer, pod: Pod) -> int | None:
+        """findNodesThatFitPod + selectHost: filter from a rotating start until enough nodes fit, then score."""
+        count = len(self.cluster.nodes)
+        wanted = scoring.nodes_to_find(count, scorer.profile.percentage_of_nodes_to_score)
+        start = self.next_start[pod.gpus > 0]
+        feasible, processed = [], 0
+        for offset in range(count):
+            index = (start + offset) % count
+            processed += 1
+            if self.cluster.fits(index, pod):
+                feasible.append(index)
+                if len(feasible) >= wanted:
+                    break
+        self.next_start[pod.gpus > 0] = (start + processed) % count
+        if not feasible:
+            return None
+        scores = [(scorer.score(index, pod), index) for index in feasible]
+        top = max(score for score, _ in scores)
+        tied = [index for score, index in scores if score == top]
+        return tied[0] if len(tied) == 1 else self.rng.choice(tied)
+
+    def remove(self, index: int, pod: Pod) -> None:
+        self.cluster.add(index, pod, sign=-1)
+
+
+def _per_gpu(amount: int, gpus: int) -> float:
+    return amount / gpus if gpus else float(amount)
+
+
+# (name, pod order, node order). Pods always go largest GPU request first; within a size, cpu per GPU decides.
+FFD_ORDERS = (
+    ("light pods first, cpu-lean nodes first",
+     lambda p: (-p.gpus, _per_gpu(p.cpu, p.gpus)), lambda n: _per_gpu(n.cpu, n.gpus)),
+    ("heavy pods first, cpu-rich nodes first",
+     lambda p: (-p.gpus, -_per_gpu(p.cpu, p.gpus)), lambda n: -_per_gpu(n.cpu, n.gpus)),
+    ("heavy pods first, largest nodes first", lambda p: (-p.gpus, -p.cpu, -p.memory), lambda n: -n.gpus),
+)
+
+
+def first_fit_decreasing(nodes: list[Node], pods: list[Pod], pod_key, node_key,
+                         used: dict[str, Pod] | None = None) -> int:
+    """Offline: every pod known in advance, taken in `pod_key` order (largest GPU request first), each onto the
+    first node in `node_key` order where it fits (cpu, memory, model). Returns the GPUs allocated."""
+    order = sorted(range(len(nodes)), key=lambda i: (node_key(nodes[i]), i))
+    cluster = Cluster([nodes[i] for i in order], used)
+    candidates: dict[int, list[int]] = {}  # GPU size -> nodes that may still take it (full ones dropped)
+    allocated = 0
+    for pod in sorted(pods, key=pod_key):
+        if pod.gpus not in candidates:
+            candidates[pod.gpus] = [i for i in range(len(order))
+                                    if (cluster.gpu_cap[i] >= pod.gpus if pod.gpus else not cluster.gpu_cap[i])]
+        kept = candidates[pod.gpus]
+        for position, index in enumerate(kept):
+            if cluster.fits(index, pod):
+                cluster.add(index, pod)
+                allocated += pod.gpus
+                if pod.gpus and cluster.gpu_cap[index] - cluster.gpu[index] < pod.gpus:
+                    del kept[position]
+                break
+    return allocated
+
+
+def best_offline(nodes: list[Node], pods: list[Pod], used: dict[str, Pod] | None = None) -> tuple[int, str]:
+    """The best of a few first-fit-decreasing orders: an achievable offline reference, not a proven optimum."""
+    return max((first_fit_decreasing(nodes, pods, pod_key, node_key, used), name)
+               for name, pod_key, node_key in FFD_ORDERS)

@@ -1,0 +1,186 @@
+"""binpack-scheduler: a second kube-scheduler whose profile packs GPU pods onto as few nodes as possible.
+
+It runs as a leader-elected Deployment with in-cluster credentials (no control-plane kubeconfig), at the image tag
+of the API server's version. The default scheduler keeps scheduling everything else; GPU pods opt in with
+`spec.schedulerName`. Objects it owns carry the app.kubernetes.io/component=scheduler and managed-by labels, so a
+renamed scheduler or a dropped PodDisruptionBudget is removed rather than left behind.
+"""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from ..adapters.kube import Ref
+from ..errors import ConfigError
+from ..pipeline.objects import differences
+from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Step, Target
+from ..render import scheduler as render
+
+OWNED_KINDS = (  # (apiVersion, kind, namespaced) in the order they are applied
+    ("v1", "ServiceAccount", True),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", False),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", True),
+    ("rbac.authorization.k8s.io/v1", "Role", True),
+    ("v1", "ConfigMap", True),
+    ("apps/v1", "Deployment", True),
+    ("policy/v1", "PodDisruptionBudget", True),
+)
+OWNED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap,app.kubernetes.io/component=scheduler"
+POD_FIXES = {
+    "ImagePullBackOff": "the nodes cannot pull the image: set scheduler.image to a mirror that has it",
+    "ErrImagePull": "the nodes cannot pull the image: set scheduler.image to a mirror that has it",
+    "CrashLoopBackOff": "the scheduler exits at start: read its log (a config the cluster's version rejects?)",
+    "CreateContainerConfigError": "the container cannot be created: kubectl describe pod",
+}
+
+
+class BinpackScheduler(Step):
+    id = "binpack-scheduler"
+    title = "Deploy the bin-packing GPU scheduler"
+
+    def enabled(self, ctx) -> bool:
+        return ctx.config.scheduler.enabled
+
+    def inputs(self, ctx) -> dict:
+        return {"scheduler": ctx.config.scheduler.model_dump(mode="json"), "kube": ctx.server_version()}
+
+    def desired(self, ctx) -> list[dict]:
+        return render.manifests(ctx.config.scheduler, ctx.server_version())
+
+    # --- reading the cluster ------------------------------------------------------------------------------------------
+    def check(self, ctx) -> Check:
+        settings = ctx.config.scheduler
+        try:
+            desired = self.desired(ctx)
+        except ConfigError as error:  # a cluster too old for the profile: a failed check, not bad input
+            return Check(FAIL, error.one_line())
+        drift = {}
+        for obj in desired:
+            ref = Ref.of(obj)
+            live = ctx.kube.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+            if live is None:
+                drift[ref] = "missing"  # the summary says "create"
+            elif differences(obj, live):
+                drift[ref] = "differs at " + ", ".join(differences(obj, live)[:3])
+        leftovers = self._owned(ctx, exclude={Ref.of(obj) for obj in desired})
+        facts = {"drift": drift, "leftovers": leftovers}
+        if drift or leftovers:
+            return Check(WARN, self._summary(settings, ctx, drift, leftovers), facts=facts)
+        running = self._running(ctx)
+        if running.status != PASS:
+            return Check(WARN, running.message, facts=facts)
+        return Check(PASS, f"{settings.name} runs ({running.message})", done=True, facts=facts)
+
+    @staticmethod
+    def _summary(settings, ctx, drift: dict, leftovers: list) -> str:
+        missing = sum(1 for why in drift.values() if why == "missing")
+        counts = [(missing, "to create"), (len(drift) - missing, "to update"), (len(leftovers), "to remove")]
+        return (", ".join(f"{n} object(s) {what}" for n, what in counts if n) +
+                f" ({settings.name}, {render.image(settings, ctx.server_version())})")
+
+    def _owned(self, ctx, exclude: set) -> list[Ref]:
+        """Objects we created earlier that the current config does not want (e.g. after a rename)."""
+        settings = ctx.config.scheduler
+        namespaces = {settings.namespace, "kube-system"}
+        found = []
+        for api_version, kind, namespaced in OWNED_KINDS:
+            for namespace in sorted(namespaces) if namespaced else [None]:
+                for obj in ctx.kube.list(api_version, kind, namespace, label_selector=OWNED_SELECTOR):
+                    ref = Ref(api_version, kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+                    if ref not in exclude and ref not in found:
+                        found.append(ref)
+        return found
+
+    def plan(self, ctx, check: Check) -> list[Change]:
+        changes = []
+        for obj in self.desired(ctx):
+            ref = Ref.of(obj)
+            why = check.facts["drift"].get(ref)
+            if why:
+                changes.append(Change("apply", Target(ref.kind, ref.name, ref.namespace, ref.api_version),
+                                      "create" if why == "missing" else "update", why, obj))
+        for ref in check.facts["leftovers"]:
+            changes.append(Change("delete", Target(ref.kind, ref.name, ref.namespace, ref.api_version),
+                                  "remove", "no longer wanted by the config"))
+        return changes
+
+    # --- verifying ----------------------------------------------------------------------------------------------------
+    def verify(self, ctx) -> Check:
+        deadline = time.monotonic() + ctx.config.scheduler.wait_timeout
+        while True:
+            state = self._running(ctx)
+            if state.status == PASS or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+        if state.status != PASS:
+            return Check(FAIL, f"{state.message} after {ctx.config.scheduler.wait_timeout}s")
+        return Check(PASS, f"{ctx.config.scheduler.name} runs ({state.message}); GPU pods use it with "
+                           f"spec.schedulerName: {ctx.config.scheduler.name}", done=True)
+
+    def _running(self, ctx) -> Check:
+        """The Deployment rolled out and available, and one of its pods holds the leader lease."""
+        settings = ctx.config.scheduler
+        deploy = ctx.kube.get("apps/v1", "Deployment", settings.name, settings.namespace)
+        if deploy is None:
+            return Check(WARN, f"Deployment {settings.namespace}/{settings.name} does not exist")
+        status = deploy.get("status") or {}
+        wanted = settings.replicas
+        rolled_out = status.get("observedGeneration", 0) >= deploy["metadata"].get("generation", 1) and \
+            status.get("updatedReplicas", 0) == wanted and status.get("replicas", 0) == wanted
+        pods = ctx.kube.list("v1", "Pod", settings.namespace, label_selector=f"app.kubernetes.io/name={settings.name}")
+        if not rolled_out or status.get("availableReplicas", 0) < wanted:
+            return Check(WARN, f"{status.get('availableReplicas', 0)} of {wanted} scheduler replica(s) available"
+                               f"{self._pod_trouble(pods)}")
+        holder = self._leader(ctx, pods)
+        if holder is None:
+            return Check(WARN, f"no scheduler pod holds the lease {settings.namespace}/{settings.lease} yet")
+        return Check(PASS, f"{wanted} replica(s), leader {holder}")
+
+    def _leader(self, ctx, pods: list[dict]) -> str | None:
+        settings = ctx.config.scheduler
+        lease = ctx.kube.get("coordination.k8s.io/v1", "Lease", settings.lease, settings.namespace)
+        spec = (lease or {}).get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        names = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+        pod = holder.split("_", 1)[0]  # leader election identity: <hostname>_<uuid>, hostname = pod name
+        if pod not in names or not _fresh(spec):
+            return None
+        return pod
+
+    @staticmethod
+    def _pod_trouble(pods: list[dict]) -> str:
+        for pod in pods:
+            for container in (pod.get("status") or {}).get("containerStatuses") or []:
+                reason = ((container.get("state") or {}).get("waiting") or {}).get("reason")
+                if reason:
+                    fix = POD_FIXES.get(reason, "kubectl describe pod for the reason")
+                    return f"; pod {pod['metadata']['name']}: {reason} — {fix}"
+            for condition in (pod.get("status") or {}).get("conditions") or []:
+                if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                    return f"; pod {pod['metadata']['name']} unschedulable: {condition.get('message', '')}"
+        return ""
+
+    # --- undo ---------------------------------------------------------------------------------------------------------
+    def undo_plan(self, ctx) -> list[Change]:
+        settings = ctx.config.scheduler
+        owned = self._owned(ctx, exclude=set())
+        changes = [Change("delete", Target(ref.kind, ref.name, ref.namespace, ref.api_version), "remove",
+                          "teardown of the bin-packing scheduler") for ref in reversed(owned)]
+        if ctx.kube.get("coordination.k8s.io/v1", "Lease", settings.lease, settings.namespace) is not None:
+            changes.append(Change("delete", Target("Lease", settings.lease, settings.namespace,
+                                                   "coordination.k8s.io/v1"), "remove",
+                                  "the scheduler's leader election lease"))
+        return changes
+
+
+def _fresh(spec: dict) -> bool:
+    """A lease whose holder renewed it within its duration (a dead leader's lease goes stale)."""
+    renewed = spec.get("renewTime")
+    if not renewed:
+        return False
+    try:
+        stamp = datetime.fromisoformat(renewed.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    age = (datetime.now(timezone.utc) - stamp).total_seconds()
+    return age <= max(spec.get("leaseDurationSeconds") or 15, 15) * 2

@@ -1,0 +1,189 @@
+"""Table tests for the bin-packing scheduler's renderer: config version, plugin args, image tag, and every object
+valid for the target Kubernetes version (official schemas through kubernetes-validate)."""
+from __future__ import annotations
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from gpu_bootstrap.config import SchedulerConfig
+from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.render import scheduler as render
+
+# kubernetes-validate ships schemas from 1.25 on; 1.24's apps/v1, rbac/v1, policy/v1 and core/v1 objects used here
+# are unchanged in 1.25, so 1.24 renders are checked against the nearest (1.25) schemas.
+SCHEMA_VERSION = {"1.24.17": "1.25.0"}
+
+# The KubeSchedulerConfiguration fields we set, from k8s.io/kube-scheduler/config/v1/types.go (and v1beta3, which
+# has the same shape for these fields), with the ranges ValidateKubeSchedulerConfiguration enforces. Unknown keys
+# fail, so a typo in the renderer cannot pass.
+PLUGIN = {"type": "object", "additionalProperties": False, "required": ["name"],
+          "properties": {"name": {"type": "string", "minLength": 1}, "weight": {"type": "integer", "minimum": 1}}}
+PLUGIN_SET = {"type": "object", "additionalProperties": False,
+              "properties": {"enabled": {"type": "array", "items": PLUGIN},
+                             "disabled": {"type": "array", "items": PLUGIN}}}
+FIT_ARGS = {"type": "object", "additionalProperties": False, "properties": {
+    "ignoredResources": {"type": "array"}, "ignoredResourceGroups": {"type": "array"},
+    "scoringStrategy": {"type": "object", "additionalProperties": False, "required": ["type"], "properties": {
+        "type": {"enum": ["LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"]},
+        "resources": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False, "required": ["name", "weight"],
+            "properties": {"name": {"type": "string"}, "weight": {"type": "integer", "minimum": 1, "maximum": 100}}}},
+        "requestedToCapacityRatio": {"type": "object", "additionalProperties": False, "properties": {
+            "shape": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "additionalProperties": False, "required": ["utilization", "score"],
+                "properties": {"utilization": {"type": "integer", "minimum": 0, "maximum": 100},
+                               "score": {"type": "integer", "minimum": 0, "maximum": 10}}}}}}}}}}
+SCHEDULER_CONFIG = {
+    "type": "object", "additionalProperties": False, "required": ["apiVersion", "kind", "profiles"],
+    "properties": {
+        "apiVersion": {"enum": ["kubescheduler.config.k8s.io/v1", "kubescheduler.config.k8s.io/v1beta3"]},
+        "kind": {"const": "KubeSchedulerConfiguration"},
+        "percentageOfNodesToScore": {"type": "integer", "minimum": 0, "maximum": 100},
+        "leaderElection": {"type": "object", "additionalProperties": False, "properties": {
+            "leaderElect": {"type": "boolean"}, "resourceLock": {"enum": ["leases"]},
+            "resourceName": {"type": "string", "minLength": 1}, "resourceNamespace": {"type": "string", "minLength": 1},
+            "leaseDuration": {"type": "string"}, "renewDeadline": {"type": "string"},
+            "retryPeriod": {"type": "string"}}},
+        "profiles": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False, "required": ["schedulerName"],
+            "properties": {
+                "schedulerName": {"type": "string", "minLength": 1},
+                "plugins": {"type": "object", "additionalProperties": False,
+                            "properties": {k: PLUGIN_SET for k in ("score", "filter", "preScore", "multiPoint")}},
+                "pluginConfig": {"type": "array", "items": {
+                    "type": "object", "additionalProperties": False, "required": ["name", "args"],
+                    "properties": {"name": {"const": "NodeResourcesFit"}, "args": FIT_ARGS}}}}}}}}
+
+CASES = [
+    # kube version, config apiVersion, image
+    ("1.24.17", "kubescheduler.config.k8s.io/v1beta3", "registry.k8s.io/kube-scheduler:v1.24.17"),
+    ("1.25.0", "kubescheduler.config.k8s.io/v1", "registry.k8s.io/kube-scheduler:v1.25.0"),
+    ("1.29.4", "kubescheduler.config.k8s.io/v1", "registry.k8s.io/kube-scheduler:v1.29.4"),
+    ("1.31.2", "kubescheduler.config.k8s.io/v1", "registry.k8s.io/kube-scheduler:v1.31.2"),
+    ("1.35.0", "kubescheduler.config.k8s.io/v1", "registry.k8s.io/kube-scheduler:v1.35.0"),
+]
+SETTINGS = {
+    "default": SchedulerConfig(),
+    "ratio": SchedulerConfig(strategy="RequestedToCapacityRatio", balanced_allocation_weight=1,
+                             resource_weights={"nvidia.com/gpu": 10},
+                             shape=[{"utilization": 0, "score": 0}, {"utilization": 50, "score": 3},
+                                    {"utilization": 100, "score": 10}]),
+}
+
+
+def config_of(objects: list[dict]) -> dict:
+    cm = next(o for o in objects if o["kind"] == "ConfigMap")
+    return yaml.safe_load(cm["data"][render.CONFIG_FILE])
+
+
+@pytest.mark.parametrize("kube, api_version, image", CASES)
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_every_object_is_valid_for_the_version(kube, api_version, image, name):
+    objects = render.manifests(SETTINGS[name], kube)
+    for obj in objects:
+        kubernetes_validate.validate(obj, SCHEMA_VERSION.get(kube, kube), strict=True)
+    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRoleBinding", "ClusterRoleBinding",
+                                            "RoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment",
+                                            "PodDisruptionBudget"]
+    deploy = next(o for o in objects if o["kind"] == "Deployment")
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["image"] == image
+    config = config_of(objects)
+    assert config["apiVersion"] == api_version
+    jsonschema.validate(config, SCHEDULER_CONFIG)
+    assert yaml.safe_load(yaml.safe_dump(config)) == render.scheduler_configuration(SETTINGS[name], kube)
+
+
+def test_the_default_profile_packs_gpus_with_balanced_allocation_off():
+    profile = render.scheduler_configuration(SchedulerConfig(), "1.31.0")["profiles"][0]
+    assert profile["schedulerName"] == "gpu-binpack-scheduler"
+    assert profile["plugins"]["score"] == {"enabled": [{"name": "NodeResourcesFit", "weight": 1}],
+                                           "disabled": [{"name": "NodeResourcesBalancedAllocation"}]}
+    assert profile["pluginConfig"] == [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
+        "type": "MostAllocated", "resources": [{"name": "nvidia.com/gpu", "weight": 100}]}}}]
+
+
+def test_requested_to_capacity_ratio_carries_its_shape_and_balanced_allocation_its_weight():
+    config = render.scheduler_configuration(SETTINGS["ratio"], "1.29.0")
+    profile = config["profiles"][0]
+    strategy = profile["pluginConfig"][0]["args"]["scoringStrategy"]
+    assert strategy == {"type": "RequestedToCapacityRatio", "resources": [{"name": "nvidia.com/gpu", "weight": 10}],
+                        "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0},
+                                                               {"utilization": 50, "score": 3},
+                                                               {"utilization": 100, "score": 10}]}}
+    assert profile["plugins"]["score"] == {"enabled": [{"name": "NodeResourcesFit", "weight": 1},
+                                                       {"name": "NodeResourcesBalancedAllocation", "weight": 1}]}
+
+
+def test_leader_election_uses_its_own_lease_and_the_role_grants_exactly_it():
+    settings = SchedulerConfig(name="packer", lease_name="packer-lock", namespace="gpu-system")
+    objects = render.manifests(settings, "1.31.0")
+    election = config_of(objects)["leaderElection"]
+    assert election == {"leaderElect": True, "resourceLock": "leases", "resourceName": "packer-lock",
+                        "resourceNamespace": "gpu-system"}
+    role = next(o for o in objects if o["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "gpu-system"
+    assert role["rules"][1]["resourceNames"] == ["packer-lock"]
+    reader = next(o for o in objects if o["metadata"]["name"] == "packer-authentication-reader")
+    assert reader["metadata"]["namespace"] == "kube-system"  # the role it binds lives there
+    assert reader["subjects"] == [{"kind": "ServiceAccount", "name": "packer", "namespace": "gpu-system"}]
+
+
+def test_the_deployment_runs_in_cluster_highly_available_and_probed_on_the_secure_port():
+    deploy = next(o for o in render.manifests(SchedulerConfig(), "1.31.0") if o["kind"] == "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert deploy["spec"]["replicas"] == 2
+    assert pod["serviceAccountName"] == "gpu-binpack-scheduler"
+    assert all("hostPath" not in volume for volume in pod["volumes"])
+    assert not any("kubeconfig" in arg for arg in container["command"])
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 10259, "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"]["port"] == 10259
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_one_replica_needs_no_disruption_budget():
+    kinds = [o["kind"] for o in render.manifests(SchedulerConfig(replicas=1), "1.31.0")]
+    assert "PodDisruptionBudget" not in kinds
+
+
+def test_a_config_change_changes_the_pod_template():
+    def template_hash(settings):
+        deploy = next(o for o in render.manifests(settings, "1.31.0") if o["kind"] == "Deployment")
+        return deploy["spec"]["template"]["metadata"]["annotations"][render.CONFIG_HASH]
+
+    assert template_hash(SchedulerConfig()) != template_hash(SchedulerConfig(fit_weight=2))
+
+
+def test_a_mirror_and_a_pinned_tag_override_the_image():
+    settings = SchedulerConfig(image="mirror.example.com/k8s/kube-scheduler", image_tag="v1.31.0-custom")
+    assert render.image(settings, "1.31.5") == "mirror.example.com/k8s/kube-scheduler:v1.31.0-custom"
+    assert render.image(SchedulerConfig(), "1.30") == "registry.k8s.io/kube-scheduler:v1.30.0"
+
+
+@pytest.mark.parametrize("kube", ["1.22.9", "1.19.0"])
+def test_clusters_older_than_1_23_are_refused(kube):
+    with pytest.raises(ConfigError, match="too old for the bin-packing profile"):
+        render.scheduler_configuration(SchedulerConfig(), kube)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("resource_weights", {"nvidia.com/gpu": 101}, "between 1 and 100"),
+    ("resource_weights", {}, "at least one resource"),
+    ("shape", [{"utilization": 50, "score": 1}, {"utilization": 50, "score": 5}], "increase strictly"),
+    ("shape", [{"utilization": 0, "score": 11}], "less than or equal to 10"),
+    ("name", "default-scheduler", "the cluster's own scheduler"),
+    ("name", "Bin_Packer", "lowercase DNS label"),
+])
+def test_bad_settings_are_refused_with_the_reason(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        SchedulerConfig(**{field: value})
+
+
+def test_the_example_gpu_pod_asks_for_the_default_scheduler_name_and_is_valid():
+    from pathlib import Path
+    pod = yaml.safe_load((Path(__file__).resolve().parent.parent / "examples" / "gpu-pod.yaml").read_text())
+    kubernetes_validate.validate(pod, "1.31.0", strict=True)
+    assert pod["spec"]["schedulerName"] == SchedulerConfig().name

@@ -1,0 +1,164 @@
+"""The binpack-scheduler step against the emulator, through the real CLI.
+
+No kube-scheduler binary can run here, so the emulator's stand-in (tests/kubeapi/scheduler_sim.py) plays the
+scheduler container: once the Deployment's pods are ready it reads the KubeSchedulerConfiguration from the mounted
+ConfigMap, takes the lease named there and serves the profile's schedulerName.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpu_bootstrap.cli import app
+
+runner = CliRunner()
+NAME = "gpu-binpack-scheduler"
+OWNED = "app.kubernetes.io/managed-by=gpu-bootstrap,app.kubernetes.io/component=scheduler"
+KINDS = ("serviceaccounts", "clusterrolebindings", "rolebindings", "roles", "configmaps", "deployments",
+         "poddisruptionbudgets")
+
+
+@pytest.fixture
+def emulator_options():
+    return {"kube_version": "1.31.4", "gpu_nodes": ["gpu-1", "gpu-2"], "cpu_nodes": ["cpu-1"]}
+
+
+def write_config(tmp_path: Path, cluster, scheduler: str = "") -> Path:
+    path = tmp_path / "gpu-bootstrap.yaml"
+    path.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes: [{{name: gpu-1}}, {{name: gpu-2}}]\n"
+                    f"scheduler:\n  wait_timeout: 15\n{scheduler}")
+    return path
+
+
+def cli(command: str, config: Path, tmp_path: Path, *extra: str):
+    result = runner.invoke(app, [command, "-c", str(config), "--only", "binpack-scheduler", "-o", "json", *extra,
+                                 "--log-file", str(tmp_path / "log")])
+    document = json.loads(result.stdout) if result.stdout.startswith("{") else None
+    return result, document
+
+
+def ours(document: dict) -> dict:
+    return next(s for s in document["steps"] if s["id"] == "binpack-scheduler")
+
+
+def owned(emu) -> dict[str, list[str]]:
+    found = {}
+    for kind in KINDS:
+        names = sorted(o["metadata"]["name"] for o in emu.list(kind, label_selector=OWNED))
+        if names:
+            found[kind] = names
+    return found
+
+
+def gpu_pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"schedulerName": NAME, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                     "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}
+
+
+def bound_node(emu, name: str) -> str | None:
+    return emu.get("pods", name, "default")["spec"].get("nodeName")
+
+
+def test_up_deploys_a_leader_elected_scheduler_that_binds_waiting_gpu_pods(cluster, tmp_path):
+    emu = cluster.emu
+    emu.seed(gpu_pod("trainer"))
+    emu.settle()
+    assert bound_node(emu, "trainer") is None  # nobody serves gpu-binpack-scheduler yet
+
+    result, document = cli("up", write_config(tmp_path, cluster), tmp_path)
+    assert result.exit_code == 0, result.output
+    step = ours(document)
+    assert (step["id"], step["status"], step["changes"]) == ("binpack-scheduler", "applied", 9)
+    assert f"{NAME} runs (2 replica(s), leader {NAME}-" in step["message"]
+    assert owned(emu) == {
+        "serviceaccounts": [NAME],
+        "clusterrolebindings": [f"{NAME}-as-kube-scheduler", f"{NAME}-as-volume-scheduler"],
+        "rolebindings": [f"{NAME}-authentication-reader", f"{NAME}-leader-election"],
+        "roles": [f"{NAME}-leader-election"], "configmaps": [f"{NAME}-config"], "deployments": [NAME],
+        "poddisruptionbudgets": [NAME]}
+    deploy = emu.get("deployments", NAME, "kube-system")
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.k8s.io/kube-scheduler:v1.31.4"
+    assert not any("hostPath" in v for v in deploy["spec"]["template"]["spec"]["volumes"])
+    config = yaml.safe_load(emu.get("configmaps", f"{NAME}-config", "kube-system")["data"]["config.yaml"])
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    lease = emu.get("leases", NAME, "kube-system")
+    pods = {p["metadata"]["name"] for p in emu.list("pods", "kube-system", label_selector=f"app.kubernetes.io/name={NAME}")}
+    assert lease["spec"]["holderIdentity"].split("_")[0] in pods and len(pods) == 2
+    emu.settle()
+    assert bound_node(emu, "trainer") in ("gpu-1", "gpu-2")
+
+
+def test_a_second_up_writes_nothing(cluster, tmp_path):
+    config = write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    cluster.emu.requests.clear()
+    result, document = cli("up", config, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert ours(document)["status"] == "unchanged"
+    assert cluster.emu.requests.writes() == []
+
+
+def test_teardown_removes_it_all_and_gpu_pods_wait_again(cluster, tmp_path):
+    config = write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    result, document = cli("teardown", config, tmp_path, "--yes")
+    assert result.exit_code == 0, result.output
+    cluster.emu.settle()
+    assert owned(cluster.emu) == {}
+    assert cluster.emu.get("leases", NAME, "kube-system") is None
+    assert cluster.emu.list("pods", "kube-system", label_selector=f"app.kubernetes.io/name={NAME}") == []
+    cluster.emu.seed(gpu_pod("late"))
+    cluster.emu.settle()
+    assert bound_node(cluster.emu, "late") is None
+    assert cluster.emu.get("leases", "kube-scheduler", "kube-system") is not None  # the real scheduler's: untouched
+
+
+def test_a_changed_config_updates_in_place_and_removes_what_is_no_longer_wanted(cluster, tmp_path):
+    assert cli("up", write_config(tmp_path, cluster), tmp_path)[0].exit_code == 0
+    old_hash = cluster.emu.get("deployments", NAME, "kube-system")["spec"]["template"]["metadata"]["annotations"]
+    config = write_config(tmp_path, cluster, "  replicas: 1\n  strategy: RequestedToCapacityRatio\n")
+    result, document = cli("up", config, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert ours(document)["changes"] == 3  # ConfigMap, Deployment, and the PDB removed
+    assert "poddisruptionbudgets" not in owned(cluster.emu)
+    deploy = cluster.emu.get("deployments", NAME, "kube-system")
+    assert deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["template"]["metadata"]["annotations"] != old_hash  # pods restart with the new config
+    text = cluster.emu.get("configmaps", f"{NAME}-config", "kube-system")["data"]["config.yaml"]
+    assert "RequestedToCapacityRatio" in text
+
+
+def test_a_renamed_scheduler_leaves_nothing_of_the_old_one(cluster, tmp_path):
+    assert cli("up", write_config(tmp_path, cluster), tmp_path)[0].exit_code == 0
+    result, _ = cli("up", write_config(tmp_path, cluster, "  name: packer\n"), tmp_path)
+    assert result.exit_code == 0, result.output
+    assert owned(cluster.emu)["deployments"] == ["packer"]
+    assert all(name.startswith("packer") for names in owned(cluster.emu).values() for name in names)
+
+
+def test_an_image_the_nodes_cannot_pull_fails_verify_with_the_fix(cluster, tmp_path):
+    def cannot_pull(pod):
+        if pod["metadata"]["name"].startswith(NAME):
+            return {"phase": "Pending", "ready": False, "reason": "ImagePullBackOff"}
+        return {}
+
+    cluster.emu.controllers.pod_behaviour = cannot_pull
+    result, document = cli("up", write_config(tmp_path, cluster).parent / "gpu-bootstrap.yaml", tmp_path)
+    assert result.exit_code == 1
+    assert "[binpack-scheduler] verification failed: 0 of 2 scheduler replica(s) available" in document["error"]
+    assert "ImagePullBackOff" in document["error"] and "scheduler.image" in document["error"]
+
+
+def test_dry_run_against_the_cluster_changes_nothing(cluster, tmp_path):
+    cluster.emu.requests.clear()
+    result, document = cli("up", write_config(tmp_path, cluster), tmp_path, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert ours(document)["status"] == "planned" and ours(document)["changes"] == 9
+    assert owned(cluster.emu) == {}
+    assert all(r.query.get("dryRun") == ["All"] for r in cluster.emu.requests.writes())

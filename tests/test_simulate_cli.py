@@ -1,0 +1,156 @@
+"""`gpu-bootstrap simulate` through the CLI: the real openb trace from ../shared/traces, small synthetic traces
+written here (same columns), and a live cluster's inventory from the emulator."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpu_bootstrap.cli import app
+from tests.conftest import SHARED
+
+runner = CliRunner()
+TRACES = SHARED / "traces"
+NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time," \
+             "scheduled_time\n"
+
+
+def trace(name: str) -> Path:
+    path = TRACES / name
+    if not path.exists():
+        from tests.tools import missing
+        missing(f"the openb trace {path} is not present")
+    return path
+
+
+def simulate(tmp_path: Path, *args: str):
+    result = runner.invoke(app, ["simulate", *args, "--log-file", str(tmp_path / "log")], env={"COLUMNS": "160"})
+    document = json.loads(result.stdout) if result.stdout.startswith("{") else None
+    return result, document
+
+
+def small_trace(tmp_path: Path, nodes: int = 4, extra_pods: str = "") -> tuple[Path, Path]:
+    node_file = tmp_path / "nodes.csv"
+    node_file.write_text(NODE_HEADER + "".join(f"n-{i},96000,393216,8,G2\n" for i in range(nodes)) +
+                         "cpu-0,32000,262144,0,\n")
+    pod_file = tmp_path / "pods.csv"
+    rows = ["p-0,4000,16384,1,1000,,LS,Running,0,1,0", "p-1,8000,32768,2,1000,,LS,Running,0,1,0",
+            "p-2,16000,65536,8,1000,,LS,Running,0,1,0", "p-3,2000,8192,1,500,,BE,Running,0,1,0",
+            "p-4,1000,2048,0,0,,BE,Running,0,1,0"]
+    pod_file.write_text(POD_HEADER + "\n".join(rows) + "\n" + extra_pods)
+    return node_file, pod_file
+
+
+@pytest.mark.slow
+def test_the_openb_trace_default_against_the_tool_profile(tmp_path):
+    """The issue's acceptance run. Its figures are deterministic for fixed seeds, so the chosen defaults are
+    guarded here: at least 98.3 % allocated at 100 % arrived and the first fragmentation failure past 90 %."""
+    result, document = simulate(tmp_path, "--nodes", str(trace("openb_node_list_gpu_node.csv")),
+                                "--pods", str(trace("openb_pod_list_default.csv")), "--seeds", "3", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert (document["track"], document["seeds"], document["inventory"]["gpus"]) == ("A", 3, 6212)
+    default, ours = document["policies"]
+    assert (default["name"], ours["name"]) == ("default", "gpu-binpack-scheduler")
+    for policy in (default, ours):
+        assert set(policy) >= {"alloc_pct_at_100", "alloc_pct_at_130", "frag_failures", "first_frag_failure_pct",
+                               "stranded_gpus", "free_8gpu_nodes"}
+        assert set(policy["frag_failures"]) == {"1", "2", "4", "8"}
+    assert ours["alloc_pct_at_100"] >= 98.3 and ours["first_frag_failure_pct"] > 90
+    assert default["alloc_pct_at_100"] < 95 and default["first_frag_failure_pct"] < 50
+    assert default["alloc_pct_at_130"] > ours["alloc_pct_at_130"]  # the trade-off the README explains
+    offline = document["bounds"]["offline_ffd"]["alloc_pct_at_100"]
+    assert ours["alloc_pct_at_100"] < offline <= 100.0
+    assert 0 < document["gap_closed_pct"] <= 100
+
+
+def test_the_text_report_names_every_policy_and_the_reference(tmp_path):
+    nodes, pods = small_trace(tmp_path)
+    result, _ = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "2", "--policy",
+                         "random", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    for text in ("default", "gpu-binpack-scheduler", "random", "offline reference", "aggregate bound",
+                 "MostAllocated (nvidia.com/gpu=100)"):
+        assert text in result.output
+
+
+def test_set_tries_a_profile_without_editing_the_config(tmp_path):
+    nodes, pods = small_trace(tmp_path)
+    result, document = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json",
+                                "--set", "strategy=RequestedToCapacityRatio",
+                                "--set", "resource_weights={nvidia.com/gpu: 100, cpu: 1}",
+                                "--set", "balanced_allocation_weight=2")
+    assert result.exit_code == 0, result.output
+    assert document["policies"][1]["profile"] == ("RequestedToCapacityRatio (nvidia.com/gpu=100 cpu=1 shape "
+                                                  "0:0,100:10) x1 + BalancedAllocation x2")
+
+
+def test_the_config_files_scheduler_section_is_what_is_simulated(tmp_path):
+    nodes, pods = small_trace(tmp_path)
+    config = tmp_path / "gpu-bootstrap.yaml"
+    config.write_text("nodes: [{name: n-0}]\nscheduler:\n  name: packer\n  fit_weight: 4\n")
+    result, document = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json",
+                                "-c", str(config))
+    assert result.exit_code == 0, result.output
+    assert document["policies"][1]["name"] == "packer" and document["policies"][1]["profile"].endswith("x4")
+
+
+def test_track_b_rounds_fractions_up_and_keeps_cpu_pods_off_gpu_nodes(tmp_path):
+    nodes, pods = small_trace(tmp_path)
+    _, track_a = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json")
+    _, track_b = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json",
+                          "--track", "B")
+    assert track_a["population"] == {"pods": 3, "gpu_pods": 3, "source": str(pods)}
+    assert track_b["population"] == {"pods": 5, "gpu_pods": 4, "source": str(pods)}
+    assert track_b["policies"][0]["unplaced_cpu_pods"] == 0  # the CPU node takes them
+
+
+def test_plot_draws_every_policy(tmp_path):
+    nodes, pods = small_trace(tmp_path)
+    image = tmp_path / "packing.png"
+    result, _ = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--plot", str(image))
+    assert result.exit_code == 0, result.output
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nodes", "{nodes}"], "Missing option '--pods'"),
+    (["--pods", "{pods}"], "exactly one of --nodes FILE or --from-cluster"),
+    (["--pods", "{pods}", "--nodes", "{nodes}", "--from-cluster"], "exactly one of --nodes FILE or --from-cluster"),
+    (["--pods", "{pods}", "--nodes", "{nodes}", "--policy", "fgd"], "--policy 'fgd' is not a built-in policy"),
+    (["--pods", "{pods}", "--nodes", "{nodes}", "--set", "fit_weight=0"], "scheduler.fit_weight"),
+    (["--pods", "{pods}", "--nodes", "{nodes}", "--set", "colour=blue"], "KEY a scheduler setting"),
+    (["--pods", "{pods}", "--nodes", "{nodes}", "--tune", "0.5"], "--tune 0.5"),
+    (["--pods", "{bad}", "--nodes", "{nodes}"], "bad.csv:3: column num_gpu is 'two', not a number"),
+    (["--pods", "{pods}", "--nodes", "{tmp}/none.csv"], "cannot read the node list"),
+])
+def test_bad_input_names_the_problem_and_exits_2(tmp_path, args, message):
+    nodes, pods = small_trace(tmp_path)
+    bad = tmp_path / "bad.csv"
+    bad.write_text(POD_HEADER + "a,1000,1024,1,1000,,LS,Running,0,1,0\nb,1000,1024,two,1000,,LS,Running,0,1,0\n")
+    args = [a.format(nodes=nodes, pods=pods, bad=bad, tmp=tmp_path) for a in args]
+    result, _ = simulate(tmp_path, *args)
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def emulator_options():
+    return {"kube_version": "1.31.0", "gpu_nodes": ["gpu-1", "gpu-2"], "gpus_per_node": 8, "cpu_nodes": ["cpu-1"]}
+
+
+def test_from_cluster_uses_the_nodes_and_what_their_pods_already_request(cluster, tmp_path):
+    cluster.emu.seed({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "busy", "namespace": "default"},
+                      "spec": {"nodeName": "gpu-1", "containers": [
+                          {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 6}}}]}})
+    _, pods = small_trace(tmp_path)
+    result, document = simulate(tmp_path, "--from-cluster", "--kubeconfig", str(cluster.kubeconfig), "--pods",
+                                str(pods), "--seeds", "1", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert document["inventory"]["nodes"] == 3 and document["inventory"]["gpus"] == 16
+    assert document["inventory"]["source"].startswith("cluster https://127.0.0.1:")
+    # 6 of the 16 GPUs are taken before the replay starts, so at most 10 can be allocated
+    assert document["policies"][0]["alloc_pct_at_130"] <= 100 * 10 / 16
