@@ -154,3 +154,13 @@ def test_from_cluster_uses_the_nodes_and_what_their_pods_already_request(cluster
     assert document["inventory"]["source"].startswith("cluster https://127.0.0.1:")
     # 6 of the 16 GPUs are taken before the replay starts, so at most 10 can be allocated
     assert document["policies"][0]["alloc_pct_at_130"] <= 100 * 10 / 16
+
+
+def test_departures_free_gpus_as_pods_leave(tmp_path):
+    nodes, pods = small_trace(tmp_path, nodes=8)
+    _, still = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "3", "-o", "json")
+    _, churn = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "3", "-o", "json",
+                        "--departures", "0.5")
+    assert churn["departures"] == 0.5
+    for before, after in zip(still["policies"], churn["policies"]):
+        assert after["alloc_pct_at_130"] < before["alloc_pct_at_130"]
