@@ -17,6 +17,15 @@ SHARED = Path(os.environ.get("GPU_BOOTSTRAP_SHARED", Path(__file__).resolve().pa
 CHARTS = SHARED / "charts"
 
 
+@pytest.fixture
+def helm_on_path(monkeypatch, tmp_path):
+    """The pinned helm first on PATH, with its caches and config under tmp_path (tests that shell out to helm)."""
+    for key, value in client_env(tmp_path).items():
+        if key.startswith("HELM_") or key == "PATH":
+            monkeypatch.setenv(key, value)
+    tool("helm")
+
+
 def chart(name: str) -> Path:
     """A real upstream chart from ../shared/charts (see its README for provenance)."""
     path = CHARTS / name

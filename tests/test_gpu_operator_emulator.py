@@ -20,7 +20,7 @@ from tests.conftest import chart
 from tests.nodes.reports import write_report
 from tests.tools import client_env, tool
 
-pytestmark = [pytest.mark.tools, pytest.mark.slow]
+pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
 NODES = ["node5", "node6", "node7"]
 OPERATOR_NS = "gpu-operator"
@@ -29,14 +29,6 @@ OPERATOR_NS = "gpu-operator"
 @pytest.fixture
 def emulator_options():
     return {"kube_version": "1.33.2", "gpu_nodes": NODES, "cpu_nodes": ["cpu-1"], "gpu_operator": True}
-
-
-@pytest.fixture(autouse=True)
-def helm_on_path(monkeypatch, tmp_path):
-    for key, value in client_env(tmp_path).items():
-        if key.startswith("HELM_") or key == "PATH":
-            monkeypatch.setenv(key, value)
-    tool("helm")
 
 
 def write_config(tmp_path: Path, cluster, chart_path: Path | None = None, extra: str = "") -> Path:

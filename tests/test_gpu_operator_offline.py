@@ -15,17 +15,9 @@ from tests.conftest import chart
 from tests.nodes.reports import write_report
 from tests.tools import client_env, run, tool
 
-pytestmark = pytest.mark.tools
+pytestmark = [pytest.mark.tools, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
-
-
-@pytest.fixture(autouse=True)
-def helm_on_path(monkeypatch, tmp_path):
-    for key, value in client_env(tmp_path).items():
-        if key.startswith("HELM_") or key == "PATH":
-            monkeypatch.setenv(key, value)
-    tool("helm")
 
 
 def plan(tmp_path: Path, kube: str, extra: str = "", report: bool = True):

@@ -11,6 +11,7 @@ import re
 import yaml
 
 from ..errors import ConfigError
+from .operator_versions import minor_of
 
 GROUP = "kubescheduler.config.k8s.io"
 CONFIG_FILE = "config.yaml"
@@ -19,13 +20,6 @@ SECURE_PORT = 10259
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "scheduler"}
 CONFIG_HASH = "gpu-bootstrap.io/config-hash"
 FIT, BALANCED = "NodeResourcesFit", "NodeResourcesBalancedAllocation"
-
-
-def minor_of(kube_version: str) -> tuple[int, int]:
-    match = re.match(r"v?(\d+)\.(\d+)", kube_version)
-    if not match:
-        raise ConfigError(f"cannot read the Kubernetes version {kube_version!r}")
-    return int(match.group(1)), int(match.group(2))
 
 
 def config_api_version(kube_version: str) -> str:

@@ -42,6 +42,7 @@ def scheduler_settings(options: SimOptions):
     else:
         settings, cluster = config_module.SchedulerConfig(), config_module.ClusterConfig()
     if options.sets:
+        from pydantic import ValidationError
         data = settings.model_dump()
         for item in options.sets:
             key, sep, value = item.partition("=")
@@ -53,8 +54,8 @@ def scheduler_settings(options: SimOptions):
             data[key] = yaml.safe_load(value)
         try:
             settings = config_module.SchedulerConfig.model_validate(data)
-        except Exception as error:  # pydantic's ValidationError, imported lazily
-            first = error.errors()[0] if hasattr(error, "errors") else {"loc": (), "msg": str(error)}
+        except ValidationError as error:
+            first = error.errors()[0]
             raise UsageError(f"--set: scheduler.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     return settings, cluster
 

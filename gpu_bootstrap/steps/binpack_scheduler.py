@@ -60,8 +60,8 @@ class BinpackScheduler(Step):
             live = ctx.kube.get(ref.api_version, ref.kind, ref.name, ref.namespace)
             if live is None:
                 drift[ref] = "missing"  # the summary says "create"
-            elif differences(obj, live):
-                drift[ref] = "differs at " + ", ".join(differences(obj, live)[:3])
+            elif paths := differences(obj, live):
+                drift[ref] = "differs at " + ", ".join(paths[:3])
         leftovers = self._owned(ctx, exclude={Ref.of(obj) for obj in desired})
         facts = {"drift": drift, "leftovers": leftovers}
         if drift or leftovers:

@@ -59,8 +59,8 @@ class Validate(Step):
                 "tolerations": tolerations,
                 "containers": [{"name": "vectoradd", "image": ctx.config.validation.image,
                                 "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
-        if self.scheduler_name(ctx):
-            spec["schedulerName"] = self.scheduler_name(ctx)
+        if scheduler := self.scheduler_name(ctx):
+            spec["schedulerName"] = scheduler
         return {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": self._pod_name(node), "namespace": ctx.config.validation.namespace,
                              "labels": dict(LABEL)},

@@ -13,6 +13,7 @@ import uuid
 
 import yaml
 
+from .controllers import pod_is_ready
 from .util import jcopy, now
 
 TICK = ("@scheduler-sim", "", "", "")
@@ -61,9 +62,7 @@ class SchedulerSim:
             labels = pod["metadata"].get("labels") or {}
             if namespace != deploy["metadata"]["namespace"] or pod["metadata"].get("deletionTimestamp"):
                 continue
-            if all(labels.get(k) == v for k, v in selector.items()) and any(
-                    c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (pod.get("status") or {}).get("conditions") or []):
+            if all(labels.get(k) == v for k, v in selector.items()) and pod_is_ready(pod):
                 pods.append(pod)
         return pods
 
