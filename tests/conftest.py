@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.kubeapi import Emulator
-from tests.tools import client_env, run, tool
+from tests.tools import client_env, run, shared_dir, tool
 
-SHARED = Path(os.environ.get("GPU_BOOTSTRAP_SHARED", Path(__file__).resolve().parent.parent.parent / "shared"))
+SHARED = shared_dir()
 CHARTS = SHARED / "charts"
 
 

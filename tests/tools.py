@@ -17,6 +17,22 @@ SYSTEM_TOOLS = {"sshd": "/usr/sbin/sshd", "busybox": "/bin/busybox", "promtool":
                 "openssl": "/usr/bin/openssl", "ssh-keygen": "/usr/bin/ssh-keygen"}
 
 
+def shared_dir() -> Path:
+    """The shared charts and traces: $GPU_BOOTSTRAP_SHARED, else ../shared beside this checkout, else ../shared beside
+    the local repository this checkout was cloned from (a fresh clone elsewhere, as CI makes)."""
+    if os.environ.get("GPU_BOOTSTRAP_SHARED"):
+        return Path(os.environ["GPU_BOOTSTRAP_SHARED"])
+    candidates = [ROOT.parent / "shared"]
+    try:
+        origin = subprocess.run(["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        origin = ""
+    if origin and "://" not in origin and ":" not in origin.split("/")[0] and Path(origin).is_dir():
+        candidates.append(Path(origin).resolve().parent / "shared")
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
 def tools_required() -> bool:
     return os.environ.get("GPU_BOOTSTRAP_REQUIRE_TOOLS") == "1"
 
