@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpu_bootstrap.sim import engine, replay, scoring  # noqa: E402
+from gpu_bootstrap.config import SchedulerConfig  # noqa: E402
 from gpu_bootstrap.sim.command import SimOptions, simulate  # noqa: E402
 
 
@@ -46,7 +47,6 @@ def table(document: dict) -> str:
 
 def speed(traces: Path) -> str:
     """Pods placed per second: the simulator's score buckets against scanning every node for every pod."""
-    from gpu_bootstrap.config import SchedulerConfig
     from gpu_bootstrap.render import scheduler as render
     from gpu_bootstrap.sim import trace
     nodes = trace.load_nodes(traces / "openb_node_list_gpu_node.csv")
@@ -96,7 +96,7 @@ def main() -> int:
     for track in ("A", "B"):
         started = time.perf_counter()
         document = simulate(SimOptions(pods=pods, nodes=nodes, track=track, seeds=args.seeds,
-                                       policies=["blog-recipe", "random"]))
+                                       policies=["blog-recipe", "random"]), SchedulerConfig())
         results[track] = document
         print(table(document))
         print(f"({time.perf_counter() - started:.1f}s, {document['speed']['workers']} workers)\n")

@@ -1,30 +1,30 @@
-"""What each command does, without the command-line parsing: build the context once, run the pipeline, report.
-
-cli.py turns flags into calls here; tests can call these directly too.
+"""The application layer: what each command does, without the command-line parsing. `build` makes the one context
+(config, adapters, gate, reporter) and the runner; the command functions below run them and return data that ui.py
+shows. cli.py turns flags into Options and calls here; tests can call these directly too.
 """
 from __future__ import annotations
 
 import logging
-import re
-import shutil
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import config as config_module
-from .context import Context
+from .context import Context, LogReporter, RunOptions
 from .errors import ConfigError, GpuBootstrapError, UsageError
 from .pipeline import gate as gate_module
 from .pipeline.playbook import load_playbook, select
-from .pipeline.step import FAIL, PASS, Check
+from .status import FAIL, PASS, WARN
 from .steps import load_step
+from .versions import DEFAULT_KUBE_VERSION, normalize_kube_version
 
 log = logging.getLogger("gpu_bootstrap.app")
-DEFAULT_KUBE_VERSION = "1.33.0"  # inside the default gpu-operator release's validated range
-KUBE_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 @dataclass
 class Options:
+    """Everything a command was asked, whichever command: flags override the environment, which overrides the file."""
+
     config: Path | None = None
     kubeconfig: Path | None = None
     context: str | None = None
@@ -39,65 +39,167 @@ class Options:
     force_unlock: bool = False
     json: bool = False
     purge_crds: bool = False
+    no_nodes: bool = False  # doctor --no-nodes: no SSH
+    no_cluster: bool = False  # doctor --no-cluster: no Kubernetes API
 
 
-def normalize_kube_version(text: str) -> str:
-    match = KUBE_VERSION.fullmatch(text.strip())
-    if not match:
-        raise UsageError(f"--kube-version {text!r} is not a Kubernetes version", "use e.g. 1.31 or 1.31.2")
-    major, minor, patch = match.groups()
-    return f"{major}.{minor}.{patch or 0}"
+def load_config(options: Options):
+    overrides = {("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
+                 ("cluster", "context"): options.context}
+    return config_module.load(options.config, overrides=overrides)
 
 
 def build(options: Options, reporter, mode_for_dry_run: str | None = None):
-    """Load config and playbook, choose adapters and gate mode. Raises ConfigError before touching anything."""
+    """Load config and playbook, choose the adapters and the gate's mode, build the context and the runner.
+    Raises ConfigError (exit 2) before anything is touched."""
     if options.offline and not options.dry_run:
         raise UsageError("--offline only makes sense with --dry-run", "add --dry-run")
     if options.kube_version and not options.offline:
         raise UsageError("--kube-version is for --offline dry runs; online, the cluster's version is used")
-    overrides = {("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
-                 ("cluster", "context"): options.context}
-    config = config_module.load(options.config, overrides=overrides)
+    config = load_config(options)
     playbook = load_playbook(options.playbook)
     selected, skipped = select(playbook, options.only, options.skip)
-    steps = [load_step(step_id) for step_id in selected]
-    renderer = None
+    kube, helm, mode, kube_version = _cluster_adapters(options, config)
+    node_facts = _node_facts(options, config)
+    render_dir = None
     if options.render_dir is not None:
-        prepare_render_dir(options.render_dir)
-        renderer = gate_module.Renderer(options.render_dir, list(playbook.steps))
-    if options.offline:
-        from .adapters.offline import OfflineKube
-        kube_version = normalize_kube_version(options.kube_version or DEFAULT_KUBE_VERSION)
-        kube = OfflineKube([n.name for n in config.nodes], kube_version)
-        mode = gate_module.RECORD
-    else:
-        from .adapters.kube import Kube
-        kube = Kube(config.cluster.kubeconfig, config.cluster.context)
-        kube_version = None
-        mode = (mode_for_dry_run or gate_module.SERVER_DRY_RUN) if options.dry_run else gate_module.APPLY
-    from .adapters.helm import Helm
-    from .adapters.ssh import Ssh
-    helm = Helm(config.cluster.kubeconfig, config.cluster.context)
-    gate = gate_module.Gate(mode, lambda: kube, renderer, lambda: helm)
-    ctx = Context(config=config, gate=gate, reporter=reporter, kube=kube, offline=options.offline,
-                  kube_version=kube_version, render_dir=options.render_dir,
-                  preflight_report=options.preflight_report, ssh=Ssh(config.ssh, config.nodes), helm=helm,
-                  facts={"playbook": list(playbook.steps), "purge_crds": options.purge_crds})
+        from .pipeline.render_dir import RenderDir, prepare
+        prepare(options.render_dir)
+        render_dir = RenderDir(options.render_dir, list(playbook.steps), helm)
+    ctx = Context(config=config, kube=kube, helm=helm, node_facts=node_facts,
+                  gate=gate_module.Gate(mode, kube, helm, render_dir), reporter=reporter,
+                  options=RunOptions(playbook=tuple(playbook.steps), purge_crds=options.purge_crds),
+                  ssh=getattr(node_facts, "ssh", None), kube_version=kube_version)
     from .pipeline.runner import Runner
-    return ctx, Runner(ctx, steps, skipped, list(playbook.steps)), playbook
+    listed = [s for s in skipped if s in options.skip]  # --only hides what it leaves out; --skip shows it
+    runner = Runner(ctx, [load_step(step_id) for step_id in selected], skipped, list(playbook.steps), listed)
+    return ctx, runner, playbook
 
 
-def prepare_render_dir(folder: Path) -> None:
-    """Start from a clean render: remove the NN-step folders a previous render left, keep anything else."""
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--render-dir {folder} exists and is not a directory")
-    folder.mkdir(parents=True, exist_ok=True)
-    for child in folder.iterdir():
-        if child.is_dir() and re.fullmatch(r"\d\d-[a-z0-9-]+", child.name):
-            shutil.rmtree(child)
+def _cluster_adapters(options: Options, config):
+    """(kube, helm, gate mode, known Kubernetes version): the offline pair, or the real cluster's."""
+    if options.offline:
+        from .adapters.offline import OfflineHelm, OfflineKube
+        try:
+            version = normalize_kube_version(options.kube_version or DEFAULT_KUBE_VERSION)
+        except ValueError as error:
+            raise UsageError(f"--kube-version: {error}", "use e.g. 1.31 or 1.31.2") from None
+        return OfflineKube([n.name for n in config.nodes], version), OfflineHelm(), gate_module.RECORD, version
+    from .adapters.helm import Helm
+    from .adapters.kube import Kube
+    kubeconfig = config.cluster.kubeconfig
+    if not options.no_cluster:
+        kubeconfig = check_kubeconfig(kubeconfig, config.cluster.context)
+    mode = gate_module.SERVER_DRY_RUN if options.dry_run else gate_module.APPLY
+    return (Kube(kubeconfig, config.cluster.context), Helm(kubeconfig, config.cluster.context), mode, None)
 
 
-# --- doctor: the cluster itself ------------------------------------------------------------------------------------------
+def _node_facts(options: Options, config):
+    from .adapters.nodefacts import NoNodeFacts, ProbedNodes, ReportedNodes
+    names = [n.name for n in config.nodes]
+    if options.preflight_report is not None:
+        return ReportedNodes(names, options.preflight_report)
+    if options.offline:
+        return NoNodeFacts(names, "none (offline)", "no node facts in an offline run; pass --preflight-report FILE "
+                                                    "(a saved 'gpu-bootstrap doctor -o json') to plan with them")
+    if options.no_nodes:
+        return NoNodeFacts(names, "none (--no-nodes)", "nodes not checked (--no-nodes)")
+    from .adapters.ssh import Ssh
+    return ProbedNodes(names, Ssh(config.ssh, config.nodes))
+
+
+def check_kubeconfig(path: Path | None, context: str | None) -> Path | None:
+    """Bad input before any connection: a kubeconfig that does not exist, or a context it does not have, is exit 2
+    naming the file (and the contexts it has). Returns the path to use (None: the client's default)."""
+    candidates = [Path(path)] if path else [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = candidates or [Path("~/.kube/config").expanduser()]
+    existing = [p for p in candidates if p.is_file()]
+    if not existing:
+        raise ConfigError(f"kubeconfig {', '.join(map(str, candidates))} not found",
+                          "pass --kubeconfig FILE, set cluster.kubeconfig or KUBECONFIG, or plan without a cluster: "
+                          "up --dry-run --offline")
+    if context:
+        import yaml
+        names = []
+        for candidate in existing:
+            try:
+                document = yaml.safe_load(candidate.read_text()) or {}
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+                raise ConfigError(f"kubeconfig {candidate} cannot be read: {error}") from None
+            names += [c.get("name") for c in (document.get("contexts") or []) if isinstance(c, dict)]
+        if context not in names:
+            raise ConfigError(f"kubeconfig {', '.join(map(str, existing))} has no context {context!r}",
+                              f"its contexts: {', '.join(n for n in names if n) or 'none'}")
+    return Path(path) if path else None
+
+
+# --- the commands ----------------------------------------------------------------------------------------------------
+def up(options: Options, reporter):
+    """Returns (results, playbook). A failure carries the results so far (error.results)."""
+    ctx, runner, playbook = build(options, reporter)
+    try:
+        return runner.up(force_unlock=options.force_unlock), playbook
+    except GpuBootstrapError as error:
+        error.results = runner.ordered_results()
+        raise
+    finally:
+        ctx.close()
+
+
+def teardown(options: Options, reporter, confirm=None):
+    """confirm(plans) -> bool is asked before a real teardown (None: no question, as with --yes)."""
+    ctx, runner, _playbook = build(options, reporter)
+    try:
+        if confirm is not None and not options.dry_run and not confirm(runner.undo_plans()):
+            raise Aborted()
+        return runner.teardown(force_unlock=options.force_unlock)
+    finally:
+        ctx.close()
+
+
+class Aborted(GpuBootstrapError):
+    def __init__(self):
+        super().__init__("aborted", "nothing was changed")
+
+
+@dataclass
+class DoctorReport:
+    rows: list  # (check id, Check) for the cluster and every step
+    nodes: list  # NodeReport per node
+    ok: bool
+
+
+def doctor(options: Options, node_names: str | None) -> DoctorReport:
+    ctx, runner, _playbook = build(options, LogReporter())
+    try:
+        ctx.node_facts.select(select_nodes(ctx.config, node_names))  # the steps' checks see the same nodes
+        reports = list(ctx.node_facts.reports().values())
+        rows = []
+        if not options.no_cluster:
+            rows = [("cluster", check) for check in cluster_checks(ctx)]
+            if all(check.status != FAIL for _name, check in rows):
+                rows += [(step.id, check) for step, check in runner.doctor()]
+    finally:
+        ctx.close()
+    ok = all(check.status != FAIL for _name, check in rows) and all(r.ok for r in reports)
+    return DoctorReport(rows, reports, ok)
+
+
+def simulate(sim_options, options: Options, progress=None) -> dict:
+    """`simulate` with the config, environment and flags taken as `up` takes them (one precedence)."""
+    from .sim.command import simulate as run, validate
+    validate(sim_options)  # flag mistakes first: a bad --track needs no cluster to be refused
+    settings, cluster = config_module.load_sections(options.config, overrides={
+        ("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
+        ("cluster", "context"): options.context})
+    kube = None
+    if sim_options.from_cluster:
+        from .adapters.kube import Kube
+        kube = Kube(check_kubeconfig(cluster.kubeconfig, cluster.context), cluster.context)
+    return run(sim_options, settings, kube, progress)
+
+
+# --- doctor: the cluster itself ----------------------------------------------------------------------------------------
 NEEDED_ACCESS = (
     ("patch", "", "nodes"), ("get", "", "nodes"), ("create", "", "namespaces"),
     ("create", "coordination.k8s.io", "leases"), ("update", "coordination.k8s.io", "leases"),
@@ -105,8 +207,9 @@ NEEDED_ACCESS = (
 )
 
 
-def cluster_checks(ctx: Context) -> list[Check]:
+def cluster_checks(ctx: Context) -> list:
     """Can we reach the API, which version is it, and may we do what `up` needs?"""
+    from .pipeline.step import Check
     try:
         version = ctx.server_version()
     except GpuBootstrapError as error:
@@ -121,7 +224,7 @@ def cluster_checks(ctx: Context) -> list[Check]:
         try:
             answer = ctx.kube.create(review)
         except GpuBootstrapError as error:
-            return checks + [Check("warn", f"could not check permissions: {error.message}", facts={"id": "rbac"})]
+            return checks + [Check(WARN, f"could not check permissions: {error.message}", facts={"id": "rbac"})]
         if not (answer.get("status") or {}).get("allowed"):
             denied.append(f"{verb} {resource}{'.' + group if group else ''}")
     if denied:

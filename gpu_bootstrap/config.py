@@ -445,14 +445,15 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
     return sorted(field.alias or name for name, field in getattr(current, "model_fields", {}).items())
 
 
-def validate(data: Any, source: Source) -> Config:
+def validate(data: Any, source: Source, model: type[BaseModel] = None) -> Config:
+    model = model or Config
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source.locate(())}: the config must be a mapping of sections (cluster, ssh, nodes, ...)")
     data = {key: value for key, value in data.items() if value is not None}  # `cluster:` alone means defaults
     try:
-        return Config.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as error:
         problems = []
         for item in error.errors():
@@ -462,7 +463,7 @@ def validate(data: Any, source: Source) -> Config:
                 field, message = message.split(": ", 1)
                 loc = _parse_path(field)
             if item["type"] == "extra_forbidden":
-                allowed = _allowed_keys(Config, loc)
+                allowed = _allowed_keys(model, loc)
                 if allowed:
                     message += f" (allowed here: {', '.join(allowed)})"
             problems.append(f"{source.locate(loc)}: {describe_loc(loc) or '<top>'}: {message}")
@@ -489,25 +490,56 @@ def apply_env(data: dict, environ: dict, source: Source) -> dict:
 
 def load(path: Path | None, environ: dict | None = None, overrides: dict | None = None) -> Config:
     """Read, merge environment and flag overrides, validate. Raises ConfigError naming file:line and field."""
-    environ = os.environ if environ is None else environ
     path = Path(path) if path else Path(DEFAULT_CONFIG)
     if not path.exists():
         raise ConfigError(f"config file {path} not found",
                           "pass -c/--config, or run 'gpu-bootstrap init' to write a commented example")
-    if path.is_dir():
-        raise ConfigError(f"config path {path} is a directory, not a YAML file")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read config file {path}: {error}")
-    data, source = parse_yaml(text, path)
+    data, source = _read(path, environ, overrides)
+    return validate(data, source)
+
+
+class _Sections(BaseModel):
+    """The sections a command without nodes needs (simulate); the others are not read."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+
+
+def load_sections(path: Path | None, environ: dict | None = None,
+                  overrides: dict | None = None) -> tuple[SchedulerConfig, ClusterConfig]:
+    """The scheduler and cluster sections, with the same precedence as load(); the default file is optional."""
+    if path is not None and Path(path) != Path(DEFAULT_CONFIG) and not Path(path).exists():
+        raise ConfigError(f"config file {path} not found")
+    path = Path(path) if path else Path(DEFAULT_CONFIG)
+    data, source = _read(path, environ, overrides) if path.exists() else _read(None, environ, overrides)
+    sections = validate(data, source, _Sections)
+    return sections.scheduler, sections.cluster
+
+
+def _read(path: Path | None, environ: dict | None, overrides: dict | None) -> tuple[Any, Source]:
+    """A config file (or none) with the environment and the flags merged in, and where each key came from."""
+    environ = os.environ if environ is None else environ
+    if path is None:
+        data, source = {}, Source(None, {})
+    else:
+        if path.is_dir():
+            raise ConfigError(f"config path {path} is a directory, not a YAML file")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"cannot read config file {path}: {error}")
+        data, source = parse_yaml(text, path)
     if isinstance(data, dict):
         data = apply_env(data, environ, source)
         for (section, key), value in (overrides or {}).items():
             if value is not None:
-                data.setdefault(section, {})[key] = value
-                source.lines[(section, key)] = f"--{key}"
-    return validate(data, source)
+                if data.get(section) is None:
+                    data[section] = {}  # `cluster:` with nothing under it
+                if isinstance(data[section], dict):
+                    data[section][key] = value
+                    source.lines[(section, key)] = f"--{key}"
+    return data, source
 
 
 EXAMPLE = """\

@@ -1,34 +1,82 @@
-"""The one object every step receives: the config, the adapters, the gate and the reporter.
+"""The one object every step receives: the config, the adapters, the gate, the reporter and the run's options.
 
-Adapters are injected here and nowhere else; a step never constructs a client itself.
+Built once per command (app.build) and handed to every step. Adapters are chosen here and nowhere else: an offline
+dry run gets the offline Kubernetes and Helm adapters and a node-facts source that has none, so no step ever asks
+whether it is offline.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
-from .config import Config
-from .pipeline.gate import Gate
+from .versions import server_version
+
+if TYPE_CHECKING:
+    from .adapters.helm import Helm
+    from .adapters.kube import Kube
+    from .adapters.nodefacts import NodeFactsSource
+    from .adapters.ssh import Ssh
+    from .config import Config
+    from .pipeline.gate import Gate
+
+
+class Reporter(Protocol):
+    """How the engine and the steps tell people what happens (ui.py implements it; the engine knows no screen)."""
+
+    def step_started(self, step) -> None: ...
+    def step_finished(self, result) -> None: ...
+    def change(self, step_id: str, change, applied: bool) -> None: ...
+    def warn(self, message: str) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+class LogReporter:
+    """A reporter that only logs (doctor, tests); ui.py's reporters add the screen on top."""
+
+    log = logging.getLogger("gpu_bootstrap.run")
+
+    def step_started(self, step) -> None:
+        self.log.info("step %s: %s", step.id, step.title)
+
+    def step_finished(self, result) -> None:
+        self.log.info("step %s: %s (%d changes) %s", result.id, result.status, result.changes, result.message)
+
+    def change(self, step_id: str, change, applied: bool) -> None:
+        self.log.info("%s: %s %s", step_id, "applied" if applied else "planned", change.describe())
+
+    def warn(self, message: str) -> None:
+        self.log.warning(message)
+
+    def note(self, message: str) -> None:
+        self.log.info(message)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command asked for that steps may read."""
+
+    playbook: tuple[str, ...] = ()  # every step of the playbook, selected or not
+    purge_crds: bool = False  # teardown --purge-crds
 
 
 @dataclass
 class Context:
-    config: Config
-    gate: Gate
-    reporter: Any
-    kube: Any  # adapters.kube.Kube, or adapters.offline.OfflineKube for --offline
-    offline: bool = False
-    kube_version: str | None = None
-    render_dir: Path | None = None
-    facts: dict = field(default_factory=dict)  # what earlier steps learned, for later ones (e.g. preflight)
-    preflight_report: Path | None = None  # node facts from a saved `doctor -o json` instead of SSH
-    ssh: Any = None  # adapters.ssh.Ssh
-    helm: Any = None  # adapters.helm.Helm
+    config: "Config"
+    kube: "Kube"  # adapters.kube.Kube, or adapters.offline.OfflineKube
+    helm: "Helm"  # adapters.helm.Helm, or adapters.offline.OfflineHelm
+    node_facts: "NodeFactsSource"  # probed over SSH, read from a report, or none
+    gate: "Gate"
+    reporter: Reporter
+    options: RunOptions = field(default_factory=RunOptions)
+    ssh: "Ssh | None" = None
+    kube_version: str | None = None  # known up front offline (--kube-version); read from the API otherwise
 
     def server_version(self) -> str:
-        """The cluster's Kubernetes version (x.y.z): --kube-version when offline, else the API's /version."""
+        """The cluster's Kubernetes version (x.y.z), read once."""
         if self.kube_version is None:
-            info = self.kube.version()
-            self.kube_version = info.get("gitVersion", "").lstrip("v").split("-")[0].split("+")[0]
+            self.kube_version = server_version(self.kube.version())
         return self.kube_version
+
+    def close(self) -> None:
+        self.node_facts.close()

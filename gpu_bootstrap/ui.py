@@ -11,13 +11,15 @@ import os
 import sys
 from pathlib import Path
 
+from .context import LogReporter
 from .paths import state_dir
 
-STATUS_STYLE = {"applied": "green", "unchanged": "dim", "skipped": "dim", "planned": "cyan", "failed": "bold red",
-                "interrupted": "yellow", "undone": "green", "pass": "green", "warn": "yellow", "fail": "bold red",
-                "skip": "dim"}
-STATUS_ICON = {"applied": "✔", "unchanged": "·", "skipped": "-", "planned": "→", "failed": "✘", "interrupted": "!",
-               "undone": "✔", "pass": "✔", "warn": "!", "fail": "✘", "skip": "-"}
+STATUS_STYLE = {"applied": "green", "unchanged": "dim", "probed": "green", "skipped": "dim", "planned": "cyan",
+                "incomplete": "yellow", "failed": "bold red", "interrupted": "yellow", "undone": "green",
+                "pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+STATUS_ICON = {"applied": "✔", "unchanged": "·", "probed": "✔", "skipped": "-", "planned": "→", "incomplete": "!",
+               "failed": "✘", "interrupted": "!", "undone": "✔", "pass": "✔", "warn": "!", "fail": "✘", "skip": "-"}
+WIDTH_WHEN_NOT_A_TERMINAL = 200  # logs and pipes: never fold a table at 80 columns
 KEEP_LOGS = 30
 
 
@@ -70,29 +72,14 @@ def escape(text: str) -> str:
 
 def console(stderr: bool = False):
     from rich.console import Console
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)  # never split a path or message in logs
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else WIDTH_WHEN_NOT_A_TERMINAL
+    # soft_wrap: never split a path or message in logs
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
 
 
 # --- reporters ------------------------------------------------------------------------------------------------------------
-class Reporter:
-    """Silent base: logs what happens."""
-
-    log = logging.getLogger("gpu_bootstrap.run")
-
-    def step_started(self, step) -> None:
-        self.log.info("step %s: %s", step.id, step.title)
-
-    def step_finished(self, result) -> None:
-        self.log.info("step %s: %s (%d changes) %s", result.id, result.status, result.changes, result.message)
-
-    def change(self, step_id: str, change, applied: bool) -> None:
-        self.log.info("%s: %s %s", step_id, "applied" if applied else "planned", change.describe())
-
-    def warn(self, message: str) -> None:
-        self.log.warning(message)
-
-    def note(self, message: str) -> None:
-        self.log.info(message)
+Reporter = LogReporter  # silent: logs what happens
 
 
 class RichReporter(Reporter):
@@ -130,6 +117,8 @@ class RichReporter(Reporter):
         verb = "[green]changed[/]" if applied else "[cyan]would change[/]"
         reason = f" [dim]← {escape(change.reason)}[/]" if change.reason else ""
         self.out.print(f"    {verb} {escape(str(change.target))}: {escape(change.summary)}{reason}")
+        for line in change.details:
+            self.out.print(f"        [dim]{escape(line)}[/]")
 
     def warn(self, message: str) -> None:
         super().warn(message)
@@ -155,6 +144,55 @@ class JsonReporter(Reporter):
 
     def summary(self, results, title: str) -> None:
         pass
+
+
+def results_document(results, ok: bool, error: str | None = None, exit_code: int | None = None) -> dict:
+    """The -o json contract of up and teardown: every step's outcome, ok, and the error when there was one."""
+    document = {"steps": [r.to_json() for r in results], "ok": ok}
+    if error is not None:
+        document.update(error=error, exit_code=exit_code)
+    return document
+
+
+def doctor_document(report) -> dict:
+    return {"checks": [{"id": name, "status": c.status, "message": c.message} for name, c in report.rows],
+            "nodes": [r.to_json() for r in report.nodes], "ok": report.ok}
+
+
+def confirm_teardown(plans) -> bool:
+    """Show what teardown will change and ask; only ever called with a terminal on stdin."""
+    from rich.prompt import Confirm
+    out = console()
+    total = sum(len(changes) for _step, changes in plans)
+    out.print(f"teardown will make {total} change(s):")
+    for step, changes in plans:
+        for change in changes:
+            out.print(f"  {step.id}: {change.describe()}", markup=False)
+    return Confirm.ask("Proceed?", default=False, console=out)
+
+
+def show_simulation(run, as_json: bool, plot_file: Path | None) -> None:
+    """Run a simulation (with a progress bar for people) and show its table, notes and plot, or its JSON."""
+    from .sim.command import notes, plot, table
+    if as_json:
+        document = run()
+    else:
+        from rich.progress import Progress
+        with Progress(transient=True, console=console(stderr=True)) as bar:
+            task = bar.add_task("simulating", total=None)
+            document = run(progress=lambda: bar.advance(task))
+    if plot_file:
+        plot(document, plot_file)
+    if as_json:
+        print_json(document | {"policies": [{k: v for k, v in p.items() if k != "curve"}
+                                            for p in document["policies"]]})
+        return
+    out = console()
+    out.print(table(document))
+    for line in notes(document):
+        out.print(escape(line))
+    if plot_file:
+        out.print(f"plot: {escape(str(plot_file))}")
 
 
 def print_json(document: dict) -> None:

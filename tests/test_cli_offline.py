@@ -68,7 +68,7 @@ def test_skip_leaves_a_step_out(tmp_path):
     result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--skip", "node-prep",
                     "-o", "json", tmp_path=tmp_path)
     assert json.loads(result.stdout)["steps"][1] == {"id": "node-prep", "status": "skipped", "changes": 0,
-                                                      "message": "not selected (--only/--skip)"}
+                                                      "message": "left out (--skip)"}
 
 
 @pytest.mark.parametrize("args, message", [

@@ -61,7 +61,7 @@ def test_up_installs_waits_for_the_operands_and_validates(cluster, tmp_path):
     config = write_config(tmp_path, cluster)
     result, document = up(config, tmp_path)
     assert result.exit_code == 0, result.output
-    assert statuses(document) == {"preflight": "unchanged", "node-prep": "applied", "gpu-operator": "applied",
+    assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-operator": "applied",
                                   "binpack-scheduler": "applied", "validate": "applied"}
     operator = next(s for s in document["steps"] if s["id"] == "gpu-operator")
     assert operator["message"] == "operands ready on 3 GPU node(s), 24 GPU(s) advertised"

@@ -51,10 +51,10 @@ def test_up_reads_the_nodes_then_prepares_them(farm, cluster, tmp_path):
     config = setup(farm, cluster, tmp_path)
     result, document = run("up", "-c", str(config), "-o", "json", tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
-    assert statuses(document) == {"preflight": "unchanged", "node-prep": "applied"}
+    assert statuses(document) == {"preflight": "probed", "node-prep": "applied"}
     assert "2 GPU node(s) checked (ssh)" in document["steps"][0]["message"]
     record = json.loads(cluster.emu.get("configmaps", STATE, NAMESPACE)["data"]["preflight"])
-    assert record["status"] == "unchanged" and record["fingerprint"]
+    assert record["status"] == "probed" and record["fingerprint"]
     cluster.emu.requests.clear()
     again, document = run("up", "-c", str(config), "-o", "json", tmp_path=tmp_path)
     assert statuses(document) == {"preflight": "unchanged", "node-prep": "unchanged"}
@@ -95,7 +95,7 @@ def test_a_saved_report_replaces_ssh_online_and_offline(farm, cluster, tmp_path)
     online, document = run("up", "-c", str(config), "--preflight-report", str(tmp_path / "report.json"), "-o",
                            "json", tmp_path=tmp_path)
     assert online.exit_code == 0, online.output
-    assert statuses(document) == {"preflight": "unchanged", "node-prep": "applied"}
+    assert statuses(document) == {"preflight": "probed", "node-prep": "applied"}
     assert f"({tmp_path / 'report.json'})" in document["steps"][0]["message"]
     offline, document = run("up", "--dry-run", "--offline", "-c", str(config), "--preflight-report",
                             str(tmp_path / "report.json"), "-o", "json", tmp_path=tmp_path)

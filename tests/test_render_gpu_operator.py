@@ -8,7 +8,7 @@ import yaml
 
 from gpu_bootstrap import config as cfg
 from gpu_bootstrap.render import gpu_operator_values as gov
-from gpu_bootstrap.render import operator_versions as versions
+from gpu_bootstrap import versions
 from gpu_bootstrap.render.gpu_operator_values import NodeFacts, Refusal
 
 PLAYBOOK = ["preflight", "node-prep", "gpu-operator", "validate"]

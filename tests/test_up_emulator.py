@@ -80,7 +80,7 @@ def test_up_taints_and_labels_every_gpu_node(emu, config, tmp_path):
     assert document["ok"] is True and [s["id"] for s in document["steps"]] == ["preflight", "node-prep"]
     assert step(document, "node-prep") == {"id": "node-prep", "status": "applied", "changes": 3,
                                            "message": "3 GPU node(s) tainted and labelled"}
-    assert step(document, "preflight")["status"] == "unchanged" and "3 GPU node(s) checked" in \
+    assert step(document, "preflight")["status"] == "probed" and "3 GPU node(s) checked" in \
         step(document, "preflight")["message"]
     for name in NODES:
         view = node_view(emu, name)

@@ -10,25 +10,14 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from ..errors import ClusterError, ConfigError
+from ..refs import Chart
 
 log = logging.getLogger("gpu_bootstrap.helm")
-
-
-@dataclass(frozen=True)
-class Chart:
-    ref: str  # a chart name in `repo`, or a local path
-    repo: str | None
-    version: str | None
-
-    def describe(self) -> str:
-        where = f" from {self.repo}" if self.repo else ""
-        return f"{self.ref}{'@' + self.version if self.version else ''}{where}"
 
 
 def find_helm() -> str:

@@ -7,11 +7,11 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from ..errors import ClusterError, Conflict, NotFound, Unreachable
+from ..refs import Ref
 
 log = logging.getLogger("gpu_bootstrap.kube")
 FIELD_MANAGER = "gpu-bootstrap"
@@ -35,23 +35,6 @@ KNOWN = {
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): ("selfsubjectaccessreviews", False),
 }
-
-
-@dataclass(frozen=True)
-class Ref:
-    api_version: str
-    kind: str
-    name: str
-    namespace: str | None = None
-
-    def __str__(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.kind} {where}{self.name}"
-
-    @classmethod
-    def of(cls, obj: dict) -> "Ref":
-        meta = obj.get("metadata", {})
-        return cls(obj["apiVersion"], obj["kind"], meta.get("name", ""), meta.get("namespace"))
 
 
 def TRANSPORT_ERRORS() -> tuple:  # noqa: N802 - a lazily built constant

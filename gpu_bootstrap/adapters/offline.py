@@ -1,11 +1,17 @@
-"""The Kubernetes adapter for `--offline` dry runs: no cluster at all.
+"""The adapters for `--offline` dry runs: no cluster at all.
 
-It answers reads as a fresh cluster would: every configured GPU node exists with no labels or taints, and nothing
-else exists yet. It refuses writes; in an offline run the gate only records changes.
+OfflineKube answers reads as a fresh cluster would: every configured GPU node exists with no labels or taints, and
+nothing else exists yet. OfflineHelm knows no releases (nothing is installed on a fresh cluster) but still renders
+charts with the real `helm template`, which needs no cluster. Both refuse writes: in an offline run the gate only
+records changes, so a write reaching them is a bug.
 """
 from __future__ import annotations
 
 from ..errors import GpuBootstrapError
+
+
+def _refuse(*args, **kwargs):
+    raise GpuBootstrapError("an offline dry run cannot write to a cluster (internal error)")
 
 
 class OfflineKube:
@@ -32,7 +38,32 @@ class OfflineKube:
             return [self.get("v1", "Node", name) for name in sorted(self.node_names)]
         return []
 
-    def _refuse(self, *args, **kwargs):
-        raise GpuBootstrapError("an offline dry run cannot write to a cluster (internal error)")
+    apply = patch = create = update = delete = staticmethod(_refuse)
 
-    apply = patch = create = update = delete = _refuse
+
+class OfflineHelm:
+    """No release exists; charts are rendered by the real helm binary (template, show), which needs no cluster."""
+
+    def __init__(self, renderer=None):
+        from .helm import Helm
+        self._helm = renderer or Helm()
+
+    def status(self, release: str, namespace: str) -> dict | None:
+        return None
+
+    def deployed_chart(self, release: str, namespace: str) -> str | None:
+        return None
+
+    def history(self, release: str, namespace: str) -> list[dict]:
+        return []
+
+    def template(self, *args, **kwargs) -> str:
+        return self._helm.template(*args, **kwargs)
+
+    def show_chart(self, chart) -> dict:
+        return self._helm.show_chart(chart)
+
+    def show_crds(self, chart) -> list[dict]:
+        return self._helm.show_crds(chart)
+
+    upgrade = rollback = recover = uninstall = dry_run_manifest = user_values = manifest = staticmethod(_refuse)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 from .. import __version__
 from ..errors import Conflict
+from ..refs import Ref
 
 NAMESPACE = "gpu-bootstrap"
 NAME = "gpu-bootstrap-state"
@@ -65,7 +66,6 @@ class Checkpoint:
             self._write({step_id: None})
 
     def _write(self, data: dict) -> None:
-        from ..adapters.kube import Ref
         ref = Ref("v1", "ConfigMap", NAME, NAMESPACE)
         if self._exists is not True:
             try:

@@ -6,7 +6,6 @@ killed with SIGKILL). `--force-unlock` takes the lease whatever its state.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import getpass
 import logging
 import os
@@ -15,27 +14,12 @@ import threading
 import uuid
 
 from ..errors import Conflict, LockHeld, LockLost
+from ..objects import lease_fresh, micro_time, pin_resource_version
 from .checkpoint import NAMESPACE
 
 log = logging.getLogger("gpu_bootstrap.lock")
 LEASE = "gpu-bootstrap-lock"
 DURATION = 60
-
-
-def micro_time(moment: _dt.datetime | None = None) -> str:
-    moment = moment or _dt.datetime.now(_dt.timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(text: str | None) -> _dt.datetime | None:
-    if not text:
-        return None
-    for pattern in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return _dt.datetime.strptime(text, pattern).replace(tzinfo=_dt.timezone.utc)
-        except ValueError:
-            continue
-    return None
 
 
 def identity() -> str:
@@ -117,11 +101,7 @@ class Lock:
         self._lease = self.kube.update(self._manifest(current))
 
     def _expired(self, spec: dict) -> bool:
-        renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
-        if renewed is None:
-            return True
-        duration = spec.get("leaseDurationSeconds") or self.duration
-        return _dt.datetime.now(_dt.timezone.utc) - renewed > _dt.timedelta(seconds=duration)
+        return not lease_fresh(spec, self.duration)
 
     def _manifest(self, current: dict | None) -> dict:
         stamp = micro_time()
@@ -129,9 +109,8 @@ class Lock:
                 "renewTime": stamp,
                 "leaseTransitions": ((current or {}).get("spec") or {}).get("leaseTransitions", 0) + (1 if current else 0)}
         metadata = {"name": LEASE, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/managed-by": "gpu-bootstrap"}}
-        if current:
-            metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+        return pin_resource_version({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
+                                     "spec": spec}, current)
 
     def release(self) -> None:
         self._stop.set()

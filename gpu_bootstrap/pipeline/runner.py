@@ -9,22 +9,25 @@ from __future__ import annotations
 import logging
 
 from ..errors import CheckFailed, Conflict, GpuBootstrapError, Interrupted, StepFailed
+from ..refs import Ref
 from . import checkpoint as cp
 from .lock import Lock
-from .step import FAIL, SKIP, Check, Step, StepResult
+from .step import FAIL, PASS, SKIP, Check, Step, StepResult
 
 log = logging.getLogger("gpu_bootstrap.runner")
 REPLANS = 3
 
 
 class Runner:
-    def __init__(self, ctx, steps: list[Step], skipped: list[str] = (), order: list[str] | None = None):
+    def __init__(self, ctx, steps: list[Step], skipped: list[str] = (), order: list[str] | None = None,
+                 listed_skips: list[str] = ()):
         self.ctx = ctx
         self.steps = steps
-        self.skipped = list(skipped)
+        self.skipped = list(skipped)  # not selected (--only/--skip): a teardown of them keeps the tool's state
+        self.listed_skips = list(listed_skips)  # the ones the summary shows (--skip; --only hides the others)
         self.order = list(order or [s.id for s in steps] + self.skipped)
         self.results: list[StepResult] = []
-        self.checkpoint = cp.Checkpoint(None if ctx.offline else ctx.kube)
+        self.checkpoint = cp.Checkpoint(ctx.kube)
 
     # --- up -----------------------------------------------------------------------------------------------------------
     def up(self, force_unlock: bool = False) -> list[StepResult]:
@@ -34,7 +37,7 @@ class Runner:
         if self.ctx.gate.dry_run:
             for step in active:
                 self._plan_only(step, records)
-            return self._ordered()
+            return self.ordered_results()
         lock = Lock(self.ctx.kube)
         lock_state = lock.inspect(force_unlock)  # a live run elsewhere: refuse now, even if nothing is to do
         probe = {step.id: self._current(step, records) for step in active}
@@ -43,7 +46,7 @@ class Runner:
                 check = probe[step.id][1]
                 self._finish(StepResult(step.id, "skipped" if check.status == SKIP else "unchanged", 0,
                                         check.message))
-            return self._ordered()
+            return self.ordered_results()
         self.ctx.kube.apply(cp.namespace_manifest())
         lock.acquire(force=force_unlock)
         if lock.took_over:
@@ -53,7 +56,7 @@ class Runner:
                 self._run(step, records, lock)
         finally:
             lock.release()
-        return self._ordered()
+        return self.ordered_results()
 
     def _current(self, step: Step, records: dict) -> tuple[bool, Check]:
         check = self._check(step)
@@ -61,7 +64,7 @@ class Runner:
         if check.status == SKIP:
             return True, check
         fresh = record is not None and record.fingerprint == step.fingerprint(self.ctx) and \
-            record.status in ("applied", "unchanged")
+            record.status in ("applied", "unchanged", "probed")
         return fresh and check.done, check
 
     def _check(self, step: Step) -> Check:
@@ -88,7 +91,7 @@ class Runner:
                     self.ctx.gate.submit(step.id, change)
             if verified.status == FAIL or not verified.done:
                 raise StepFailed(f"verification failed: {verified.message}", step=step.id)
-            status = "applied" if count else "unchanged"
+            status = "applied" if count else "probed" if step.reads_only else "unchanged"
             self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), count, verified.message)
             self._finish(StepResult(step.id, status, count, verified.message))
         except KeyboardInterrupt:
@@ -104,6 +107,7 @@ class Runner:
     def _apply(self, step: Step, check: Check, lock: Lock) -> int:
         """Push the plan through the gate; when the cluster changed under us (409), re-read and re-plan."""
         applied = 0
+        self._warn(step, check)
         for attempt in range(REPLANS + 1):
             try:
                 for change in step.plan(self.ctx, check):
@@ -131,22 +135,43 @@ class Runner:
         if check.status == SKIP:
             self._finish(StepResult(step.id, "skipped", 0, check.message))
             return
+        self._warn(step, check)
         changes = step.plan(self.ctx, check)
         for change in changes:
             self.ctx.gate.submit(step.id, change)
             self.ctx.reporter.change(step.id, change, applied=False)
-        status = "planned" if changes else "unchanged"
-        self._finish(StepResult(step.id, status, len(changes), check.message, planned=changes))
+        status, message = "planned" if changes else "unchanged", check.message
+        if problems := self.ctx.gate.problems.get(step.id):
+            # a plan whose manifests could not be rendered is not a complete plan: say so, not "planned"
+            status, message = "incomplete", "planned, but " + "; ".join(problems)
+            self.ctx.reporter.warn(f"{step.id}: {'; '.join(problems)}")
+        self._finish(StepResult(step.id, status, len(changes), message, planned=changes))
+
+    def _warn(self, step: Step, check: Check) -> None:
+        for warning in check.warnings:
+            self.ctx.reporter.warn(f"{step.id}: {warning}")
 
     # --- doctor ---------------------------------------------------------------------------------------------------------
     def doctor(self) -> list[tuple[Step, Check]]:
+        records = self.checkpoint.load()
         findings = []
         for step in self.steps:
             if not step.enabled(self.ctx):
                 continue
             for check in step.doctor(self.ctx):
-                findings.append((step, check))
+                findings.append((step, self._as_recorded(step, check, records.get(step.id))))
         return findings
+
+    @staticmethod
+    def _as_recorded(step: Step, check: Check, record) -> Check:
+        """A step whose outcome leaves nothing in the cluster (validate) passes only when a recorded run passed."""
+        if not step.stateless or check.status != PASS:
+            return check
+        if record is None:
+            return Check(SKIP, "not run yet (gpu-bootstrap up runs it)")
+        if record.status in ("applied", "unchanged", "probed"):
+            return Check(PASS, f"passed at {record.time}: {record.message}", done=True)
+        return Check(FAIL, f"{record.status} at {record.time}: {record.message}")
 
     # --- teardown -------------------------------------------------------------------------------------------------------
     def undo_plans(self) -> list[tuple[Step, list]]:
@@ -158,8 +183,9 @@ class Runner:
                 for change in changes:
                     self.ctx.gate.submit(step.id, change)
                     self.ctx.reporter.change(step.id, change, applied=False)
-                self._finish(StepResult(step.id, "planned" if changes else "unchanged", len(changes)))
-            return self._ordered()
+                self._finish(StepResult(step.id, "planned" if changes else "unchanged", len(changes),
+                                        _undo_message(changes, planned=True)))
+            return self.ordered_results()
         self.checkpoint.load()
         self.ctx.kube.apply(cp.namespace_manifest())
         lock = Lock(self.ctx.kube)
@@ -167,25 +193,25 @@ class Runner:
         try:
             for step in reversed(self.steps):
                 self.ctx.reporter.step_started(step)
-                count = 0
+                done = []
                 for change in step.undo_plan(self.ctx):
                     lock.check()
                     self.ctx.gate.submit(step.id, change)
                     self.ctx.reporter.change(step.id, change, applied=True)
-                    count += 1
+                    done.append(change)
                 self.checkpoint.forget(step.id)
-                self._finish(StepResult(step.id, "undone" if count else "unchanged", count))
+                self._finish(StepResult(step.id, "undone" if done else "unchanged", len(done),
+                                        _undo_message(done, planned=False)))
         except KeyboardInterrupt:
             raise Interrupted() from None
         finally:
             lock.release()
         if not self.skipped:
             self._remove_state()
-        return self._ordered()
+        return self.ordered_results()
 
     def _remove_state(self) -> None:
         """A full teardown also removes the tool's own namespace (its checkpoint and lock)."""
-        from ..adapters.kube import Ref
         self.ctx.kube.delete(Ref("v1", "Namespace", cp.NAMESPACE))
 
     # --- results -----------------------------------------------------------------------------------------------------------
@@ -193,12 +219,20 @@ class Runner:
         for step in self.steps:
             if step not in active:
                 self._finish(StepResult(step.id, "skipped", 0, "disabled in the config"))
-        for step_id in self.skipped:
-            self._finish(StepResult(step_id, "skipped", 0, "not selected (--only/--skip)"))
+        for step_id in self.listed_skips:
+            self._finish(StepResult(step_id, "skipped", 0, "left out (--skip)"))
 
     def _finish(self, result: StepResult) -> None:
         self.results.append(result)
         self.ctx.reporter.step_finished(result)
 
-    def _ordered(self) -> list[StepResult]:
+    def ordered_results(self) -> list[StepResult]:
         return sorted(self.results, key=lambda r: self.order.index(r.id) if r.id in self.order else len(self.order))
+
+
+def _undo_message(changes: list, planned: bool) -> str:
+    if not changes:
+        return "nothing to undo"
+    shown = "; ".join(f"{c.summary} {c.target}" for c in changes[:3])
+    more = f" (+{len(changes) - 3} more)" if len(changes) > 3 else ""
+    return f"{'would ' if planned else ''}{shown}{more}"

@@ -1,7 +1,8 @@
 """The step interface and the data that flows through the pipeline.
 
-A step reads real state (`check`), turns it into changes (`plan`, pure), lets the runner push those changes through
-the one gate, confirms the result (`verify`), and can compute how to undo itself (`undo_plan`).
+A step reads real state (`check`), turns it into changes (`plan`, pure: everything it needs travels in the check
+result), lets the runner push those changes through the one gate, confirms the result (`verify`), and can compute
+how to undo itself (`undo_plan`).
 """
 from __future__ import annotations
 
@@ -10,36 +11,26 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..refs import Ref, Verb
+from ..status import FAIL, PASS, SKIP, WARN
+
 if TYPE_CHECKING:
     from ..context import Context
 
-PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a change acts on: a Kubernetes object, a Helm release, or a node."""
-
-    kind: str
-    name: str
-    namespace: str | None = None
-    api_version: str = ""
-
-    def __str__(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.kind} {where}{self.name}"
+__all__ = ["FAIL", "PASS", "SKIP", "WARN", "Change", "Check", "Ref", "Step", "StepResult", "Verb"]
 
 
 @dataclass(frozen=True)
 class Change:
     """One planned change, as data. `verb` tells the gate which adapter call makes it real."""
 
-    verb: str  # apply | patch | create | delete | ...
-    target: Target
+    verb: Verb
+    target: Ref
     summary: str  # what will change, for people
     reason: str = ""  # why (the state that made it necessary)
     body: Any = None  # manifest or patch document
     patch_type: str = "merge"
+    details: tuple[str, ...] = ()  # one line each, shown under the change (e.g. every derived value)
 
     def describe(self) -> str:
         because = f"  ← {self.reason}" if self.reason else ""
@@ -48,18 +39,20 @@ class Change:
 
 @dataclass
 class Check:
-    """The outcome of reading real state. `done` means the step's desired state already holds."""
+    """The outcome of reading real state. `done` means the step's desired state already holds; `facts` is the
+    step's own typed record of what it read (its plan needs nothing else); `warnings` are reported by the runner."""
 
-    status: str = PASS  # pass | warn | fail
+    status: str = PASS  # pass | warn | fail | skip
     message: str = ""
     done: bool = False
-    facts: dict = field(default_factory=dict)
+    facts: Any = None
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
 class StepResult:
     id: str
-    status: str  # applied | unchanged | skipped | failed | planned | interrupted | undone
+    status: str  # applied | unchanged | probed | skipped | failed | planned | interrupted | undone | not installed
     changes: int = 0
     message: str = ""
     planned: list[Change] = field(default_factory=list)
@@ -72,6 +65,8 @@ class Step:
     id: ClassVar[str] = ""
     title: ClassVar[str] = ""
     revision: ClassVar[int] = 1  # bump when the step's logic changes what it would do, so old records re-run
+    reads_only: ClassVar[bool] = False  # a step that changes nothing (preflight): a run of it "probed"
+    stateless: ClassVar[bool] = False  # leaves nothing in the cluster (validate): only its record says it passed
 
     def inputs(self, ctx: "Context") -> Any:
         """Everything the step's outcome depends on; its hash is the step's fingerprint."""
@@ -89,6 +84,7 @@ class Step:
         raise NotImplementedError
 
     def plan(self, ctx: "Context", check: Check) -> list[Change]:
+        """Pure: the changes that bring the cluster from what `check` read to the wanted state."""
         raise NotImplementedError
 
     def verify(self, ctx: "Context") -> Check:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..status import FAIL, PASS, SKIP, WARN
 from . import parse
 from .script import COMMAND_TIMEOUT, Section
 
-PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 CHECK_IDS = ("ssh", "nvidia-driver", "nouveau", "container-runtime", "nvidia-container-toolkit")
 BLACKLIST_NOUVEAU = ("blacklist it: echo 'blacklist nouveau' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf; "
                      "sudo update-initramfs -u (dracut -f on RHEL); then reboot")

@@ -7,6 +7,8 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 
+from ..objects import deep_merge
+
 VERSION = re.compile(r"v?(\d+\.\d+(?:\.\d+)?(?:[-+.~][0-9A-Za-z.+-]*)?)")
 
 
@@ -282,18 +284,10 @@ def _merge_toml(configs: dict[str, str]) -> tuple[dict, list[str]]:
     errors = []
     for path, text in configs.items():
         try:
-            _deep_merge(merged, tomllib.loads(text))
+            merged = deep_merge(merged, tomllib.loads(text))
         except tomllib.TOMLDecodeError as error:
             errors.append(f"{path}: {error}")
     return merged, errors
-
-
-def _deep_merge(into: dict, other: dict) -> None:
-    for key, value in other.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _deep_merge(into[key], value)
-        else:
-            into[key] = value
 
 
 def _regex_fallback(configs: dict[str, str], errors: list[str]) -> tuple[bool, bool, str]:

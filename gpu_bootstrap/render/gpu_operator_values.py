@@ -12,7 +12,9 @@ from typing import Any
 
 import yaml
 
+from ..objects import deep_merge
 from ..paths import data_path
+from ..versions import version_tuple
 
 MIG_CAPABLE = re.compile(r"A100|A30|A800|H100|H200|H800|H20|GH200|B100|B200|GB200|B300|RTX PRO 6000 Blackwell")
 NRI_MIN_OPERATOR = (26, 3, 0)
@@ -92,10 +94,6 @@ def facts_from_reports(reports: dict) -> list[NodeFacts]:
 def _nodes(names) -> str:
     names = sorted(names)
     return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} and {len(names) - 3} more"
-
-
-def _version_tuple(text: str | None) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text or "")[:3]) or (0,)
 
 
 # --- layers -----------------------------------------------------------------------------------------------------------
@@ -212,11 +210,11 @@ def _toolkit(facts, section, operator_version, derived, warnings) -> None:
 
 
 def _nri(facts, operator_version, derived) -> None:
-    if _version_tuple(operator_version) < NRI_MIN_OPERATOR:
+    if version_tuple(operator_version) < NRI_MIN_OPERATOR:
         raise Refusal(f"runtime_integration: nri needs gpu-operator v26.3.0 or newer (this is {operator_version})",
                       "pin gpu_operator.version to v26.3.0+ or use runtime_integration: auto")
     old = [f"{f.name} ({f.runtime} {f.runtime_version})" for f in facts
-           if f.runtime != "containerd" or _version_tuple(f.runtime_version) < NRI_MIN_CONTAINERD]
+           if f.runtime != "containerd" or version_tuple(f.runtime_version) < NRI_MIN_CONTAINERD]
     if old:
         raise Refusal(f"runtime_integration: nri needs containerd 1.7.30 or newer on every GPU node: {_nodes(old)}",
                       "upgrade containerd, or use runtime_integration: auto")
@@ -284,17 +282,6 @@ def _time_slicing(sharing, replicas: int) -> str:
 
 
 # --- trees ------------------------------------------------------------------------------------------------------------
-def deep_merge(base: dict, overlay: dict) -> dict:
-    """Helm's rule: maps merge key by key, everything else (lists included) is replaced."""
-    out = dict(base)
-    for key, value in (overlay or {}).items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def _set(tree: dict, path: str, value) -> None:
     if path.startswith("nodes:"):
         return  # node labels, not chart values

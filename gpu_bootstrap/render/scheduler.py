@@ -11,7 +11,7 @@ import re
 import yaml
 
 from ..errors import ConfigError
-from .operator_versions import minor_of
+from ..versions import minor_of
 
 GROUP = "kubescheduler.config.k8s.io"
 CONFIG_FILE = "config.yaml"

@@ -18,7 +18,6 @@ class SimOptions:
     pods: Path
     nodes: Path | None = None
     from_cluster: bool = False
-    config: Path | None = None
     sets: list[str] = field(default_factory=list)
     track: str = "A"
     seeds: int = 5
@@ -27,20 +26,11 @@ class SimOptions:
     default_percentage: int = 100
     departures: float = 0.0
     workers: int | None = None
-    kubeconfig: Path | None = None
-    context: str | None = None
 
 
-def scheduler_settings(options: SimOptions):
+def with_sets(options: SimOptions, settings):
     """The scheduler section of the config (or its defaults), with --set KEY=VALUE applied."""
     from .. import config as config_module
-    path = options.config or (Path(config_module.DEFAULT_CONFIG) if Path(config_module.DEFAULT_CONFIG).exists()
-                              else None)
-    if path is not None:
-        loaded = config_module.load(path)
-        settings, cluster = loaded.scheduler, loaded.cluster
-    else:
-        settings, cluster = config_module.SchedulerConfig(), config_module.ClusterConfig()
     if options.sets:
         from pydantic import ValidationError
         data = settings.model_dump()
@@ -57,7 +47,7 @@ def scheduler_settings(options: SimOptions):
         except ValidationError as error:
             first = error.errors()[0]
             raise UsageError(f"--set: scheduler.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    return settings, cluster
+    return settings
 
 
 def profiles(options: SimOptions, settings, kube_version: str) -> list[scoring.Profile]:
@@ -90,17 +80,17 @@ def validate(options: SimOptions) -> None:
         raise UsageError("--default-nodes-to-score: a percentage, 0 (adaptive) to 100")
 
 
-def simulate(options: SimOptions, progress=None) -> dict:
-    from ..app import DEFAULT_KUBE_VERSION
+def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
+    """Replay the trace with the scheduler `settings` (the config's section); `kube` reads the live cluster for
+    --from-cluster."""
+    from ..versions import DEFAULT_KUBE_VERSION, server_version
     validate(options)
-    settings, cluster_config = scheduler_settings(options)
+    settings = with_sets(options, settings)
     pods = trace.load_pods(options.pods)
     used = None
     kube_version = DEFAULT_KUBE_VERSION
     if options.from_cluster:
-        from ..adapters.kube import Kube
-        kube = Kube(options.kubeconfig or cluster_config.kubeconfig, options.context or cluster_config.context)
-        kube_version = kube.version().get("gitVersion", "v" + DEFAULT_KUBE_VERSION).lstrip("v")
+        kube_version = server_version(kube.version()) or DEFAULT_KUBE_VERSION
         nodes, used = trace.cluster_inventory(kube)
         source = f"cluster {kube.host}"
         if not any(n.gpus for n in nodes):

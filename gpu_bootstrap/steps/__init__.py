@@ -1,19 +1,26 @@
-"""The step registry: id -> implementation, imported only when a playbook uses it."""
+"""The step registry: id -> implementation, imported only when a playbook uses it. The order lives in playbooks/.
+
+A step id mapped to None is known but not implemented in this version: a playbook naming it is refused clearly.
+"""
 from __future__ import annotations
 
 import importlib
 
-# Every step id the tool knows, in pipeline order. Only implemented ones can appear in a playbook.
-KNOWN_STEPS = ("preflight", "node-prep", "gpu-operator", "binpack-scheduler", "admission", "monitoring", "validate")
-IMPLEMENTATIONS = {
+REGISTRY: dict[str, str | None] = {
     "preflight": "gpu_bootstrap.steps.preflight:Preflight",
     "node-prep": "gpu_bootstrap.steps.node_prep:NodePrep",
     "gpu-operator": "gpu_bootstrap.steps.gpu_operator:GpuOperator",
     "binpack-scheduler": "gpu_bootstrap.steps.binpack_scheduler:BinpackScheduler",
+    "admission": None,
+    "monitoring": None,
     "validate": "gpu_bootstrap.steps.validate:Validate",
 }
 
 
+def implemented() -> list[str]:
+    return [step_id for step_id, where in REGISTRY.items() if where]
+
+
 def load_step(step_id: str):
-    module_name, _, class_name = IMPLEMENTATIONS[step_id].partition(":")
+    module_name, _, class_name = REGISTRY[step_id].partition(":")
     return getattr(importlib.import_module(module_name), class_name)()

@@ -8,12 +8,11 @@ renamed scheduler or a dropped PodDisruptionBudget is removed rather than left b
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from dataclasses import dataclass
 
-from ..adapters.kube import Ref
 from ..errors import ConfigError
-from ..pipeline.objects import differences
-from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Step, Target
+from ..objects import differences, lease_fresh, unschedulable, waiting
+from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..render import scheduler as render
 
 OWNED_KINDS = (  # (apiVersion, kind, namespaced) in the order they are applied
@@ -32,6 +31,13 @@ POD_FIXES = {
     "CrashLoopBackOff": "the scheduler exits at start: read its log (a config the cluster's version rejects?)",
     "CreateContainerConfigError": "the container cannot be created: kubectl describe pod",
 }
+
+
+@dataclass(frozen=True)
+class SchedulerFacts:
+    desired: list  # the manifests the config wants, in apply order
+    drift: dict  # Ref -> "missing" or "differs at …"
+    leftovers: list  # Refs of objects we created that the config no longer wants
 
 
 class BinpackScheduler(Step):
@@ -63,7 +69,7 @@ class BinpackScheduler(Step):
             elif paths := differences(obj, live):
                 drift[ref] = "differs at " + ", ".join(paths[:3])
         leftovers = self._owned(ctx, exclude={Ref.of(obj) for obj in desired})
-        facts = {"drift": drift, "leftovers": leftovers}
+        facts = SchedulerFacts(desired, drift, leftovers)
         if drift or leftovers:
             return Check(WARN, self._summary(settings, ctx, drift, leftovers), facts=facts)
         running = self._running(ctx)
@@ -93,15 +99,13 @@ class BinpackScheduler(Step):
 
     def plan(self, ctx, check: Check) -> list[Change]:
         changes = []
-        for obj in self.desired(ctx):
+        for obj in check.facts.desired:
             ref = Ref.of(obj)
-            why = check.facts["drift"].get(ref)
+            why = check.facts.drift.get(ref)
             if why:
-                changes.append(Change("apply", Target(ref.kind, ref.name, ref.namespace, ref.api_version),
-                                      "create" if why == "missing" else "update", why, obj))
-        for ref in check.facts["leftovers"]:
-            changes.append(Change("delete", Target(ref.kind, ref.name, ref.namespace, ref.api_version),
-                                  "remove", "no longer wanted by the config"))
+                changes.append(Change(Verb.APPLY, ref, "create" if why == "missing" else "update", why, obj))
+        for ref in check.facts.leftovers:
+            changes.append(Change(Verb.DELETE, ref, "remove", "no longer wanted by the config"))
         return changes
 
     # --- verifying ----------------------------------------------------------------------------------------------------
@@ -143,44 +147,30 @@ class BinpackScheduler(Step):
         holder = spec.get("holderIdentity") or ""
         names = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
         pod = holder.split("_", 1)[0]  # leader election identity: <hostname>_<uuid>, hostname = pod name
-        if pod not in names or not _fresh(spec):
+        # a dead leader's lease goes stale: renewed within twice its duration (at least 15 s) counts as alive
+        if pod not in names or not lease_fresh(spec, 15, slack=2, floor=15):
             return None
         return pod
 
     @staticmethod
     def _pod_trouble(pods: list[dict]) -> str:
         for pod in pods:
-            for container in (pod.get("status") or {}).get("containerStatuses") or []:
-                reason = ((container.get("state") or {}).get("waiting") or {}).get("reason")
-                if reason:
-                    fix = POD_FIXES.get(reason, "kubectl describe pod for the reason")
-                    return f"; pod {pod['metadata']['name']}: {reason} — {fix}"
-            for condition in (pod.get("status") or {}).get("conditions") or []:
-                if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-                    return f"; pod {pod['metadata']['name']} unschedulable: {condition.get('message', '')}"
+            if found := waiting(pod):
+                fix = POD_FIXES.get(found[1], "kubectl describe pod for the reason")
+                return f"; pod {pod['metadata']['name']}: {found[1]} — {fix}"
+            if (message := unschedulable(pod)) is not None:
+                return f"; pod {pod['metadata']['name']} unschedulable: {message}"
         return ""
 
     # --- undo ---------------------------------------------------------------------------------------------------------
     def undo_plan(self, ctx) -> list[Change]:
         settings = ctx.config.scheduler
         owned = self._owned(ctx, exclude=set())
-        changes = [Change("delete", Target(ref.kind, ref.name, ref.namespace, ref.api_version), "remove",
-                          "teardown of the bin-packing scheduler") for ref in reversed(owned)]
+        changes = [Change(Verb.DELETE, ref, "remove", "teardown of the bin-packing scheduler")
+                   for ref in reversed(owned)]
         if ctx.kube.get("coordination.k8s.io/v1", "Lease", settings.lease, settings.namespace) is not None:
-            changes.append(Change("delete", Target("Lease", settings.lease, settings.namespace,
-                                                   "coordination.k8s.io/v1"), "remove",
+            changes.append(Change(Verb.DELETE, Ref("coordination.k8s.io/v1", "Lease", settings.lease,
+                                                   settings.namespace), "remove",
                                   "the scheduler's leader election lease"))
         return changes
 
-
-def _fresh(spec: dict) -> bool:
-    """A lease whose holder renewed it within its duration (a dead leader's lease goes stale)."""
-    renewed = spec.get("renewTime")
-    if not renewed:
-        return False
-    try:
-        stamp = datetime.fromisoformat(renewed.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    age = (datetime.now(timezone.utc) - stamp).total_seconds()
-    return age <= max(spec.get("leaseDurationSeconds") or 15, 15) * 2

@@ -7,15 +7,18 @@ deployed, so a re-run with nothing new makes no helm upgrade at all.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import yaml
 
-from ..adapters.helm import Chart
-from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Step, Target
+from .. import versions
+from ..adapters import charts
+from ..objects import pin_resource_version, pod_ready, pod_state
+from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from ..refs import Chart
 from ..render import gpu_operator_values as values_render
 from ..render import node_prep as labels_render
-from ..render import operator_versions as versions
-from .preflight import facts_digest, node_facts
+from .preflight import facts_digest
 
 LABELS_ANNOTATION = "gpu-bootstrap.io/gpu-operator"
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
@@ -57,11 +60,11 @@ def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, 
                         f"the gpu-operator pod in {namespace} and its ClusterPolicy")
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
-        if node not in nodes or _pod_ready(pod):
+        if node not in nodes or pod_ready(pod):
             continue
         operand = _operand_of(pod)
         fix = OPERAND_FIXES.get(operand, "kubectl describe pod for the reason")
-        problems.append(f"{operand} on {node} is {_pod_state(pod)}: {fix} "
+        problems.append(f"{operand} on {node} is {pod_state(pod)}: {fix} "
                         f"(kubectl -n {namespace} logs {pod['metadata']['name']})")
     for ds in daemonsets:
         status = ds.get("status") or {}
@@ -84,19 +87,15 @@ def _operand_of(pod: dict) -> str:
     return pod["metadata"]["name"].rsplit("-", 1)[0]
 
 
-def _pod_ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
-def _pod_state(pod: dict) -> str:
-    status = pod.get("status") or {}
-    for group in ("initContainerStatuses", "containerStatuses"):
-        for container in status.get(group) or []:
-            waiting = (container.get("state") or {}).get("waiting")
-            if waiting and waiting.get("reason"):
-                return f"{waiting['reason']} ({container.get('name')})"
-    return status.get("phase", "Pending")
+@dataclass(frozen=True)
+class OperatorFacts:
+    chart: Chart
+    version: str
+    values: values_render.ValuesPlan
+    nodes: dict  # configured node name -> the Node as read (None: not in the cluster)
+    labels: dict  # node name -> the label patch the operator's values need there
+    release: dict  # the deployed release compared with ours: up_to_date, reason, installed, pending
+    kube_version: str
 
 
 class GpuOperator(Step):
@@ -106,14 +105,18 @@ class GpuOperator(Step):
     def enabled(self, ctx) -> bool:
         return ctx.config.gpu_operator.enabled
 
+    def __init__(self):
+        self._chart: tuple[Chart, dict | None] | None = None  # read once per run
+        self._values: values_render.ValuesPlan | None = None
+
     # --- what to install -----------------------------------------------------------------------------------------
     def chart(self, ctx) -> tuple[Chart, dict | None]:
         """The chart to install (version resolved) and its Chart.yaml when it is local."""
-        if "gpu-operator-chart" in ctx.facts:
-            return ctx.facts["gpu-operator-chart"]
+        if self._chart is not None:
+            return self._chart
         section = ctx.config.gpu_operator
-        if versions.is_local(section.chart):
-            meta = versions.local_chart_metadata(section.chart)
+        if charts.is_local(section.chart):
+            meta = charts.local_chart_metadata(section.chart)
             if meta is None:
                 raise ChartProblem(f"gpu_operator.chart {section.chart} is neither a chart directory nor a .tgz")
             if section.version and section.version.lstrip("v") != str(meta.get("version", "")).lstrip("v"):
@@ -128,7 +131,7 @@ class GpuOperator(Step):
                     raise ChartProblem(self._no_fit(ctx.server_version()))
                 version = fits[0].latest
             resolved = (Chart(section.chart, section.repository, version), None)
-        ctx.facts["gpu-operator-chart"] = resolved
+        self._chart = resolved
         return resolved
 
     @staticmethod
@@ -156,18 +159,19 @@ class GpuOperator(Step):
         return None
 
     def values(self, ctx) -> values_render.ValuesPlan:
-        if "gpu-operator-values" not in ctx.facts:
+        if self._values is None:
             chart, meta = self.chart(ctx)
-            facts = values_render.facts_from_reports(node_facts(ctx))
-            ctx.facts["gpu-operator-values"] = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
-                                                                    ctx.facts.get("playbook", []))
-        return ctx.facts["gpu-operator-values"]
+            facts = values_render.facts_from_reports(ctx.node_facts.reports())
+            self._values = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
+                                                list(ctx.options.playbook))
+        return self._values
 
     def inputs(self, ctx) -> dict:
         chart, meta = self.chart(ctx)
         return {"config": ctx.config.gpu_operator.model_dump(mode="json"), "chart": self.version_of(chart, meta),
-                "facts": facts_digest(node_facts(ctx)), "kube": ".".join(ctx.server_version().split(".")[:2]),
-                "node_prep": ctx.config.node_prep.model_dump(mode="json"), "playbook": ctx.facts.get("playbook", [])}
+                "facts": facts_digest(ctx.node_facts.reports()),
+                "kube": ".".join(ctx.server_version().split(".")[:2]),
+                "node_prep": ctx.config.node_prep.model_dump(mode="json"), "playbook": list(ctx.options.playbook)}
 
     # --- check / plan ---------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:
@@ -188,19 +192,18 @@ class GpuOperator(Step):
                                                            LABELS_ANNOTATION)
                          for name, node in nodes.items() if node is not None}
         label_patches = {k: v for k, v in label_patches.items() if v}
-        release = self._release_state(ctx, chart, version, plan.merged if node_facts(ctx) else None)
-        facts = {"chart": chart, "version": version, "plan": plan, "nodes": nodes, "labels": label_patches,
-                 "release": release}
+        release = self._release_state(ctx, chart, version, plan.merged if ctx.node_facts.reports() else None)
+        facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version())
         if release["up_to_date"] and not label_patches:
-            return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts)
-        return Check(WARN, f"{section.release} {version}: {release['reason']}", facts=facts)
+            return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts,
+                         warnings=list(plan.warnings))
+        return Check(WARN, f"{section.release} {version}: {release['reason']}", facts=facts,
+                     warnings=list(plan.warnings))
 
     def _release_state(self, ctx, chart: Chart, version: str, values: dict | None) -> dict:
         """Is the deployed release what we would deploy? values=None: no node facts (doctor --no-nodes), so only
         the chart version can be compared."""
         section = ctx.config.gpu_operator
-        if ctx.offline:
-            return {"up_to_date": False, "reason": "to install (offline plan)", "installed": None}
         status = ctx.helm.status(section.release, section.namespace)
         if status is None:
             return {"up_to_date": False, "reason": "not installed", "installed": None}
@@ -226,37 +229,30 @@ class GpuOperator(Step):
         return {"up_to_date": True, "reason": "up to date", "installed": installed}
 
     def plan(self, ctx, check: Check) -> list[Change]:
-        facts = check.facts
+        facts: OperatorFacts = check.facts
         section = ctx.config.gpu_operator
+        release = Ref.release(section.release, section.namespace)
         changes = []
-        for name, patch in sorted(facts["labels"].items()):
-            node = facts["nodes"][name]
-            if node["metadata"].get("resourceVersion"):
-                patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
-            changes.append(Change("patch", Target("Node", name, api_version="v1"), labels_render.describe(patch),
-                                  "the operator reads these node labels", patch))
-        if facts["release"].get("pending"):
-            changes.append(Change("helm-recover", Target("HelmRelease", section.release, section.namespace,
-                                                         "helm.sh/v3"),
-                                  f"clear the {facts['release']['pending']} state",
+        for name, patch in sorted(facts.labels.items()):
+            changes.append(Change(Verb.PATCH, Ref.node(name), labels_render.describe(patch),
+                                  "the operator reads these node labels",
+                                  pin_resource_version(patch, facts.nodes[name])))
+        if facts.release.get("pending"):
+            changes.append(Change(Verb.HELM_RECOVER, release, f"clear the {facts.release['pending']} state",
                                   "a helm run was interrupted; helm refuses new operations until it is cleared",
                                   {"release": section.release, "namespace": section.namespace,
                                    "timeout": f"{section.wait_timeout}s"}))
-        if not facts["release"]["up_to_date"]:
-            plan, chart, version = facts["plan"], facts["chart"], facts["version"]
-            action = "install" if facts["release"]["installed"] is None else facts["release"]["reason"]
+        if not facts.release["up_to_date"]:
+            plan = facts.values
+            action = "install" if facts.release["installed"] is None else facts.release["reason"]
             body = {"release": section.release, "namespace": section.namespace,
-                    "chart": {"ref": chart.ref, "repo": chart.repo, "version": chart.version},
-                    "chart_version": version, "values": plan.merged, "derived": plan.explain(),
-                    "warnings": plan.warnings, "kube_version": ctx.server_version(),
+                    "chart": {"ref": facts.chart.ref, "repo": facts.chart.repo, "version": facts.chart.version},
+                    "chart_version": facts.version, "values": plan.merged, "derived": plan.explain(),
+                    "warnings": plan.warnings, "kube_version": facts.kube_version,
                     "timeout": f"{section.wait_timeout}s"}
-            changes.append(Change("helm-upgrade", Target("HelmRelease", section.release, section.namespace,
-                                                         "helm.sh/v3"),
-                                  f"{action}: gpu-operator {version}",
-                                  "; ".join(d.line() for d in plan.derived[:3]) + (" …" if len(plan.derived) > 3
-                                                                                    else ""), body))
-        for warning in facts["plan"].warnings:
-            ctx.reporter.warn(f"gpu-operator: {warning}")
+            changes.append(Change(Verb.HELM_UPGRADE, release, f"{action}: gpu-operator {facts.version}",
+                                  f"{len(plan.derived)} value(s) derived from the nodes' facts and the config",
+                                  body, details=tuple(plan.explain())))
         return changes
 
     # --- verify: wait for the operands ------------------------------------------------------------------------------
@@ -287,7 +283,7 @@ class GpuOperator(Step):
 
     def doctor(self, ctx) -> list[Check]:
         check = self.check(ctx)
-        if check.status == FAIL or ctx.offline or check.facts.get("release", {}).get("installed") is None:
+        if check.status == FAIL or check.facts.release.get("installed") is None:
             return [check]
         problems = self.operand_problems(ctx)
         return [check, Check(WARN if problems else PASS, "; ".join(problems[:4]) if problems else
@@ -296,7 +292,7 @@ class GpuOperator(Step):
     # --- undo -------------------------------------------------------------------------------------------------------
     def undo_plan(self, ctx) -> list[Change]:
         section = ctx.config.gpu_operator
-        changes = [Change("helm-uninstall", Target("HelmRelease", section.release, section.namespace, "helm.sh/v3"),
+        changes = [Change(Verb.HELM_UNINSTALL, Ref.release(section.release, section.namespace),
                           f"uninstall {section.release}", "teardown",
                           {"release": section.release, "namespace": section.namespace,
                            "timeout": f"{section.wait_timeout}s"})]
@@ -304,16 +300,16 @@ class GpuOperator(Step):
             node = ctx.kube.get("v1", "Node", configured.name)
             patch = labels_render.undo_patch(node, LABELS_ANNOTATION) if node else None
             if patch:
-                changes.append(Change("patch", Target("Node", configured.name, api_version="v1"),
-                                      labels_render.describe(patch), "remove the labels gpu-operator set", patch))
-        if ctx.facts.get("purge_crds"):
+                changes.append(Change(Verb.PATCH, Ref.node(configured.name), labels_render.describe(patch),
+                                      "remove the labels gpu-operator set", patch))
+        if ctx.options.purge_crds:
             changes += self._crd_deletions(ctx)
         return changes
 
     def _crd_deletions(self, ctx) -> list[Change]:
         chart, _meta = self.chart(ctx)
         names = [crd["metadata"]["name"] for crd in ctx.helm.show_crds(chart)]
-        return [Change("delete", Target("CustomResourceDefinition", name, api_version="apiextensions.k8s.io/v1"),
+        return [Change(Verb.DELETE, Ref("apiextensions.k8s.io/v1", "CustomResourceDefinition", name),
                        "delete the CRD and every object of it", "--purge-crds")
                 for name in names if ctx.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)]
 

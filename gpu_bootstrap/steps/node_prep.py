@@ -1,8 +1,16 @@
 """node-prep: taint the GPU nodes so ordinary pods stay off, and label them so GPU workloads can find them."""
 from __future__ import annotations
 
-from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Step, Target
+from dataclasses import dataclass
+
+from ..objects import pin_resource_version
+from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..render import node_prep as render
+
+
+@dataclass(frozen=True)
+class NodePrepFacts:
+    nodes: dict  # configured node name -> the Node as read
 
 
 class NodePrep(Step):
@@ -12,16 +20,17 @@ class NodePrep(Step):
     def enabled(self, ctx) -> bool:
         return ctx.config.node_prep.enabled
 
-    def _wanted(self, ctx) -> tuple[dict, dict | None]:
-        section = ctx.config.node_prep
+    @staticmethod
+    def wanted(config) -> tuple[dict, dict | None]:
+        section = config.node_prep
         return section.wanted_labels(), section.taint.as_taint() if section.taint else None
 
     def inputs(self, ctx) -> dict:
-        labels, taint = self._wanted(ctx)
+        labels, taint = self.wanted(ctx.config)
         return {"nodes": sorted(n.name for n in ctx.config.nodes), "labels": labels, "taint": taint}
 
     def check(self, ctx) -> Check:
-        labels, taint = self._wanted(ctx)
+        labels, taint = self.wanted(ctx.config)
         nodes, missing, pending = {}, [], []
         for configured in ctx.config.nodes:
             node = ctx.kube.get("v1", "Node", configured.name)
@@ -31,29 +40,25 @@ class NodePrep(Step):
             nodes[configured.name] = node
             if render.prepare_patch(node, labels, taint) is not None:
                 pending.append(configured.name)
+        facts = NodePrepFacts(nodes)
         if missing:
             known = sorted(n["metadata"]["name"] for n in ctx.kube.list("v1", "Node"))
             return Check(FAIL, f"node(s) {', '.join(missing)} not found in the cluster (it has: "
                                f"{', '.join(known[:10]) or 'no nodes'}{' ...' if len(known) > 10 else ''}); fix "
-                               f"`nodes` in the config", facts={"nodes": nodes})
+                               f"`nodes` in the config", facts=facts)
         if pending:
             return Check(WARN, f"{len(pending)} of {len(nodes)} GPU node(s) need taint/labels: {', '.join(pending)}",
-                         facts={"nodes": nodes})
-        return Check(PASS, f"{len(nodes)} GPU node(s) tainted and labelled", done=True, facts={"nodes": nodes})
+                         facts=facts)
+        return Check(PASS, f"{len(nodes)} GPU node(s) tainted and labelled", done=True, facts=facts)
 
     def plan(self, ctx, check: Check) -> list[Change]:
-        labels, taint = self._wanted(ctx)
+        labels, taint = self.wanted(ctx.config)
         changes = []
-        for name, node in check.facts["nodes"].items():
+        for name, node in check.facts.nodes.items():
             patch = render.prepare_patch(node, labels, taint)
-            if patch is None:
-                continue
-            if node["metadata"].get("resourceVersion"):
-                # Optimistic concurrency: if the node changed since we read it, the API answers 409 and the
-                # runner re-reads and re-plans instead of overwriting someone's taints.
-                patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
-            changes.append(Change("patch", Target("Node", name, api_version="v1"), render.describe(patch),
-                                  "the node lacks the wanted GPU taint/labels", patch))
+            if patch is not None:
+                changes.append(Change(Verb.PATCH, Ref.node(name), render.describe(patch),
+                                      "the node lacks the wanted GPU taint/labels", pin_resource_version(patch, node)))
         return changes
 
     def undo_plan(self, ctx) -> list[Change]:
@@ -61,10 +66,7 @@ class NodePrep(Step):
         for configured in ctx.config.nodes:
             node = ctx.kube.get("v1", "Node", configured.name)
             patch = render.undo_patch(node) if node else None
-            if patch is None:
-                continue
-            if node["metadata"].get("resourceVersion"):
-                patch["metadata"]["resourceVersion"] = node["metadata"]["resourceVersion"]
-            changes.append(Change("patch", Target("Node", configured.name, api_version="v1"),
-                                  render.describe(patch), "remove what node-prep added", patch))
+            if patch is not None:
+                changes.append(Change(Verb.PATCH, Ref.node(configured.name), render.describe(patch),
+                                      "remove what node-prep added", pin_resource_version(patch, node)))
         return changes

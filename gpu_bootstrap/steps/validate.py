@@ -7,45 +7,55 @@ it, tolerating the GPU taint and requesting one nvidia.com/gpu. It passes when e
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from ..pipeline.step import FAIL, PASS, Change, Check, Step, Target
-from .preflight import facts_digest, node_facts
+from ..objects import unschedulable, waiting
+from ..pipeline.step import FAIL, PASS, Change, Check, Ref, Step, Verb
+from .preflight import facts_digest
 
 POD_PREFIX = "gpu-bootstrap-validate-"
 EXPECTED = "Test PASSED"
 LABEL = {"app.kubernetes.io/name": "gpu-bootstrap-validate", "app.kubernetes.io/managed-by": "gpu-bootstrap"}
 
 
+@dataclass(frozen=True)
+class ValidateFacts:
+    leftovers: tuple[str, ...]  # validation pods an earlier run left behind
+
+
 class Validate(Step):
     id = "validate"
     title = "Run a CUDA workload on the GPU nodes"
+    stateless = True  # the pods are removed after the run: only the record says it passed
 
     def enabled(self, ctx) -> bool:
         return ctx.config.validation.enabled
 
-    def nodes(self, ctx) -> list[str]:
-        names = [n.name for n in ctx.config.nodes]
-        choice = ctx.config.validation.nodes
+    @staticmethod
+    def nodes(config) -> list[str]:
+        names = [n.name for n in config.nodes]
+        choice = config.validation.nodes
         if choice == "all":
             return names
         return names[:1] if choice == "sample" else names[:max(1, int(choice))]
 
     def inputs(self, ctx) -> dict:
-        return {"validate": ctx.config.validation.model_dump(mode="json"), "nodes": self.nodes(ctx),
+        return {"validate": ctx.config.validation.model_dump(mode="json"), "nodes": self.nodes(ctx.config),
                 "operator": ctx.config.gpu_operator.model_dump(mode="json"),
-                "facts": facts_digest(node_facts(ctx)), "scheduler": self.scheduler_name(ctx)}
+                "facts": facts_digest(ctx.node_facts.reports()), "scheduler": self.scheduler_name(ctx)}
 
     @staticmethod
     def scheduler_name(ctx) -> str | None:
         """The bin-packing scheduler when this playbook deploys it, so validation also proves it schedules."""
-        if "binpack-scheduler" in ctx.facts.get("playbook", ()) and ctx.config.scheduler.enabled:
+        if "binpack-scheduler" in ctx.options.playbook and ctx.config.scheduler.enabled:
             return ctx.config.scheduler.name
         return None
 
     def check(self, ctx) -> Check:
         # Nothing persists between runs (the pods are removed), so the record's fingerprint decides.
-        return Check(PASS, f"CUDA vector-add ({ctx.config.validation.image}) on {len(self.nodes(ctx))} GPU node(s)",
-                     done=True)
+        leftovers = tuple(p["metadata"]["name"] for p in self._pods(ctx))
+        return Check(PASS, f"CUDA vector-add ({ctx.config.validation.image}) on {len(self.nodes(ctx.config))} GPU "
+                           f"node(s)", done=True, facts=ValidateFacts(leftovers))
 
     def _pod_name(self, node: str) -> str:
         return (POD_PREFIX + node)[:63].rstrip("-.")
@@ -68,26 +78,33 @@ class Validate(Step):
 
     def plan(self, ctx, check: Check) -> list[Change]:
         namespace = ctx.config.validation.namespace
-        changes = [Change("apply", Target("Namespace", namespace, api_version="v1"), "ensure the namespace",
+        changes = [Change(Verb.APPLY, Ref("v1", "Namespace", namespace), "ensure the namespace",
                           "validation pods run there",
                           {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})]
-        changes += self._leftovers(ctx)
-        for node in self.nodes(ctx):
-            changes.append(Change("create", Target("Pod", self._pod_name(node), namespace, "v1"),
+        changes += self._removals(namespace, check.facts.leftovers)
+        for node in self.nodes(ctx.config):
+            changes.append(Change(Verb.CREATE, Ref("v1", "Pod", self._pod_name(node), namespace),
                                   f"run {ctx.config.validation.image} with 1 GPU on {node}",
                                   "prove that a CUDA workload runs there", self._pod(ctx, node)))
         return changes
 
+    @staticmethod
+    def _pods(ctx) -> list[dict]:
+        return ctx.kube.list("v1", "Pod", ctx.config.validation.namespace,
+                             label_selector="app.kubernetes.io/name=gpu-bootstrap-validate")
+
+    @staticmethod
+    def _removals(namespace: str, names) -> list[Change]:
+        return [Change(Verb.DELETE, Ref("v1", "Pod", name, namespace), "remove a validation pod",
+                       "left over from an earlier run") for name in names]
+
     def _leftovers(self, ctx) -> list[Change]:
-        namespace = ctx.config.validation.namespace
-        pods = ctx.kube.list("v1", "Pod", namespace, label_selector="app.kubernetes.io/name=gpu-bootstrap-validate")
-        return [Change("delete", Target("Pod", p["metadata"]["name"], namespace, "v1"), "remove a validation pod",
-                       "left over from an earlier run") for p in pods]
+        return self._removals(ctx.config.validation.namespace, [p["metadata"]["name"] for p in self._pods(ctx)])
 
     def verify(self, ctx) -> Check:
         namespace = ctx.config.validation.namespace
         deadline = time.monotonic() + ctx.config.validation.timeout
-        pending = {self._pod_name(node): node for node in self.nodes(ctx)}
+        pending = {self._pod_name(node): node for node in self.nodes(ctx.config)}
         failures, passed = [], []
         while pending and time.monotonic() < deadline:
             for name, node in list(pending.items()):
@@ -108,18 +125,15 @@ class Validate(Step):
                             f"({self._why_pending(ctx, name, namespace)})")
         if failures:
             return Check(FAIL, "CUDA vector-add failed on " + "; ".join(failures))
-        return Check(PASS, f"CUDA vector-add passed on {', '.join(passed)}", done=True)
+        return Check(PASS, f"CUDA vector-add passed on {', '.join(sorted(passed))}", done=True)
 
     @staticmethod
     def _why_pending(ctx, name: str, namespace: str) -> str:
         pod = ctx.kube.get("v1", "Pod", name, namespace) or {}
-        for condition in (pod.get("status") or {}).get("conditions") or []:
-            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-                return f"unschedulable: {condition.get('message', '')}"
-        for container in (pod.get("status") or {}).get("containerStatuses") or []:
-            waiting = (container.get("state") or {}).get("waiting")
-            if waiting:
-                return f"{waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": ")
+        if (message := unschedulable(pod)) is not None:
+            return f"unschedulable: {message}"
+        if found := waiting(pod):
+            return f"{found[1]}: {found[2]}".rstrip(": ")
         scheduler = (pod.get("spec") or {}).get("schedulerName")
         if pod and not (pod.get("spec") or {}).get("nodeName") and scheduler not in (None, "default-scheduler"):
             return f"no scheduler named {scheduler} has picked it up: is the binpack-scheduler step's Deployment running?"

@@ -1,0 +1,99 @@
+"""The node-facts service: every GPU node's facts (driver, GPUs, runtime, toolkit), read once per run and shared by
+`doctor`, the preflight step and every step whose plan depends on them.
+
+Three sources behind one interface: probed now over SSH (`ProbedNodes`), read from a saved `doctor -o json`
+(`ReportedNodes`), or none at all (`NoNodeFacts`: an offline plan or `doctor --no-nodes`), which says why. The
+probing itself (the script, the parsers, the checks) lives in the pure probes/ package; only the fan-out is here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..probes.checks import PASS, WARN, NodeReport, evaluate, unreachable
+from ..probes.script import build, command_timeout, new_marker, split
+
+
+class NodeFactsSource:
+    """reports(names) -> {node name: NodeReport}, in the order asked; `source` says where they came from."""
+
+    source = ""
+
+    def __init__(self, names: list[str]):
+        self.names = list(names)
+        self._cache: dict[str, NodeReport] = {}
+
+    def select(self, names: list[str]) -> None:
+        """Narrow the nodes every later reports() call covers (doctor --nodes)."""
+        self.names = list(names)
+
+    def reports(self, names: list[str] | None = None) -> dict[str, NodeReport]:
+        wanted = list(names) if names is not None else self.names
+        missing = [name for name in wanted if name not in self._cache]
+        if missing:
+            self._cache.update(self._read(missing))
+        return {name: self._cache[name] for name in wanted if name in self._cache}
+
+    def _read(self, names: list[str]) -> dict[str, NodeReport]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class NoNodeFacts(NodeFactsSource):
+    """No facts can be read in this run; `why` tells the user how to give some."""
+
+    def __init__(self, names: list[str], source: str, why: str):
+        super().__init__(names)
+        self.source = source
+        self.why = why
+
+    def _read(self, names: list[str]) -> dict[str, NodeReport]:
+        return {}
+
+
+class ReportedNodes(NodeFactsSource):
+    """Facts from a saved `gpu-bootstrap doctor -o json` (up --preflight-report FILE)."""
+
+    def __init__(self, names: list[str], path: Path):
+        super().__init__(names)
+        self.path = Path(path)
+        self.source = str(path)
+
+    def _read(self, names: list[str]) -> dict[str, NodeReport]:
+        from ..probes import report
+        return report.load(self.path, names)
+
+
+class ProbedNodes(NodeFactsSource):
+    """Facts probed now: the one probe script fanned out over SSH to every node at once (bounded parallelism). A node
+    that fails never holds up the others; it comes back as an unreachable report that says why."""
+
+    source = "ssh"
+
+    def __init__(self, names: list[str], ssh):
+        super().__init__(names)
+        self.ssh = ssh
+
+    def _read(self, names: list[str]) -> dict[str, NodeReport]:
+        from .ssh import quiet_paramiko
+
+        quiet_paramiko()
+        marker = new_marker()
+        timeout = command_timeout(self.ssh.config.command_timeout)
+        script = build(marker, timeout)
+
+        def probe(target) -> NodeReport:
+            result, note = self.ssh.run_script(target, script)
+            report = evaluate(target.name, split(result.stdout, marker), marker, timeout)
+            ssh_check = report.check("ssh")
+            if note and ssh_check.status == PASS:
+                ssh_check.status, ssh_check.message = WARN, f"{ssh_check.message}; {note}"
+            return report
+
+        outcomes = self.ssh.fan_out(probe, names)
+        return {name: outcome if isinstance(outcome, NodeReport) else unreachable(name, str(outcome))
+                for name, outcome in outcomes.items()}
+
+    def close(self) -> None:
+        self.ssh.close()

@@ -1,0 +1,102 @@
+"""--render-dir: each step's changes written to DIR/<NN>-<step-id>/ as the exact documents sent to the cluster, and a
+Helm release as its values, its reasons and (when the chart can be read) the manifests `helm template` renders."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import yaml
+
+from ..errors import UsageError
+from ..refs import Chart, Verb
+from .step import Change
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (a ConfigMap's embedded config file) as readable `|` blocks."""
+
+
+def _str(dumper, value: str):
+    style = "|" if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def dump(obj) -> str:
+    return yaml.dump(obj, Dumper=_BlockDumper, sort_keys=False)
+
+
+def prepare(folder: Path) -> None:
+    """Start from a clean render: remove the NN-step folders a previous render left, keep anything else."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--render-dir {folder} exists and is not a directory")
+    folder.mkdir(parents=True, exist_ok=True)
+    for child in folder.iterdir():
+        if child.is_dir() and re.fullmatch(r"\d\d-[a-z0-9-]+", child.name):
+            shutil.rmtree(child)
+
+
+class RenderDir:
+    """Writes each step's changes under root/; `helm` renders charts (the real or the offline Helm adapter)."""
+
+    def __init__(self, root: Path, order: list[str], helm):
+        self.root = root
+        self.order = order
+        self.helm = helm
+        self._counts: dict[str, int] = {}
+
+    def folder(self, step_id: str) -> Path:
+        index = self.order.index(step_id) + 1 if step_id in self.order else 0
+        folder = self.root / f"{index:02d}-{step_id}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def write(self, step_id: str, change: Change) -> str | None:
+        """Write one change; returns a problem to report when part of it could not be rendered."""
+        folder = self.folder(step_id)
+        count = self._counts[step_id] = self._counts.get(step_id, 0) + 1
+        name = f"{count:02d}-{change.verb}-{change.target.kind.lower()}-{change.target.name}.yaml"
+        header = [f"# {change.verb}" + (f" ({change.patch_type} patch)" if change.verb == Verb.PATCH else "") +
+                  f" {change.target.api_version} {change.target}", f"# {change.summary}"]
+        if change.reason:
+            header.append(f"# why: {change.reason}")
+        header += [f"#   {line}" for line in change.details]
+        release = change.verb == Verb.HELM_UPGRADE
+        shown = change.body if not release else {k: v for k, v in change.body.items() if k != "values"}
+        body = dump(shown) if shown is not None else ""
+        (folder / name).write_text("\n".join(header) + "\n" + body)
+        with (folder / "plan.txt").open("a") as plan:
+            plan.write(change.describe() + "\n")
+        return self._write_release(step_id, change) if release else None
+
+    def write_file(self, step_id: str, name: str, text: str) -> Path:
+        path = self.folder(step_id) / name
+        path.write_text(text)
+        return path
+
+    def _write_release(self, step_id: str, change: Change) -> str | None:
+        """values.yaml (the exact merged values), release.yaml (what and why) and manifests.yaml from `helm template`
+        for the target Kubernetes version; when the chart cannot be rendered, a note saying why instead."""
+        body = change.body
+        self.write_file(step_id, "values.yaml", yaml.safe_dump(body["values"], sort_keys=False))
+        release = {key: body[key] for key in ("release", "namespace", "chart", "chart_version", "kube_version")}
+        release["derived_values"] = body.get("derived", [])
+        release["warnings"] = body.get("warnings", [])
+        self.write_file(step_id, "release.yaml", yaml.safe_dump(release, sort_keys=False))
+        chart = body["chart"]
+        try:
+            manifests = self.helm.template(body["release"], Chart(chart["ref"], chart.get("repo"),
+                                                                  chart.get("version")),
+                                           body["values"], body["namespace"], body["kube_version"])
+        except Exception as error:  # noqa: BLE001 - a chart we cannot read offline is a note, not a failed plan
+            reason = getattr(error, "one_line", lambda: str(error))()
+            self.write_file(step_id, "manifests-not-rendered.txt",
+                            f"helm template could not render {chart['ref']}: {reason}\n"
+                            f"For air-gapped or offline plans, set {step_id.replace('-', '_')}.chart to a local .tgz "
+                            f"(helm pull).\n")
+            return f"{chart['ref']} manifests not rendered ({reason})"
+        self.write_file(step_id, "manifests.yaml", manifests)
+        return None
