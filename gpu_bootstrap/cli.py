@@ -138,7 +138,7 @@ def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
         from . import app as application
         from .errors import UsageError
         from .ui import JsonReporter, RichReporter, confirm_teardown, print_json, results_document
-        if not (dry_run or yes or sys.stdin.isatty()):
+        if not (dry_run or yes or interactive()):
             raise UsageError("teardown needs confirmation", "pass --yes to run it non-interactively (or --dry-run "
                                                             "to see the plan)")
         reporter = JsonReporter() if options.json else RichReporter(dry_run)
@@ -228,6 +228,11 @@ def init(path: Annotated[Path, typer.Argument(help="Where to write the example c
 def version() -> None:
     """Print the gpu-bootstrap version."""
     typer.echo(f"gpu-bootstrap {__version__}")
+
+
+def interactive() -> bool:
+    """Can we ask a question? (a terminal on stdin)"""
+    return sys.stdin.isatty()
 
 
 def main() -> None:

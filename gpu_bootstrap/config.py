@@ -575,4 +575,32 @@ scheduler:                          # a second kube-scheduler that packs GPU pod
   resource_weights: {nvidia.com/gpu: 100}   # GPU only: cpu/memory weights cost packing (README)
   balanced_allocation_weight: 0     # 0: NodeResourcesBalancedAllocation off (it spreads pods)
   replicas: 2                       # leader-elected; `gpu-bootstrap simulate` shows what a profile buys
+
+gpu_operator:                       # the NVIDIA gpu-operator, with values derived from what preflight found
+  enabled: true
+  chart: gpu-operator               # or a local .tgz / directory for air-gapped clusters
+  repository: https://helm.ngc.nvidia.com/nvidia
+  # version: v26.7.0                # default: the newest release NVIDIA validated for the cluster's version
+  release: gpu-operator
+  namespace: gpu-operator
+  driver_management: auto           # auto | operator | host | per-node
+  runtime_integration: auto         # auto | toolkit-env | nri
+  sharing:
+    mode: none                      # none | time-slicing | mig
+  wait_timeout: 900                 # seconds to wait for the operands on every GPU node
+  skip_version_check: false         # true: install outside NVIDIA's validated Kubernetes range
+  values: {}                        # your helm values, applied last
+
+validate:                           # run NVIDIA's CUDA vector-add sample on the GPU nodes, then clean up
+  enabled: true
+  image: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0   # point it at a mirror if needed
+  nodes: all                        # all | sample | a number
+  namespace: gpu-bootstrap
+  timeout: 300
+
+admission:                          # make GPU pods use the bin-packing scheduler (coming in a later version)
+  enabled: true
+
+monitoring:                         # GPU dashboards and alerts (coming in a later version)
+  enabled: true
 """

@@ -105,6 +105,11 @@ def test_init_writes_a_valid_commented_example(tmp_path):
     config = cfg.load(path, environ={})
     assert [n.name for n in config.nodes] == ["node5", "node6"]
     assert "# " in path.read_text()
+    written = yaml.safe_load(path.read_text())
+    assert set(written) == {field.alias or name for name, field in cfg.Config.model_fields.items()}
+    defaults = cfg.validate({"nodes": written["nodes"]}, cfg.Source(None, {}))
+    for section in ("node_prep", "gpu_operator", "scheduler", "validation", "admission", "monitoring"):
+        assert getattr(config, section) == getattr(defaults, section), section  # what it shows is the default
     again = runner.invoke(app, ["init", str(path)])
     assert again.exit_code == 2 and "--force" in again.output
 

@@ -1,0 +1,207 @@
+"""Every step's plan() as a table: the facts its check read go in, the exact changes come out.
+
+No emulator, no sshd, no helm: plan() is pure, so the context given here has a config and the run's options and no
+adapter at all (kube, helm and node facts are None); a plan that reached for one would fail these tests.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpu_bootstrap import config as cfg
+from gpu_bootstrap.context import Context, RunOptions
+from gpu_bootstrap.probes.checks import NodeCheck, NodeReport
+from gpu_bootstrap.refs import Chart, Ref, Verb
+from gpu_bootstrap.render import gpu_operator_values as values_render
+from gpu_bootstrap.render import scheduler as scheduler_render
+from gpu_bootstrap.status import FAIL, PASS, SKIP, WARN
+from gpu_bootstrap.steps.binpack_scheduler import BinpackScheduler, SchedulerFacts
+from gpu_bootstrap.steps.gpu_operator import GpuOperator, OperatorFacts
+from gpu_bootstrap.steps.node_prep import NodePrep, NodePrepFacts
+from gpu_bootstrap.steps.preflight import Preflight, judge
+from gpu_bootstrap.steps.validate import Validate, ValidateFacts
+
+PLAYBOOK = ("preflight", "node-prep", "gpu-operator", "binpack-scheduler", "validate")
+RECORD = "gpu-bootstrap.io/node-prep"
+
+
+def config(**sections) -> cfg.Config:
+    return cfg.Config.model_validate({"nodes": [{"name": "node5"}, {"name": "node6"}], **sections})
+
+
+def context(conf: cfg.Config, playbook=PLAYBOOK) -> Context:
+    return Context(config=conf, kube=None, helm=None, node_facts=None, gate=None, reporter=None,
+                   options=RunOptions(playbook=tuple(playbook)))
+
+
+def node(name: str, labels=None, taints=None, annotations=None, version="41") -> dict:
+    meta = {"name": name, "labels": dict(labels or {}), "resourceVersion": version}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": {"taints": list(taints or [])}}
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+# --- preflight ---------------------------------------------------------------------------------------------------------
+def report(name: str, **statuses) -> NodeReport:
+    ids = ("ssh", "nvidia-driver", "nouveau", "container-runtime", "nvidia-container-toolkit")
+    return NodeReport(name, [NodeCheck(i, statuses.get(i.replace("-", "_"), PASS), f"{i} message") for i in ids])
+
+
+@pytest.mark.parametrize("reports, source, status, message", [
+    ({}, "none (offline)", SKIP, "no node facts in an offline run"),
+    ({"node5": report("node5")}, "ssh", PASS, "1 GPU node(s) checked (ssh)"),
+    ({"node5": report("node5", nouveau=WARN), "node6": report("node6")}, "r.json", PASS,
+     "2 GPU node(s) checked (r.json), 1 warning(s) (see 'gpu-bootstrap doctor')"),
+    ({"node5": report("node5", nvidia_driver=FAIL)}, "ssh", FAIL,
+     "1 node check(s) failed — node5: nvidia-driver: nvidia-driver message"),
+])
+def test_preflight_judges_the_reports_and_plans_nothing(reports, source, status, message):
+    check = judge(reports, source, "no node facts in an offline run")
+    assert (check.status, check.message) == (status, message)
+    assert check.done is (status != FAIL)
+    assert Preflight().plan(context(config()), check) == []
+
+
+# --- node-prep ---------------------------------------------------------------------------------------------------------
+def test_node_prep_taints_labels_and_pins_what_it_read():
+    nodes = {"node5": node("node5", version="7"), "node6": node("node6", labels={"nvidia.com/gpu.present": "true"},
+                                                                taints=[GPU_TAINT],
+                                                                annotations={RECORD: json.dumps({
+                                                                    "labels": {"nvidia.com/gpu.present": {
+                                                                        "set": "true", "prev": None}},
+                                                                    "taint": GPU_TAINT, "replaced": None},
+                                                                    sort_keys=True, separators=(",", ":"))})}
+    changes = NodePrep().plan(context(config()), check_of(NodePrepFacts(nodes)))
+    record = {"labels": {"nvidia.com/gpu.present": {"prev": None, "set": "true"}}, "replaced": None,
+              "taint": GPU_TAINT}
+    assert changes == [Change_(Verb.PATCH, Ref.node("node5"),
+                               "label nvidia.com/gpu.present=true, taints [nvidia.com/gpu=present:NoSchedule]",
+                               "the node lacks the wanted GPU taint/labels",
+                               {"metadata": {"labels": {"nvidia.com/gpu.present": "true"},
+                                             "annotations": {RECORD: json.dumps(record, sort_keys=True,
+                                                                                separators=(",", ":"))},
+                                             "resourceVersion": "7"},
+                                "spec": {"taints": [GPU_TAINT]}})]
+
+
+def test_node_prep_keeps_a_users_taint_beside_ours():
+    user = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    changes = NodePrep().plan(context(config(node_prep={"gpu_present_label": False})),
+                              check_of(NodePrepFacts({"node5": node("node5", taints=[user])})))
+    assert [c.body["spec"]["taints"] for c in changes] == [[user, GPU_TAINT]]
+
+
+def test_node_prep_with_the_taint_turned_off_removes_only_ours():
+    record = json.dumps({"labels": {}, "taint": GPU_TAINT, "replaced": None}, sort_keys=True, separators=(",", ":"))
+    user = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    tainted = node("node5", taints=[user, GPU_TAINT], annotations={RECORD: record})
+    changes = NodePrep().plan(context(config(node_prep={"taint": None, "gpu_present_label": False})),
+                              check_of(NodePrepFacts({"node5": tainted})))
+    assert [(c.summary, c.body["spec"]["taints"], c.body["metadata"]["annotations"]) for c in changes] == [
+        ("taints [dedicated=ml:NoSchedule]", [user], {RECORD: None})]
+
+
+def test_node_prep_plans_nothing_for_prepared_nodes():
+    prepared = NodePrep().plan(context(config()), check_of(NodePrepFacts({})))
+    assert prepared == []
+
+
+# --- gpu-operator --------------------------------------------------------------------------------------------------------
+def operator_facts(conf, release: dict, labels=None) -> OperatorFacts:
+    plan = values_render.derive([], conf, "v26.7.0", list(PLAYBOOK))
+    nodes = {"node5": node("node5", version="12"), "node6": node("node6", version="13")}
+    return OperatorFacts(Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.7.0"), "v26.7.0", plan,
+                         nodes, dict(labels or {}), release, "1.33.0")
+
+
+def test_gpu_operator_installs_with_one_derived_value_a_line():
+    conf = config()
+    facts = operator_facts(conf, {"up_to_date": False, "reason": "not installed", "installed": None})
+    [change] = GpuOperator().plan(context(conf), check_of(facts))
+    assert (change.verb, change.target, change.summary) == (
+        Verb.HELM_UPGRADE, Ref("helm.sh/v3", "HelmRelease", "gpu-operator", "gpu-operator"),
+        "install: gpu-operator v26.7.0")
+    assert change.reason == f"{len(facts.values.derived)} value(s) derived from the nodes' facts and the config"
+    assert list(change.details) == facts.values.explain() and len(change.details) >= 3
+    assert all("←" in line and "\n" not in line for line in change.details)
+    assert change.body["values"] == facts.values.merged and change.body["kube_version"] == "1.33.0"
+    assert change.body["chart"] == {"ref": "gpu-operator", "repo": "https://helm.ngc.nvidia.com/nvidia",
+                                    "version": "v26.7.0"}
+
+
+def test_gpu_operator_clears_a_pending_release_before_upgrading_and_labels_first():
+    conf = config()
+    labels = {"node6": {"metadata": {"labels": {"nvidia.com/gpu.deploy.driver": "false"}}}}
+    facts = operator_facts(conf, {"up_to_date": False, "reason": "release is pending-upgrade", "installed": "v26.7.0",
+                                  "pending": "pending-upgrade"}, labels)
+    changes = GpuOperator().plan(context(conf), check_of(facts))
+    assert [(c.verb, str(c.target), c.summary) for c in changes] == [
+        (Verb.PATCH, "Node node6", "label nvidia.com/gpu.deploy.driver=false"),
+        (Verb.HELM_RECOVER, "HelmRelease gpu-operator/gpu-operator", "clear the pending-upgrade state"),
+        (Verb.HELM_UPGRADE, "HelmRelease gpu-operator/gpu-operator", "release is pending-upgrade: gpu-operator v26.7.0"),
+    ]
+    assert changes[0].body["metadata"]["resourceVersion"] == "13"
+
+
+def test_gpu_operator_up_to_date_plans_nothing():
+    conf = config()
+    facts = operator_facts(conf, {"up_to_date": True, "reason": "up to date", "installed": "v26.7.0"})
+    assert GpuOperator().plan(context(conf), check_of(facts)) == []
+
+
+# --- binpack-scheduler -----------------------------------------------------------------------------------------------------
+def test_binpack_scheduler_creates_updates_and_removes_exactly_the_drifted_objects():
+    conf = config()
+    desired = scheduler_render.manifests(conf.scheduler, "1.33.0")
+    refs = [Ref.of(obj) for obj in desired]
+    gone = Ref("apps/v1", "Deployment", "old-scheduler", "kube-system")
+    facts = SchedulerFacts(desired, {refs[0]: "missing", refs[-1]: "differs at spec.maxUnavailable"}, [gone])
+    changes = BinpackScheduler().plan(context(conf), check_of(facts))
+    assert [(c.verb, c.target, c.summary, c.reason) for c in changes] == [
+        (Verb.APPLY, refs[0], "create", "missing"),
+        (Verb.APPLY, refs[-1], "update", "differs at spec.maxUnavailable"),
+        (Verb.DELETE, gone, "remove", "no longer wanted by the config"),
+    ]
+    assert changes[0].body is desired[0] and changes[2].body is None
+
+
+def test_binpack_scheduler_without_drift_plans_nothing():
+    conf = config()
+    facts = SchedulerFacts(scheduler_render.manifests(conf.scheduler, "1.33.0"), {}, [])
+    assert BinpackScheduler().plan(context(conf), check_of(facts)) == []
+
+
+# --- validate --------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("playbook, nodes, scheduler, pods", [
+    (PLAYBOOK, "all", "gpu-binpack-scheduler", ["node5", "node6"]),
+    (PLAYBOOK, "sample", "gpu-binpack-scheduler", ["node5"]),
+    (("preflight", "node-prep", "gpu-operator", "validate"), 2, None, ["node5", "node6"]),
+])
+def test_validate_runs_one_pod_per_chosen_node_after_removing_leftovers(playbook, nodes, scheduler, pods):
+    conf = config(validate={"nodes": nodes})
+    changes = Validate().plan(context(conf, playbook), check_of(ValidateFacts(("gpu-bootstrap-validate-old",))))
+    assert [(c.verb, str(c.target)) for c in changes] == [
+        (Verb.APPLY, "Namespace gpu-bootstrap"),
+        (Verb.DELETE, "Pod gpu-bootstrap/gpu-bootstrap-validate-old"),
+        *[(Verb.CREATE, f"Pod gpu-bootstrap/gpu-bootstrap-validate-{n}") for n in pods]]
+    for change, name in zip(changes[2:], pods):
+        spec = change.body["spec"]
+        assert spec.get("schedulerName") == scheduler
+        assert spec["nodeSelector"] == {"kubernetes.io/hostname": name}
+        assert spec["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+
+
+# --- helpers -----------------------------------------------------------------------------------------------------------------
+def check_of(facts):
+    from gpu_bootstrap.pipeline.step import Check
+    return Check(WARN, "", facts=facts)
+
+
+def Change_(verb, target, summary, reason, body):  # noqa: N802 - reads like the dataclass it builds
+    from gpu_bootstrap.pipeline.step import Change
+    return Change(verb, target, summary, reason, body)
