@@ -26,7 +26,9 @@ class SshFailure(Exception):
 
 
 @dataclass(frozen=True)
-class Target:
+class Host:
+    """Where and as whom to reach one node over SSH."""
+
     name: str
     host: str
     port: int
@@ -53,14 +55,15 @@ def fingerprint(key) -> str:
 class Ssh:
     def __init__(self, ssh_config, nodes):
         self.config = ssh_config
-        self.targets = {n.name: Target(n.name, n.ssh_address, n.port or ssh_config.port, n.user or ssh_config.user,
+        self.targets = {n.name: Host(n.name, n.ssh_address, n.port or ssh_config.port, n.user or ssh_config.user,
                                        n.identity_file or ssh_config.identity_file) for n in nodes}
         self._clients: dict[str, object] = {}
         self._lock = threading.Lock()
         self._known_hosts_lock = threading.Lock()
+        self._known: object | None = None  # known_hosts, parsed once for every connection
 
     # --- connections -------------------------------------------------------------------------------------------------
-    def _client(self, target: Target):
+    def _client(self, target: Host):
         with self._lock:
             client = self._clients.get(target.name)
         if client is not None and client.get_transport() is not None and client.get_transport().is_active():
@@ -70,16 +73,28 @@ class Ssh:
             self._clients[target.name] = client
         return client
 
-    def _connect(self, target: Target):
-        import paramiko
+    def _known_hosts(self):
+        """known_hosts parsed once per run: with many nodes, parsing the whole file for every connection costs more
+        CPU than the connections themselves."""
+        paramiko = import_paramiko()
+        with self._known_hosts_lock:
+            if self._known is None:
+                known_hosts, keys = Path(self.config.known_hosts), paramiko.HostKeys()
+                if known_hosts.exists():
+                    try:
+                        keys.load(str(known_hosts))
+                    except (OSError, paramiko.SSHException) as error:
+                        raise SshFailure(f"cannot read known_hosts {known_hosts}: {error}") from None
+                self._known = keys
+            return self._known
+
+    def _connect(self, target: Host):
+        paramiko = import_paramiko()
 
         client = paramiko.SSHClient()
         known_hosts = Path(self.config.known_hosts)
-        if known_hosts.exists():
-            try:
-                client.load_host_keys(str(known_hosts))
-            except (OSError, paramiko.SSHException) as error:
-                raise SshFailure(f"cannot read known_hosts {known_hosts}: {error}") from None
+        for key_type, key in (self._known_hosts().lookup(target.known_hosts_name) or {}).items():
+            client.get_host_keys().add(target.known_hosts_name, key_type, key)
         client.set_missing_host_key_policy(self._policy(target))
         key_file = Path(target.identity_file) if target.identity_file else None
         timeout = self.config.connect_timeout
@@ -115,8 +130,8 @@ class Ssh:
             raise SshFailure(f"cannot connect to {target.known_hosts_name}: {error}") from None
         return client
 
-    def _policy(self, target: Target):
-        import paramiko
+    def _policy(self, target: Host):
+        paramiko = import_paramiko()
 
         adapter = self
 
@@ -139,13 +154,13 @@ class Ssh:
         log.warning("recorded the host key of %s (%s) in %s (host_key_policy: accept-new)", hostname,
                     fingerprint(key), path)
 
-    def _changed_key_message(self, target: Target, error) -> str:
+    def _changed_key_message(self, target: Host, error) -> str:
         name = target.known_hosts_name
         return (f"HOST KEY CHANGED for {name}: {self.config.known_hosts} has {fingerprint(error.expected_key)}, the "
                 f"node offers {fingerprint(error.key)}; nothing was run. If the node was reinstalled, confirm the new "
                 f"key out of band, then: ssh-keygen -R '{name}' -f {self.config.known_hosts}")
 
-    def _ssh_error(self, target: Target, error, known_hosts: Path) -> str:
+    def _ssh_error(self, target: Host, error, known_hosts: Path) -> str:
         text = str(error)
         if text.startswith("unknown host key"):
             return (f"{target.known_hosts_name} is not in {known_hosts} ({text.split(' ', 3)[-1]}): check the "
@@ -163,7 +178,7 @@ class Ssh:
             client.close()
 
     # --- commands -----------------------------------------------------------------------------------------------------
-    def run(self, target: Target, argv: list[str], stdin: str | None = None, timeout: float | None = None) -> Result:
+    def run(self, target: Host, argv: list[str], stdin: str | None = None, timeout: float | None = None) -> Result:
         """Run an argument list (each argument quoted) and return its exit code and output."""
         command = " ".join(shlex.quote(arg) for arg in argv)
         timeout = timeout or self.config.command_timeout
@@ -181,7 +196,7 @@ class Ssh:
         finally:
             channel.close()
 
-    def _collect(self, channel, target: Target, timeout: float) -> Result:
+    def _collect(self, channel, target: Host, timeout: float) -> Result:
         """Read until EOF and the exit status, blocking on the channel (no polling), within the deadline."""
         deadline = time.monotonic() + timeout
         out, err = bytearray(), bytearray()
@@ -207,7 +222,7 @@ class Ssh:
             err += channel.recv_stderr(READ_CHUNK)
         return Result(channel.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace"))
 
-    def run_script(self, target: Target, script: str) -> tuple[Result, str]:
+    def run_script(self, target: Host, script: str) -> tuple[Result, str]:
         """Run a POSIX shell script as root (sudo -n for other users). Returns the result and a note when it had
         to run without root."""
         if target.user == "root":
@@ -224,7 +239,7 @@ class Ssh:
         targets = [self.targets[n] for n in (names or list(self.targets))]
         results: dict[str, object] = {}
 
-        def one(target: Target):
+        def one(target: Host):
             try:
                 return target.name, work(target)
             except SshFailure as failure:
@@ -235,6 +250,16 @@ class Ssh:
             for name, outcome in pool.map(one, targets):
                 results[name] = outcome
         return results
+
+
+def import_paramiko():
+    """paramiko, without its optional `invoke` (used only for ssh_config `Match exec`, which we never read): importing
+    invoke costs about a third of paramiko's start-up."""
+    import sys
+    if "paramiko" not in sys.modules:
+        sys.modules.setdefault("invoke", None)  # None in sys.modules: `import invoke` raises ImportError
+    import paramiko
+    return paramiko
 
 
 def quiet_paramiko() -> None:
