@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from .context import LogReporter
+from .errors import UsageError
 from .paths import state_dir
 
 STATUS_STYLE = {"applied": "green", "unchanged": "dim", "probed": "green", "skipped": "dim", "planned": "cyan",
@@ -173,7 +174,6 @@ def confirm_teardown(plans) -> bool:
 
 def show_simulation(run, as_json: bool, plot_file: Path | None) -> None:
     """Run a simulation (with a progress bar for people) and show its table, notes and plot, or its JSON."""
-    from .sim.command import notes, plot, table
     if as_json:
         document = run()
     else:
@@ -262,3 +262,74 @@ def doctor_tables(rows, reports) -> None:
                 style = STATUS_STYLE[check.status]
                 out.print(f"[{style}]{STATUS_ICON[check.status]} {escape(report.name)} {check.id}:[/] "
                           f"{escape(check.message)}")
+
+
+# --- simulate -------------------------------------------------------------------------------------------------------
+def _pct(value) -> str:
+    return "never" if value is None else f"{value:.2f}"
+
+
+def table(document: dict):
+    from rich.table import Table
+    sizes = ("1", "2", "4", "8")
+    grid = Table(title=f"GPU packing, track {document['track']}, median of {document['seeds']} seed(s) "
+                       f"({document['inventory']['gpus']} GPUs on {document['inventory']['gpu_nodes']} nodes)",
+                 title_justify="left")
+    for column in ("policy", "alloc %\n@100", "alloc %\n@130", "1st frag\narrived %", "frag fails\n1/2/4/8",
+                   "stranded\nGPUs", "free GPUs\nused nodes", "free\n8-GPU nodes"):
+        grid.add_column(column, justify="left" if column == "policy" else "right",
+                        overflow="fold" if column == "policy" else "ellipsis")
+    for policy in document["policies"]:
+        frag = "/".join(f"{policy['frag_failures'].get(s, 0):g}" for s in sizes)
+        grid.add_row(escape(policy["name"]), _pct(policy["alloc_pct_at_100"]), _pct(policy["alloc_pct_at_130"]),
+                     _pct(policy["first_frag_failure_pct"]), frag, f"{policy['stranded_gpus']:g}",
+                     f"{policy['partial_free_gpus']:g}", f"{policy['free_8gpu_nodes']:g}")
+    offline = document["bounds"]["offline_ffd"]
+    grid.add_row("offline reference (FFD)", _pct(offline["alloc_pct_at_100"]), _pct(offline["alloc_pct_at_130"]),
+                 "", "", "", "", "", style="dim")
+    grid.add_row("aggregate bound", "100.00", "100.00", "", "", "", "", "", style="dim")
+    return grid
+
+
+def notes(document: dict) -> list[str]:
+    lines = ["alloc % @N: GPUs allocated, % of capacity, when N% of it had arrived. 1st frag: arrived % at the first "
+             "pod rejected although enough GPUs were free in total; frag 1/2/4/8: such rejections by pod size up to "
+             "100%. At 100%: stranded = free GPUs on nodes whose cpu or memory cannot take the smallest GPU pod, "
+             "free/used = free GPUs on partly used nodes, free 8-GPU = untouched 8-GPU nodes."]
+    lines += [f"{p['name']}: {p['profile']}" for p in document["policies"]]
+    if document.get("gap_closed_pct") is not None:
+        lines.append(f"{document['scheduler']} closes {document['gap_closed_pct']:.1f}% of the gap between the "
+                     f"default profile and the offline reference at 100% arrived")
+    speed = document["speed"]
+    lines.append(f"{document['arrivals_per_seed']:g} arrivals per seed; {speed['pods_per_second']} pods placed per "
+                 f"second per worker; {speed['seconds']}s on {speed['workers']} worker(s)")
+    return lines
+
+
+def plot(document: dict, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib", "pip install 'gpu-bootstrap[plot]'") from None
+    figure, axes = plt.subplots(figsize=(8, 5))
+    top = 100.0 * document["tune"]
+    axes.plot([0, 100, top], [0, 100, 100], color="grey", linestyle=":", label="aggregate bound")
+    for policy in document["policies"]:
+        arrived, allocated = zip(*policy["curve"]) if policy["curve"] else ((), ())
+        axes.plot(arrived, allocated, label=policy["name"])
+    axes.set_xlabel("arrived GPU demand, % of capacity")
+    axes.set_ylabel("GPUs allocated, % of capacity")
+    axes.set_title(f"GPU packing, track {document['track']} (first seed)")
+    axes.set_xlim(0, top)
+    axes.set_ylim(0, 102)
+    axes.legend(loc="lower right")
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    try:
+        figure.savefig(path, dpi=120)
+    except OSError as error:
+        raise UsageError(f"--plot {path}: {error.strerror}") from None
+    finally:
+        plt.close(figure)
