@@ -41,6 +41,7 @@ class Options:
     purge_crds: bool = False
     no_nodes: bool = False  # doctor --no-nodes: no SSH
     no_cluster: bool = False  # doctor --no-cluster: no Kubernetes API
+    allow_operand_restart: bool = False
 
 
 def load_config(options: Options):
@@ -60,7 +61,7 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None):
     playbook = load_playbook(options.playbook)
     selected, skipped = select(playbook, options.only, options.skip)
     kube, helm, mode, kube_version = _cluster_adapters(options, config)
-    node_facts = _node_facts(options, config)
+    node_facts = _node_facts(options, config, kube, probe="preflight" in selected)
     render_dir = None
     if options.render_dir is not None:
         from .pipeline.render_dir import RenderDir, prepare
@@ -68,7 +69,8 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None):
         render_dir = RenderDir(options.render_dir, list(playbook.steps), helm)
     ctx = Context(config=config, kube=kube, helm=helm, node_facts=node_facts,
                   gate=gate_module.Gate(mode, kube, helm, render_dir), reporter=reporter,
-                  options=RunOptions(playbook=tuple(playbook.steps), purge_crds=options.purge_crds),
+                  options=RunOptions(playbook=tuple(playbook.steps), purge_crds=options.purge_crds,
+                                     allow_operand_restart=options.allow_operand_restart),
                   ssh=getattr(node_facts, "ssh", None), kube_version=kube_version)
     from .pipeline.runner import Runner
     listed = [s for s in skipped if s in options.skip]  # --only hides what it leaves out; --skip shows it
@@ -94,8 +96,10 @@ def _cluster_adapters(options: Options, config):
     return (Kube(kubeconfig, config.cluster.context), Helm(kubeconfig, config.cluster.context), mode, None)
 
 
-def _node_facts(options: Options, config):
-    from .adapters.nodefacts import NoNodeFacts, ProbedNodes, ReportedNodes
+def _node_facts(options: Options, config, kube, probe: bool):
+    """Where this run's node facts come from. `probe`: preflight is part of the run (else, online, the facts the
+    last successful preflight recorded are used, so leaving preflight out never turns facts into "absent")."""
+    from .adapters.nodefacts import NoNodeFacts, ProbedNodes, RecordedNodes, ReportedNodes
     names = [n.name for n in config.nodes]
     if options.preflight_report is not None:
         return ReportedNodes(names, options.preflight_report)
@@ -104,6 +108,8 @@ def _node_facts(options: Options, config):
                                                     "(a saved 'gpu-bootstrap doctor -o json') to plan with them")
     if options.no_nodes:
         return NoNodeFacts(names, "none (--no-nodes)", "nodes not checked (--no-nodes)")
+    if not probe:
+        return RecordedNodes(names, kube)
     from .adapters.ssh import Ssh
     return ProbedNodes(names, Ssh(config.ssh, config.nodes))
 

@@ -53,7 +53,10 @@ def up(common, dry_run: Annotated[bool, Option("--dry-run", help=(
        preflight_report: Annotated[Optional[Path], Option("--preflight-report", metavar="FILE", help=(
            "Node facts from a saved 'gpu-bootstrap doctor -o json' instead of SSH."))] = None,
        render_dir: Annotated[Optional[Path], Option("--render-dir", metavar="DIR", help=(
-           "Write each step's exact manifests and patches to DIR/NN-STEP/."))] = None) -> None:
+           "Write each step's exact manifests and patches to DIR/NN-STEP/."))] = None,
+       allow_operand_restart: Annotated[bool, Option("--allow-operand-restart", help=(
+           "Let a plan change the driver, toolkit or runtime values of a running gpu-operator (it restarts the "
+           "operands on every GPU node)."))] = False) -> None:
     """Bring the cluster to the configured state, step by step; resumes where a previous run stopped.
 
     [bold]Examples[/]
@@ -64,7 +67,8 @@ def up(common, dry_run: Annotated[bool, Option("--dry-run", help=(
       gpu-bootstrap up --only node-prep -o json
     """
     options = options_from(common, dry_run=dry_run, offline=offline, kube_version=kube_version,
-                       preflight_report=preflight_report, render_dir=render_dir)
+                       preflight_report=preflight_report, render_dir=render_dir,
+                       allow_operand_restart=allow_operand_restart)
 
     def body():
         from . import app as application

@@ -1,14 +1,18 @@
 """The node-facts service: every GPU node's facts (driver, GPUs, runtime, toolkit), read once per run and shared by
 `doctor`, the preflight step and every step whose plan depends on them.
 
-Three sources behind one interface: probed now over SSH (`ProbedNodes`), read from a saved `doctor -o json`
-(`ReportedNodes`), or none at all (`NoNodeFacts`: an offline plan or `doctor --no-nodes`), which says why. The
-probing itself (the script, the parsers, the checks) lives in the pure probes/ package; only the fan-out is here.
+Four sources behind one interface, each saying where its facts came from (`source`): probed now over SSH
+(`ProbedNodes`), read from a saved `doctor -o json` (`ReportedNodes`), recorded in the cluster by the last
+successful preflight (`RecordedNodes`, for runs that leave preflight out), or none at all (`NoNodeFacts`: an offline
+plan or `doctor --no-nodes`), which says why. A node that could not be read comes back as a report whose ssh check
+failed: unknown, which no step takes for "no driver". The probing itself (script, parsers, checks) lives in the pure
+probes/ package; only the fan-out is here.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import GpuBootstrapError
 from ..probes.checks import PASS, WARN, NodeReport, evaluate, unreachable
 from ..probes.script import build, command_timeout, new_marker, split
 
@@ -63,6 +67,26 @@ class ReportedNodes(NodeFactsSource):
     def _read(self, names: list[str]) -> dict[str, NodeReport]:
         from ..probes import report
         return report.load(self.path, names)
+
+
+class RecordedNodes(NodeFactsSource):
+    """Facts the last successful preflight recorded in the cluster. A node it has no facts for is unknown."""
+
+    def __init__(self, names: list[str], kube):
+        super().__init__(names)
+        self.kube = kube
+        self.source = "recorded by preflight (none found)"
+
+    def _read(self, names: list[str]) -> dict[str, NodeReport]:
+        from ..probes.report import RECORD_NAME, RECORD_NAMESPACE, recorded_facts
+        try:
+            recorded, source = recorded_facts(self.kube.get("v1", "ConfigMap", RECORD_NAME, RECORD_NAMESPACE))
+        except GpuBootstrapError as error:  # the API failed: the facts are unknown, not absent
+            recorded, source = {}, f"the record could not be read: {error.message}"
+        self.source = source or "no facts recorded by an earlier preflight"
+        why = (f"no facts for this node: {self.source}; run preflight (drop --skip preflight / add it to --only) or "
+               f"pass --preflight-report FILE")
+        return {name: recorded.get(name) or unreachable(name, why) for name in names}
 
 
 class ProbedNodes(NodeFactsSource):

@@ -61,6 +61,10 @@ class Checkpoint:
         self._write(data)
         return record
 
+    def keep(self, manifest: dict) -> None:
+        """Write an object a step asked to keep beside the checkpoint (server-side apply, ours)."""
+        self.kube.apply(manifest)
+
     def forget(self, step_id: str) -> None:
         if self._exists is not False:
             self._write({step_id: None})

@@ -45,7 +45,7 @@ class Runner:
             for step in active:
                 check = probe[step.id][1]
                 self._finish(StepResult(step.id, "skipped" if check.status == SKIP else "unchanged", 0,
-                                        check.message))
+                                        _noted(check.message, check)))
             return self.ordered_results()
         self.ctx.kube.apply(cp.namespace_manifest())
         lock.acquire(force=force_unlock)
@@ -81,7 +81,7 @@ class Runner:
                 self._finish(StepResult(step.id, "skipped", 0, check.message))
                 return
             if done:
-                self._finish(StepResult(step.id, "unchanged", 0, check.message))
+                self._finish(StepResult(step.id, "unchanged", 0, _noted(check.message, check)))
                 return
             count = self._apply(step, check, lock)
             try:
@@ -91,9 +91,11 @@ class Runner:
                     self.ctx.gate.submit(step.id, change)
             if verified.status == FAIL or not verified.done:
                 raise StepFailed(f"verification failed: {verified.message}", step=step.id)
-            status = "applied" if count else "probed" if step.reads_only else "unchanged"
+            status = "probed" if step.reads_only else "applied" if count else "unchanged"
+            if (kept := step.record(self.ctx, check)) is not None:
+                self.checkpoint.keep(kept)
             self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), count, verified.message)
-            self._finish(StepResult(step.id, status, count, verified.message))
+            self._finish(StepResult(step.id, status, count, _noted(verified.message, check)))
         except KeyboardInterrupt:
             self._record_failure(step, "interrupted", "interrupted by a signal")
             self._finish(StepResult(step.id, "interrupted", 0, "interrupted"))
@@ -140,7 +142,7 @@ class Runner:
         for change in changes:
             self.ctx.gate.submit(step.id, change)
             self.ctx.reporter.change(step.id, change, applied=False)
-        status, message = "planned" if changes else "unchanged", check.message
+        status, message = "planned" if changes else "unchanged", _noted(check.message, check)
         if problems := self.ctx.gate.problems.get(step.id):
             # a plan whose manifests could not be rendered is not a complete plan: say so, not "planned"
             status, message = "incomplete", "planned, but " + "; ".join(problems)
@@ -236,3 +238,8 @@ def _undo_message(changes: list, planned: bool) -> str:
     shown = "; ".join(f"{c.summary} {c.target}" for c in changes[:3])
     more = f" (+{len(changes) - 3} more)" if len(changes) > 3 else ""
     return f"{'would ' if planned else ''}{shown}{more}"
+
+
+def _noted(message: str, check: Check) -> str:
+    """A step's result message with the warnings its check found (they are part of what the step did)."""
+    return " — ".join([message, *check.warnings]) if check.warnings else message

@@ -93,6 +93,11 @@ class Step:
     def undo_plan(self, ctx: "Context") -> list[Change]:
         return []
 
+    def record(self, ctx: "Context", check: Check) -> dict | None:
+        """An object to keep beside the checkpoint once the step succeeded (not in dry runs), e.g. the node facts
+        preflight read, so that later runs without preflight use them instead of guessing."""
+        return None
+
     def cleanup_plan(self, ctx: "Context") -> list[Change]:
         """Changes that remove what only verification needed (run after verify, whether it passed or not)."""
         return []

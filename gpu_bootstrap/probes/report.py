@@ -1,4 +1,6 @@
-"""Saved node facts: the `nodes` part of `gpu-bootstrap doctor -o json`, reused by `up --preflight-report FILE`."""
+"""Saved node facts: the `nodes` part of `gpu-bootstrap doctor -o json`, reused by `up --preflight-report FILE`; and
+the same facts as the last successful preflight recorded them in the cluster (a ConfigMap), reused by runs that
+leave preflight out (`--skip preflight`, `--only gpu-operator`)."""
 from __future__ import annotations
 
 import json
@@ -6,6 +8,31 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .checks import CHECK_IDS, NodeReport
+
+
+RECORD_NAMESPACE = "gpu-bootstrap"
+RECORD_NAME = "gpu-bootstrap-node-facts"
+
+
+def record_manifest(reports: dict[str, NodeReport], source: str, time: str) -> dict:
+    """The ConfigMap that keeps the last successful preflight's facts, with where they came from and when."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": RECORD_NAME, "namespace": RECORD_NAMESPACE,
+                         "labels": {"app.kubernetes.io/managed-by": "gpu-bootstrap"}},
+            "data": {"nodes.json": json.dumps(document(list(reports.values())), sort_keys=True),
+                     "source": source, "time": time}}
+
+
+def recorded_facts(config_map: dict | None) -> tuple[dict[str, NodeReport], str]:
+    """(reports by node, 'recorded by preflight at TIME from SOURCE') from the record; ({}, '') when there is none
+    or it cannot be read (then the facts are unknown, never absent)."""
+    data = (config_map or {}).get("data") or {}
+    try:
+        nodes = json.loads(data.get("nodes.json") or "{}").get("nodes") or []
+        reports = {r.name: r for r in (NodeReport.from_json(entry) for entry in nodes)}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}, ""
+    return reports, f"recorded by preflight at {data.get('time', '?')} from {data.get('source', '?')}"
 
 
 def load(path: Path, wanted: list[str]) -> dict[str, NodeReport]:

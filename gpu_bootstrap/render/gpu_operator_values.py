@@ -30,6 +30,14 @@ class Refusal(Exception):
         self.fix = fix
 
 
+class Unknown(Refusal):
+    """Facts the values depend on could not be read, and no deployed release says what to keep."""
+
+
+FACT_DEPENDENT = ("driver", "toolkit", "cdi")  # the subtrees derived from node facts
+RESTARTING = ("driver.enabled", "toolkit.enabled", "toolkit.env", "cdi.enabled", "cdi.nriPluginEnabled")
+
+
 @dataclass
 class Derived:
     path: str
@@ -73,12 +81,19 @@ class NodeFacts:
     toolkit_version: str | None
     toolkit_configured: bool
     toolkit_default: bool
+    unknown: str = ""  # why nothing could be read from this node: its facts are unknown, not absent
 
 
 def facts_from_reports(reports: dict) -> list[NodeFacts]:
-    """NodeReport objects (preflight) -> the facts the values depend on."""
+    """NodeReport objects (preflight) -> the facts the values depend on. A node whose ssh check failed has unknown
+    facts: it is never taken for a node without a driver or a runtime."""
     out = []
     for name, report in sorted(reports.items()):
+        ssh = next((c for c in report.checks if c.id == "ssh"), None)
+        if ssh is None or ssh.status == "fail":
+            out.append(NodeFacts(name, None, (), False, None, "standard", None, None, None, False, None, False, False,
+                                 unknown=(ssh.message if ssh else "no facts") or "no facts"))
+            continue
         data = {c.id: c.data or {} for c in report.checks}
         driver, runtime, toolkit = data.get("nvidia-driver", {}), data.get("container-runtime", {}), \
             data.get("nvidia-container-toolkit", {})
@@ -101,14 +116,22 @@ def base_values() -> dict:
     return yaml.safe_load(data_path("values", "gpu-operator.yaml").read_text()) or {}
 
 
-def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps: list[str]) -> ValuesPlan:
+def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps: list[str],
+           deployed: dict | None = None) -> ValuesPlan:
+    """`deployed`: the values of the release that runs now (None when none does). With a node's facts unknown, the
+    fact-dependent values of a running release are kept as they are; with no release running, that is refused."""
     section = config.gpu_operator
     base = base_values()
     derived: list[Derived] = []
     labels: dict[str, dict[str, str]] = {}
     warnings: list[str] = []
-    _driver(facts, section, derived, labels, warnings)
-    _toolkit(facts, section, operator_version, derived, warnings)
+    unknown = [f for f in facts if f.unknown]
+    if unknown:
+        warnings.append(_keep_deployed(unknown, deployed, derived))
+        facts = [f for f in facts if not f.unknown]
+    else:
+        _driver(facts, section, derived, labels, warnings)
+        _toolkit(facts, section, operator_version, derived, warnings)
     _placement(config, base, playbook_steps, derived)
     _sharing(facts, config, derived, labels, warnings)
     monitoring = "monitoring" in playbook_steps and config.monitoring.enabled
@@ -120,6 +143,39 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
         _set(tree, item.path, item.value)
     merged = deep_merge(deep_merge(base, tree), section.values)
     return ValuesPlan(base, derived, dict(section.values), merged, labels, warnings)
+
+
+def _keep_deployed(unknown: list[NodeFacts], deployed: dict | None, derived: list) -> str:
+    why = "; ".join(f"{f.name}: {f.unknown}" for f in unknown[:4]) + (" …" if len(unknown) > 4 else "")
+    if deployed is None:
+        raise Unknown(f"the facts of {_nodes(f.name for f in unknown)} could not be read ({why}), and whether the "
+                      f"operator must install the driver and the toolkit depends on them",
+                      "make the nodes reachable over SSH (gpu-bootstrap doctor), or pass --preflight-report FILE "
+                      "with their facts")
+    kept = f"the facts of {_nodes(f.name for f in unknown)} are unknown ({why})"
+    for key in FACT_DEPENDENT:
+        if key in deployed:
+            derived.append(Derived(key, deployed[key], f"kept from the running release: {kept}"))
+    return f"{kept}: the driver and toolkit values of the running release are kept"
+
+
+def restarts(deployed: dict, merged: dict) -> list[str]:
+    """The values of a running release whose change restarts the operands on every GPU node, as they would change
+    ('driver.enabled: false → true')."""
+    found = []
+    for path in RESTARTING:
+        old, new = _lookup(deployed, path), _lookup(merged, path)
+        if old != new:
+            found.append(f"{path}: {json.dumps(old)} → {json.dumps(new)}")
+    return found
+
+
+def _lookup(tree: dict, path: str):
+    for part in path.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
 
 
 def _driver(facts, section, derived, labels, warnings) -> None:

@@ -158,12 +158,13 @@ class GpuOperator(Step):
             return f"the chart {version} requires Kubernetes {constraint}, but the cluster runs {kube}"
         return None
 
-    def values(self, ctx) -> values_render.ValuesPlan:
+    def values(self, ctx, deployed: dict | None) -> values_render.ValuesPlan:
+        """The values to install; `deployed`, the running release's values, is what unknown node facts keep."""
         if self._values is None:
             chart, meta = self.chart(ctx)
             facts = values_render.facts_from_reports(ctx.node_facts.reports())
             self._values = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
-                                                list(ctx.options.playbook))
+                                                list(ctx.options.playbook), deployed)
         return self._values
 
     def inputs(self, ctx) -> dict:
@@ -176,13 +177,15 @@ class GpuOperator(Step):
     # --- check / plan ---------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:
         section = ctx.config.gpu_operator
+        status = ctx.helm.status(section.release, section.namespace)
+        deployed = (status.get("config") or {}) if status else None
         try:
             chart, meta = self.chart(ctx)
             version = self.version_of(chart, meta)
             problem = self.version_problem(ctx, version, meta)
             if problem:
                 return Check(FAIL, problem)
-            plan = self.values(ctx)
+            plan = self.values(ctx, deployed)
         except ChartProblem as error:
             return Check(FAIL, str(error))
         except values_render.Refusal as refusal:
@@ -192,7 +195,14 @@ class GpuOperator(Step):
                                                            LABELS_ANNOTATION)
                          for name, node in nodes.items() if node is not None}
         label_patches = {k: v for k, v in label_patches.items() if v}
-        release = self._release_state(ctx, chart, version, plan.merged if ctx.node_facts.reports() else None)
+        release = self._release_state(ctx, status, chart, version,
+                                      plan.merged if ctx.node_facts.reports() else None)
+        if release["installed"] and not release["up_to_date"] and not ctx.options.allow_operand_restart:
+            if changes := values_render.restarts(deployed or {}, plan.merged):
+                return Check(FAIL, f"the plan changes what the running {section.release} does on every GPU node "
+                                   f"({'; '.join(changes)}), which restarts its operands there — rerun with "
+                                   f"--allow-operand-restart to apply it, or check the node facts first "
+                                   f"(gpu-bootstrap doctor)")
         facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version())
         if release["up_to_date"] and not label_patches:
             return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts,
@@ -200,11 +210,10 @@ class GpuOperator(Step):
         return Check(WARN, f"{section.release} {version}: {release['reason']}", facts=facts,
                      warnings=list(plan.warnings))
 
-    def _release_state(self, ctx, chart: Chart, version: str, values: dict | None) -> dict:
-        """Is the deployed release what we would deploy? values=None: no node facts (doctor --no-nodes), so only
-        the chart version can be compared."""
+    def _release_state(self, ctx, status: dict | None, chart: Chart, version: str, values: dict | None) -> dict:
+        """Is the deployed release (helm status) what we would deploy? values=None: no node facts (doctor
+        --no-nodes), so only the chart version can be compared."""
         section = ctx.config.gpu_operator
-        status = ctx.helm.status(section.release, section.namespace)
         if status is None:
             return {"up_to_date": False, "reason": "not installed", "installed": None}
         deployed = ctx.helm.deployed_chart(section.release, section.namespace) or ""

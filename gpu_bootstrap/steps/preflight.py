@@ -41,6 +41,7 @@ class Preflight(Step):
     id = "preflight"
     title = "Check GPU nodes over SSH"
     reads_only = True
+    revision = 2  # records the facts it read (runs that leave preflight out use them)
 
     def inputs(self, ctx) -> dict:
         return {"nodes": [n.model_dump(mode="json") for n in ctx.config.nodes],
@@ -52,6 +53,13 @@ class Preflight(Step):
 
     def plan(self, ctx, check: Check) -> list[Change]:
         return []  # preflight only reads
+
+    def record(self, ctx, check: Check) -> dict | None:
+        if check.facts is None:
+            return None
+        from ..pipeline.checkpoint import now
+        from ..probes.report import record_manifest
+        return record_manifest(check.facts.reports, check.facts.source, now())
 
     def doctor(self, ctx) -> list[Check]:
         return []  # its findings are the doctor's node section
