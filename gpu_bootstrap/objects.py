@@ -45,6 +45,34 @@ def pin_resource_version(body: dict, live: dict | None) -> dict:
     return body
 
 
+# --- nodes ------------------------------------------------------------------------------------------------------------
+def node_ready(node: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def room_for_platform(nodes: list[dict], gpu_nodes: set[str], taint: dict | None) -> list[str] | None:
+    """The nodes where platform pods (the operator, NFD's master, the scheduler) can still run once the GPU nodes
+    carry `taint`: Ready, schedulable, and with no NoSchedule/NoExecute taint. Empty: tainting leaves no room.
+    None: unknown (a node reports no conditions, as in an offline plan), which is not "no room"."""
+    room = []
+    if any(not (node.get("status") or {}).get("conditions") for node in nodes):
+        return None
+    for node in nodes:
+        name = node["metadata"]["name"]
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        if name in gpu_nodes and taint is not None:
+            taints.append(taint)
+        blocking = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")]
+        if node_ready(node) and not (node.get("spec") or {}).get("unschedulable") and not blocking:
+            room.append(name)
+    return room
+
+
+def toleration_for(taint: dict) -> dict:
+    return {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
+
+
 # --- pods -------------------------------------------------------------------------------------------------------------
 def pod_ready(pod: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"

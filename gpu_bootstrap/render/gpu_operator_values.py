@@ -35,6 +35,8 @@ class Unknown(Refusal):
 
 
 FACT_DEPENDENT = ("driver", "toolkit", "cdi")  # the subtrees derived from node facts
+CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "",
+                            "effect": "NoSchedule"}  # the chart's own default for the operator and NFD's master
 RESTARTING = ("driver.enabled", "toolkit.enabled", "toolkit.env", "cdi.enabled", "cdi.nriPluginEnabled")
 
 
@@ -117,9 +119,10 @@ def base_values() -> dict:
 
 
 def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps: list[str],
-           deployed: dict | None = None) -> ValuesPlan:
+           deployed: dict | None = None, no_room: bool = False) -> ValuesPlan:
     """`deployed`: the values of the release that runs now (None when none does). With a node's facts unknown, the
-    fact-dependent values of a running release are kept as they are; with no release running, that is refused."""
+    fact-dependent values of a running release are kept as they are; with no release running, that is refused.
+    `no_room`: tainting the GPU nodes leaves no other node, so the operator's own pods must tolerate the taint."""
     section = config.gpu_operator
     base = base_values()
     derived: list[Derived] = []
@@ -132,7 +135,7 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
     else:
         _driver(facts, section, derived, labels, warnings)
         _toolkit(facts, section, operator_version, derived, warnings)
-    _placement(config, base, playbook_steps, derived)
+    _placement(config, base, playbook_steps, derived, no_room)
     _sharing(facts, config, derived, labels, warnings)
     monitoring = "monitoring" in playbook_steps and config.monitoring.enabled
     derived.append(Derived("dcgmExporter.serviceMonitor.enabled", monitoring,
@@ -279,8 +282,15 @@ def _nri(facts, operator_version, derived) -> None:
                                                          f"{_nodes(f.name for f in facts)}: no runtime config paths"))
 
 
-def _placement(config, base, playbook_steps, derived) -> None:
+def _placement(config, base, playbook_steps, derived, no_room: bool = False) -> None:
     taint = config.node_prep.taint if config.node_prep.enabled and "node-prep" in playbook_steps else None
+    if taint is not None and no_room:
+        toleration = {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+        why = (f"no node stays untainted, schedulable and Ready once the GPU nodes carry {taint}: the operator's "
+               f"own pods must tolerate it")
+        for path in ("operator.tolerations", "node-feature-discovery.master.tolerations"):
+            derived.append(Derived(path, [CONTROL_PLANE_TOLERATION, toleration], why))
+        derived.append(Derived("node-feature-discovery.gc.tolerations", [toleration], why))
     if taint is not None:
         default = base.get("daemonsets", {}).get("tolerations") or []
         toleration = {"key": taint.key, "operator": "Exists", "effect": taint.effect}

@@ -72,8 +72,9 @@ def labels(settings) -> dict:
     return {"app.kubernetes.io/name": settings.name, **MANAGED}
 
 
-def manifests(settings, kube_version: str) -> list[dict]:
-    """Everything the scheduler needs, in the order to apply it (the reverse is the order to remove it)."""
+def manifests(settings, kube_version: str, tolerations: list[dict] = ()) -> list[dict]:
+    """Everything the scheduler needs, in the order to apply it (the reverse is the order to remove it).
+    `tolerations`: for a cluster whose every node is a tainted GPU node, so the scheduler can run at all."""
     name, namespace = settings.name, settings.namespace
     text = config_text(settings, kube_version)
     objects = [
@@ -90,7 +91,7 @@ def manifests(settings, kube_version: str) -> list[dict]:
                     "resourceNames": [settings.lease], "verbs": ["get", "update", "patch", "watch"]}]},
         _role_binding(f"{name}-leader-election", namespace, f"{name}-leader-election", settings),
         {**_object("v1", "ConfigMap", f"{name}-config", namespace, settings), "data": {CONFIG_FILE: text}},
-        deployment(settings, kube_version, text),
+        deployment(settings, kube_version, text, list(tolerations)),
     ]
     if settings.replicas > 1:
         objects.append({**_object("policy/v1", "PodDisruptionBudget", name, namespace, settings),
@@ -102,7 +103,7 @@ def selector(settings) -> dict:
     return {"app.kubernetes.io/name": settings.name}
 
 
-def deployment(settings, kube_version: str, text: str) -> dict:
+def deployment(settings, kube_version: str, text: str, tolerations: list[dict] = ()) -> dict:
     probe = {"httpGet": {"path": "/healthz", "port": SECURE_PORT, "scheme": "HTTPS"}}
     container = {
         "name": "kube-scheduler",
@@ -134,6 +135,8 @@ def deployment(settings, kube_version: str, text: str) -> dict:
             "volumes": [{"name": "config", "configMap": {"name": f"{settings.name}-config"}}],
         },
     }
+    if tolerations:
+        template["spec"]["tolerations"] = list(tolerations)
     return {**_object("apps/v1", "Deployment", settings.name, settings.namespace, settings),
             "spec": {"replicas": settings.replicas, "selector": {"matchLabels": selector(settings)},
                      "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},

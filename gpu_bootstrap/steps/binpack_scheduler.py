@@ -11,9 +11,10 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..objects import differences, lease_fresh, unschedulable, waiting
+from ..objects import differences, lease_fresh, toleration_for, unschedulable, waiting
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..render import scheduler as render
+from .node_prep import gpu_taint, no_room_warning
 
 OWNED_KINDS = (  # (apiVersion, kind, namespaced) in the order they are applied
     ("v1", "ServiceAccount", True),
@@ -50,14 +51,19 @@ class BinpackScheduler(Step):
     def inputs(self, ctx) -> dict:
         return {"scheduler": ctx.config.scheduler.model_dump(mode="json"), "kube": ctx.server_version()}
 
-    def desired(self, ctx) -> list[dict]:
-        return render.manifests(ctx.config.scheduler, ctx.server_version())
+    def desired(self, ctx, nodes: list[dict]) -> list[dict]:
+        """`nodes`: the cluster's nodes; when tainting the GPU nodes leaves none of them free, the scheduler
+        tolerates the GPU taint (it would never start otherwise)."""
+        tolerations = []
+        if no_room_warning(nodes, ctx.config, ctx.options.playbook):
+            tolerations = [toleration_for(gpu_taint(ctx.config, ctx.options.playbook))]
+        return render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations)
 
     # --- reading the cluster ------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:
         settings = ctx.config.scheduler
         try:
-            desired = self.desired(ctx)
+            desired = self.desired(ctx, ctx.kube.list("v1", "Node"))
         except ConfigError as error:  # a cluster too old for the profile: a failed check, not bad input
             return Check(FAIL, error.one_line())
         drift = {}

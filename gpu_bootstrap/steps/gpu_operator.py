@@ -18,6 +18,7 @@ from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..refs import Chart
 from ..render import gpu_operator_values as values_render
 from ..render import node_prep as labels_render
+from .node_prep import no_room_warning
 from .preflight import facts_digest
 
 LABELS_ANNOTATION = "gpu-bootstrap.io/gpu-operator"
@@ -158,13 +159,13 @@ class GpuOperator(Step):
             return f"the chart {version} requires Kubernetes {constraint}, but the cluster runs {kube}"
         return None
 
-    def values(self, ctx, deployed: dict | None) -> values_render.ValuesPlan:
+    def values(self, ctx, deployed: dict | None, no_room: bool) -> values_render.ValuesPlan:
         """The values to install; `deployed`, the running release's values, is what unknown node facts keep."""
         if self._values is None:
             chart, meta = self.chart(ctx)
             facts = values_render.facts_from_reports(ctx.node_facts.reports())
             self._values = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
-                                                list(ctx.options.playbook), deployed)
+                                                list(ctx.options.playbook), deployed, no_room)
         return self._values
 
     def inputs(self, ctx) -> dict:
@@ -179,18 +180,21 @@ class GpuOperator(Step):
         section = ctx.config.gpu_operator
         status = ctx.helm.status(section.release, section.namespace)
         deployed = (status.get("config") or {}) if status else None
+        everything = ctx.kube.list("v1", "Node")
+        no_room = bool(no_room_warning(everything, ctx.config, ctx.options.playbook))
         try:
             chart, meta = self.chart(ctx)
             version = self.version_of(chart, meta)
             problem = self.version_problem(ctx, version, meta)
             if problem:
                 return Check(FAIL, problem)
-            plan = self.values(ctx, deployed)
+            plan = self.values(ctx, deployed, no_room)
         except ChartProblem as error:
             return Check(FAIL, str(error))
         except values_render.Refusal as refusal:
             return Check(FAIL, f"{refusal.message} — {refusal.fix}")
-        nodes = {n.name: ctx.kube.get("v1", "Node", n.name) for n in ctx.config.nodes}
+        by_name = {node["metadata"]["name"]: node for node in everything}
+        nodes = {n.name: by_name.get(n.name) for n in ctx.config.nodes}
         label_patches = {name: labels_render.prepare_patch(node, plan.node_labels.get(name, {}), None,
                                                            LABELS_ANNOTATION)
                          for name, node in nodes.items() if node is not None}

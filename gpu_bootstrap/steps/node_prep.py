@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..objects import pin_resource_version
+from ..objects import pin_resource_version, room_for_platform
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..render import node_prep as render
 
@@ -11,6 +11,24 @@ from ..render import node_prep as render
 @dataclass(frozen=True)
 class NodePrepFacts:
     nodes: dict  # configured node name -> the Node as read
+
+
+def gpu_taint(config, playbook) -> dict | None:
+    """The taint the GPU nodes carry once this playbook ran (None: node-prep does not taint them)."""
+    section = config.node_prep
+    if not (section.enabled and section.taint and "node-prep" in playbook):
+        return None
+    return section.taint.as_taint()
+
+
+def no_room_warning(nodes: list[dict], config, playbook) -> str | None:
+    """Said when tainting the GPU nodes leaves no node for the platform's own pods."""
+    taint = gpu_taint(config, playbook)
+    if taint is None or room_for_platform(nodes, {n.name for n in config.nodes}, taint) != []:
+        return None  # room, or unknown (which is not "no room")
+    return (f"tainting the GPU nodes leaves no untainted, schedulable, Ready node: the gpu-operator's control plane "
+            f"(operator, NFD master and gc) and the bin-packing scheduler get a toleration for {config.node_prep.taint} "
+            f"so that they can run on the GPU nodes")
 
 
 class NodePrep(Step):
@@ -41,15 +59,18 @@ class NodePrep(Step):
             if render.prepare_patch(node, labels, taint) is not None:
                 pending.append(configured.name)
         facts = NodePrepFacts(nodes)
+        everything = ctx.kube.list("v1", "Node")
+        warnings = [w for w in [no_room_warning(everything, ctx.config, ctx.options.playbook)] if w]
         if missing:
-            known = sorted(n["metadata"]["name"] for n in ctx.kube.list("v1", "Node"))
+            known = sorted(n["metadata"]["name"] for n in everything)
             return Check(FAIL, f"node(s) {', '.join(missing)} not found in the cluster (it has: "
                                f"{', '.join(known[:10]) or 'no nodes'}{' ...' if len(known) > 10 else ''}); fix "
                                f"`nodes` in the config", facts=facts)
         if pending:
             return Check(WARN, f"{len(pending)} of {len(nodes)} GPU node(s) need taint/labels: {', '.join(pending)}",
-                         facts=facts)
-        return Check(PASS, f"{len(nodes)} GPU node(s) tainted and labelled", done=True, facts=facts)
+                         facts=facts, warnings=warnings)
+        return Check(WARN if warnings else PASS, f"{len(nodes)} GPU node(s) tainted and labelled", done=True,
+                     facts=facts, warnings=warnings)
 
     def plan(self, ctx, check: Check) -> list[Change]:
         labels, taint = self.wanted(ctx.config)
