@@ -189,7 +189,7 @@ def test_mig_labels_every_node_and_warns_about_gpus_that_cannot():
     ("1.36.0", ["v26.7.0"]), ("1.37.0", ["v26.7.0"]), ("1.38.1", []),
 ])
 def test_fitting_releases(kube, expected):
-    assert [line.latest for line in versions.fitting(kube)] == expected
+    assert [release.version for release in versions.catalogue("gpu-operator").fitting(kube)] == expected
 
 
 @pytest.mark.parametrize("constraint, kube, allowed", [
@@ -201,4 +201,4 @@ def test_chart_kube_version_constraints(constraint, kube, allowed):
 
 
 def test_every_table_row_has_a_source():
-    assert all(line.source for line in versions.table())
+    assert all(release.source for release in versions.catalogue("gpu-operator").releases)
