@@ -2,12 +2,13 @@
 catalogues that say which release of a chart fits which Kubernetes version (data/<chart>-versions.yaml), with the one
 rule every chart's version choice follows: the newest release line whose row admits the cluster's version, and a
 refusal naming the nearest lines on both sides and the two ways out when none does.
-Pure: no cluster, no helm.
+Pure: no cluster, no helm. `python -m gpu_bootstrap.versions --markdown` prints the README's "Supported versions".
 """
 from __future__ import annotations
 
 import functools
 import re
+import sys
 from dataclasses import dataclass
 
 import yaml
@@ -63,7 +64,7 @@ def constraint_allows(constraint: str, kube_version: str) -> bool:
     return True
 
 
-# --- release catalogues: which release of a chart fits which Kubernetes ---------------------------------------------
+# --- release catalogues: which release of a chart fits which Kubernetes -----------------------------------------------
 MINORS = range(100)  # the Kubernetes 1.x minors a catalogue is scanned over (nearest lines, the README table)
 
 
@@ -279,3 +280,45 @@ def _nearest_text(cat: Catalogue, kube_version: str) -> str:
     older = f"{below.label} ({below.describe()})" if below else "none"
     newer = f"{above.label} ({above.describe()})" if above else "none"
     return f"the nearest lines are {older} for older Kubernetes and {newer} for newer"
+
+
+# --- the README's "Supported versions" section ------------------------------------------------------------------------
+def markdown() -> str:
+    """The catalogues as tables, and what `up` chooses for each Kubernetes minor (README, between its markers)."""
+    from .render.scheduler import config_api_version  # the scheduler's own rule (render imports this module)
+    out = []
+    for chart in CATALOGUES:
+        cat = catalogue(chart)
+        out += [f"`{chart}` (`gpu_bootstrap/data/{cat.file}`):", "",
+                "| line | installs | Kubernetes | source |", "|---|---|---|---|"]
+        out += [f"| {r.label} | {r.version} | {r.range} | {r.source} |" for r in cat.releases]
+        out.append("")
+    operator, monitoring = catalogue("gpu-operator"), catalogue("kube-prometheus-stack")
+    admitted = sorted({m for r in operator.releases for m in r.minors()})
+    minors = [(1, admitted[0][1] - 1), *admitted, (1, admitted[-1][1] + 1)]
+    out += ["What is chosen by default for each Kubernetes minor (the scheduler's image is always",
+            "`kube-scheduler:v<the API server's version>`; kube-prometheus-stack is for the coming monitoring step):", "",
+            "| Kubernetes | gpu-operator | scheduler config | kube-prometheus-stack |", "|---|---|---|---|"]
+    for minor in minors:
+        kube = f"{_minor_text(minor)}.0"
+        cells = [_cell(operator, kube), _scheduler_cell(config_api_version, kube), _cell(monitoring, kube)]
+        out.append(f"| {_minor_text(minor)} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _cell(cat: Catalogue, kube: str) -> str:
+    fits = cat.fitting(kube)
+    return f"{fits[0].label} ({fits[0].version})" if fits else "refused"
+
+
+def _scheduler_cell(config_api_version, kube: str) -> str:
+    try:
+        return f"`{config_api_version(kube).rsplit('/', 1)[-1]}`"
+    except ConfigError:
+        return "refused"
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m gpu_bootstrap.versions --markdown`
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m gpu_bootstrap.versions --markdown")
+    sys.stdout.write(markdown())

@@ -4,7 +4,10 @@ kube-prometheus-stack through the same code."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -31,7 +34,7 @@ GPU_OPERATOR_TABLE = {
 }
 
 
-# --- parsing ------------------------------------------------------------------------------------------------------
+# --- parsing ----------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("text, expected", [
     ("1.31", "1.31.0"), ("v1.31.2", "1.31.2"), (" 1.24.17 ", "1.24.17"), ("1.31.4+k3s1", "1.31.4"),
     ("v1.30.5+rke2r1", "1.30.5"), ("1.31.4-eks-2d5f260", "1.31.4"), ("v1.29.10-gke.1227000", "1.29.10"),
@@ -46,7 +49,7 @@ def test_not_kube_versions(text):
         versions.normalize_kube_version(text)
 
 
-# --- the data files -----------------------------------------------------------------------------------------------
+# --- the data files ---------------------------------------------------------------------------------------------------
 def test_the_gpu_operator_table_has_every_line_from_24_6_to_26_7():
     assert {r.line: (r.version, r.kube_min, r.kube_max) for r in OPERATOR.releases} == GPU_OPERATOR_TABLE
     assert [r.line for r in OPERATOR.releases] == list(GPU_OPERATOR_TABLE)  # newest first
@@ -85,7 +88,7 @@ def test_a_malformed_row_is_named(row, problem):
         versions._release(row, "x-versions.yaml")
 
 
-# --- the rule: the newest line that fits ---------------------------------------------------------------------------
+# --- the rule: the newest line that fits ------------------------------------------------------------------------------
 @pytest.mark.parametrize("minor, line", [
     (23, "24.6"), (24, "24.9"), (25, "24.9"), (28, "24.9"), (29, "25.3"), (30, "25.10"), (31, "25.10"), (32, "26.3"),
     (33, "26.7"), (35, "26.7"), (37, "26.7"),
@@ -140,7 +143,7 @@ def test_the_nearest_lines_on_both_sides_of_a_gap():
     assert choose(gap, "1.24.0", skip_check=True).version == "v2.0.0"  # one minor away, against two
 
 
-# --- pins ------------------------------------------------------------------------------------------------------------
+# --- pins -------------------------------------------------------------------------------------------------------------
 def test_a_pinned_release_in_range_is_accepted_with_its_range():
     choice = check_pin(OPERATOR, "v24.6.1", "1.24.9")
     assert (choice.release.line, choice.version, choice.validated) == ("24.6", "v24.6.1", True)
@@ -171,7 +174,7 @@ def test_a_release_missing_from_the_table_falls_back_to_its_charts_constraint():
         check_pin(OPERATOR, "v27.1.0", "1.33.1", ">=1.34.0-0")
 
 
-# --- the same rule for kube-prometheus-stack ------------------------------------------------------------------------
+# --- the same rule for kube-prometheus-stack --------------------------------------------------------------------------
 @pytest.mark.parametrize("kube, version", [
     ("1.19.0", "72.9.1"), ("1.24.17", "72.9.1"), ("1.24.0-eks-1", "72.9.1"), ("1.25.0", "88.5.3"), ("1.31.4", "88.5.3"),
     ("1.37.2", "88.5.3"),
@@ -199,7 +202,7 @@ def test_the_kube_prometheus_stack_row_is_the_local_charts_own_constraint():
     assert (row.version, row.constraint) == (meta["version"], meta["kubeVersion"])
 
 
-# --- through the CLI -------------------------------------------------------------------------------------------------
+# --- through the CLI --------------------------------------------------------------------------------------------------
 def test_a_refusal_is_exit_2_with_the_message_and_no_traceback(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("nodes: [{name: gpu-1}]\n")
@@ -232,3 +235,35 @@ def test_doctor_reports_a_refused_release_as_a_failed_check(cluster, tmp_path):
         "gpu-operator v26.7.0 is validated for Kubernetes 1.33-1.37, but the cluster runs 1.31.4; releases that fit: "
         "v25.10.1 (validated for 1.30-1.34)")
     assert "skip_version_check" in checks["gpu-operator"]["message"]
+
+
+# --- the README's "Supported versions" ------------------------------------------------------------------------------
+README = Path(__file__).resolve().parent.parent / "README.md"
+BEGIN, END = "<!-- supported-versions:begin -->\n", "<!-- supported-versions:end -->"
+
+
+def test_the_readme_tables_are_generated_from_the_data_files():
+    text = README.read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    section = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
+    assert section == versions.markdown(), "README drifted: paste `python -m gpu_bootstrap.versions --markdown`"
+    for release in OPERATOR.releases + KPS.releases:
+        assert f"| {release.label} | {release.version} | {release.range} | {release.source} |" in section
+
+
+def test_the_readme_shows_the_plan_line_and_the_refusal_as_they_are():
+    text = README.read_text()
+    choice = choose(OPERATOR, "1.32.2")
+    assert f"install: gpu-operator {choice.release.label} ({choice.version})  ← {choice.reason}\n" in text
+    with pytest.raises(UnsupportedVersion) as refused:
+        choose(OPERATOR, "1.22.0")
+    assert f"error: [gpu-operator] {refused.value.one_line()}\n" in text
+
+
+def test_the_markdown_command():
+    done = subprocess.run([sys.executable, "-m", "gpu_bootstrap.versions", "--markdown"], capture_output=True,
+                          text=True, cwd=README.parent, timeout=60)
+    assert done.returncode == 0 and done.stdout == versions.markdown()
+    wrong = subprocess.run([sys.executable, "-m", "gpu_bootstrap.versions"], capture_output=True, text=True,
+                           cwd=README.parent, timeout=60)
+    assert wrong.returncode == 1 and "usage" in wrong.stderr
