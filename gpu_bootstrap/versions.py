@@ -1,17 +1,23 @@
-"""Versions, in one place: parsing Kubernetes and chart versions, Helm's kubeVersion constraints, and the catalogue
-of which gpu-operator release NVIDIA validated for which Kubernetes versions (data/gpu-operator-versions.yaml).
-Pure: no cluster, no helm."""
+"""Versions, in one place: parsing Kubernetes and chart versions, Helm's kubeVersion constraints, and the release
+catalogues that say which release of a chart fits which Kubernetes version (data/<chart>-versions.yaml), with the one
+rule every chart's version choice follows: the newest release line whose row admits the cluster's version, and a
+refusal naming the nearest lines on both sides and the two ways out when none does.
+Pure: no cluster, no helm. `python -m gpu_bootstrap.versions --markdown` prints the README's "Supported versions".
+"""
 from __future__ import annotations
 
 import functools
 import re
+import sys
 from dataclasses import dataclass
 
 import yaml
 
+from .errors import ConfigError
 from .paths import PACKAGE
 
-KUBE_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+# 'v1.31.4', '1.31', and the build suffixes distributions add after the patch ('1.31.4+k3s1', '1.31.4-eks-2d5f260')
+KUBE_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+)(?:[-+][0-9A-Za-z][0-9A-Za-z.+-]*)?)?")
 DEFAULT_KUBE_VERSION = "1.33.0"  # offline plans and simulate without a cluster: inside the default release's range
 
 
@@ -30,7 +36,7 @@ def version_tuple(text: str | None, parts: int = 3) -> tuple[int, ...]:
 
 
 def normalize_kube_version(text: str) -> str:
-    """'1.31' or 'v1.31.2' -> '1.31.0' / '1.31.2'. Raises ValueError for anything else."""
+    """'1.31', 'v1.31.2' or '1.31.2+k3s1' -> '1.31.0' / '1.31.2' / '1.31.2'. Raises ValueError for anything else."""
     match = KUBE_VERSION.fullmatch(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a Kubernetes version")
@@ -58,35 +64,261 @@ def constraint_allows(constraint: str, kube_version: str) -> bool:
     return True
 
 
-# --- the gpu-operator catalogue ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Line:
-    line: str  # "26.7"
-    latest: str
-    k8s_min: tuple[int, int]
-    k8s_max: tuple[int, int]
-    source: str
+# --- release catalogues: which release of a chart fits which Kubernetes -----------------------------------------------
+MINORS = range(100)  # the Kubernetes 1.x minors a catalogue is scanned over (nearest lines, the README table)
 
-    def supports(self, kube: tuple[int, int]) -> bool:
-        return self.k8s_min <= kube <= self.k8s_max
+
+def _minor_text(minor: tuple[int, int]) -> str:
+    return f"{minor[0]}.{minor[1]}"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One row of a catalogue: a release line, the version installed when it is chosen (its newest release), and
+    the Kubernetes versions it fits, as a validated range of minors or as a Helm kubeVersion constraint."""
+
+    line: str  # "26.7" (a gpu-operator release line), "88" (a chart major)
+    version: str  # "v26.7.0": what is installed when this line is chosen
+    source: str
+    kube_min: tuple[int, int] | None = None
+    kube_max: tuple[int, int] | None = None
+    constraint: str = ""  # e.g. ">=1.25.0-0": the chart's own kubeVersion, when the row gives no validated range
+    note: str = ""  # where sources disagree, and which reading the row follows
+
+    def admits(self, kube_version: str) -> bool:
+        if self.constraint:
+            return constraint_allows(self.constraint, kube_version)
+        return self.kube_min <= minor_of(kube_version) <= self.kube_max
+
+    def minors(self) -> tuple[tuple[int, int], ...]:
+        return tuple((1, m) for m in MINORS if self.admits(f"1.{m}.0"))
+
+    @property
+    def label(self) -> str:
+        """'v26.7.x', '88.x': the line as people write it."""
+        return f"{'v' if self.version.startswith('v') else ''}{self.line}.x"
 
     @property
     def range(self) -> str:
-        return f"{self.k8s_min[0]}.{self.k8s_min[1]}-{self.k8s_max[0]}.{self.k8s_max[1]}"
+        """'1.33-1.37', or the constraint ('>=1.25.0-0')."""
+        if self.constraint:
+            return self.constraint
+        return f"{_minor_text(self.kube_min)}-{_minor_text(self.kube_max)}"
+
+    def describe(self) -> str:
+        """For lists of releases: 'validated for 1.23-1.30' / 'kubeVersion >=1.19.0-0'."""
+        return f"kubeVersion {self.constraint}" if self.constraint else f"validated for {self.range}"
+
+    def requirement(self) -> str:
+        """For refusals: 'is validated for Kubernetes 1.33-1.37' / 'requires Kubernetes >=1.25.0-0'."""
+        return f"requires Kubernetes {self.constraint}" if self.constraint else \
+            f"is validated for Kubernetes {self.range}"
 
 
-@functools.lru_cache(maxsize=1)
-def table() -> tuple[Line, ...]:
-    rows = yaml.safe_load((PACKAGE / "data" / "gpu-operator-versions.yaml").read_text())
-    return tuple(Line(str(r["line"]), r["latest"], minor_of(r["kubernetes"]["min"]), minor_of(r["kubernetes"]["max"]),
-                      r.get("source", "")) for r in rows)
+@dataclass(frozen=True)
+class Catalogue:
+    chart: str  # "gpu-operator"
+    section: str  # the config section whose `version` pins a release and whose `skip_version_check` overrides
+    rule: str  # why the default is what it is ({kube}: 'x.y'): "newest release NVIDIA validated for Kubernetes 1.32"
+    verb: str  # "is validated for" / "admits": "no <chart> release in gpu-bootstrap's table <verb> Kubernetes X"
+    releases: tuple[Release, ...]  # newest line first
+    file: str = ""
+
+    def fitting(self, kube_version: str) -> list[Release]:
+        return [release for release in self.releases if release.admits(kube_version)]
+
+    def line_of(self, version: str) -> Release | None:
+        """The row of a chart version's line ('v25.3.1' -> the 25.3 row), or None when the table lacks it."""
+        for release in self.releases:
+            parts = tuple(int(p) for p in release.line.split("."))
+            if version_tuple(version, len(parts)) == parts:
+                return release
+        return None
+
+    def nearest(self, kube_version: str) -> tuple[Release | None, Release | None]:
+        """The closest lines on either side of a version no line admits: (the one for the newest older Kubernetes,
+        the one for the oldest newer Kubernetes); newer lines win ties."""
+        kube = minor_of(kube_version)
+        older = [(max(m for m in r.minors() if m < kube), i, r) for i, r in enumerate(self.releases)
+                 if any(m < kube for m in r.minors())]
+        newer = [(min(m for m in r.minors() if m > kube), i, r) for i, r in enumerate(self.releases)
+                 if any(m > kube for m in r.minors())]
+        below = max(older, key=lambda t: (t[0], -t[1]))[2] if older else None
+        above = min(newer, key=lambda t: (t[0], t[1]))[2] if newer else None
+        return below, above
 
 
-def line_of(operator_version: str) -> Line | None:
-    key = "%d.%d" % minor_of(operator_version)
-    return next((line for line in table() if line.line == key), None)
+@dataclass(frozen=True)
+class Choice:
+    """The release to install and why, in one line for the plan."""
+
+    release: Release | None  # None: a pinned version whose line the table does not have
+    version: str
+    reason: str
+    validated: bool = True  # False: installed outside the table's ranges (skip_version_check) or not in it
+    warning: str = ""
 
 
-def fitting(kube_version: str) -> list[Line]:
-    kube = minor_of(kube_version)
-    return sorted((line for line in table() if line.supports(kube)), key=lambda l: minor_of(l.line), reverse=True)
+class UnsupportedVersion(ConfigError):
+    """No release in the table fits the cluster's Kubernetes version, or the pinned one does not: bad input (exit
+    2), refused before anything is written."""
+
+
+CATALOGUES = {
+    "gpu-operator": dict(file="gpu-operator-versions.yaml", section="gpu_operator",
+                         rule="newest release NVIDIA validated for Kubernetes {kube}", verb="is validated for"),
+    "kube-prometheus-stack": dict(file="kube-prometheus-stack-versions.yaml", section="monitoring",
+                                  rule="newest release whose kubeVersion admits Kubernetes {kube}", verb="admits"),
+}
+
+
+def _release(row: dict, file: str) -> Release:
+    try:
+        line, version, source = str(row["line"]), str(row["latest"]), str(row["source"])
+    except (KeyError, TypeError):
+        raise ValueError(f"{file}: every row needs line, latest and source: {row!r}") from None
+    if bool(row.get("kubernetes")) == bool(row.get("kube_version")):
+        raise ValueError(f"{file}: line {line} needs exactly one of kubernetes: {{min, max}} and kube_version")
+    if row.get("kubernetes"):
+        low, high = minor_of(str(row["kubernetes"]["min"])), minor_of(str(row["kubernetes"]["max"]))
+        if low > high:
+            raise ValueError(f"{file}: line {line}: min {low} is above max {high}")
+        return Release(line, version, source, low, high, note=str(row.get("note", "")))
+    return Release(line, version, source, constraint=str(row["kube_version"]), note=str(row.get("note", "")))
+
+
+@functools.lru_cache(maxsize=None)
+def catalogue(chart: str) -> Catalogue:
+    """The catalogue of a chart from data/<chart>-versions.yaml, newest line first."""
+    spec = CATALOGUES[chart]
+    rows = yaml.safe_load((PACKAGE / "data" / spec["file"]).read_text())
+    releases = sorted((_release(row, spec["file"]) for row in rows),
+                      key=lambda r: tuple(int(p) for p in r.line.split(".")), reverse=True)
+    return Catalogue(chart, spec["section"], spec["rule"], spec["verb"], tuple(releases), spec["file"])
+
+
+def choose(cat: Catalogue, kube_version: str, skip_check: bool = False) -> Choice:
+    """The default release for a cluster: the newest line that admits its Kubernetes version. When none does, a
+    refusal; with skip_check the nearest line instead, flagged as not validated."""
+    kube = _minor_text(minor_of(kube_version))
+    fits = cat.fitting(kube_version)
+    if fits:
+        scope = fits[0].range if not fits[0].constraint else f"kubeVersion {fits[0].constraint}"
+        return Choice(fits[0], fits[0].version, f"{cat.rule.format(kube=kube)} ({scope})")
+    if skip_check:
+        below, above = cat.nearest(kube_version)
+        release = _closest(kube_version, below, above)
+        if release is not None:
+            text = (f"no release {cat.verb} Kubernetes {kube}; the nearest line, {release.label} "
+                    f"({release.describe()}), at your own risk ({cat.section}.skip_version_check: true)")
+            return Choice(release, release.version, text, validated=False, warning=f"{cat.chart} {release.version}: "
+                                                                                  f"{text}")
+    raise refusal(cat, kube_version)
+
+
+def _closest(kube_version: str, below: Release | None, above: Release | None) -> Release | None:
+    if below is None or above is None:
+        return below or above
+    kube = minor_of(kube_version)[1]
+    gap_below = kube - max(m for _, m in below.minors() if m < kube)
+    gap_above = min(m for _, m in above.minors() if m > kube) - kube
+    return below if gap_below <= gap_above else above
+
+
+def check_pin(cat: Catalogue, version: str, kube_version: str, constraint: str | None = None,
+              skip_check: bool = False, pinned_by: str = "") -> Choice:
+    """A release the config names (a pinned version, or a local chart's version; `constraint` is its chart's own
+    kubeVersion when known) against the cluster: accepted with the reason, or refused naming the releases that fit."""
+    pinned_by = pinned_by or f"pinned by {cat.section}.version"
+    kube = _minor_text(minor_of(kube_version))
+    row = cat.line_of(version)
+    if row is not None and row.admits(kube_version):
+        return Choice(row, version, f"{pinned_by}; {row.label}: {row.describe()}")
+    if row is None and (not constraint or constraint_allows(constraint, kube_version)):
+        checked = f"its chart's kubeVersion {constraint} admits {kube}" if constraint else \
+            "its Kubernetes range is not checked"
+        text = f"{pinned_by}; {version} is not in gpu-bootstrap's table, so {checked}"
+        return Choice(None, version, text, validated=False, warning=f"{cat.chart} {version} is not in "
+                                                                    f"gpu-bootstrap's table: {checked}")
+    requirement = row.requirement() if row is not None else f"requires Kubernetes {constraint}"
+    if skip_check:
+        text = (f"{pinned_by}; {version} {requirement}, not {kube}: installed anyway "
+                f"({cat.section}.skip_version_check: true)")
+        return Choice(row, version, text, validated=False,
+                      warning=f"{cat.chart} {version} {requirement}, but the cluster runs {kube_version}: installed "
+                              f"anyway ({cat.section}.skip_version_check: true)")
+    raise refusal(cat, kube_version, version, requirement)
+
+
+def refusal(cat: Catalogue, kube_version: str, pinned: str | None = None,
+            requirement: str = "") -> UnsupportedVersion:
+    """The error for a cluster no release fits (pinned=None), or for a pinned release that does not fit: the
+    releases that fit instead, or else the nearest lines on both sides; and the two ways out."""
+    skip = f"or set {cat.section}.skip_version_check: true"
+    if pinned is not None:
+        subject = f"{cat.chart} {pinned} {requirement}, but the cluster runs {kube_version}"
+        fits = cat.fitting(kube_version)
+        if fits:
+            listed = ", ".join(f"{r.version} ({r.describe()})" for r in fits)
+            return UnsupportedVersion(f"{subject}; releases that fit: {listed}",
+                                      f"pin one of them in {cat.section}.version (and {cat.section}.chart for a local "
+                                      f"chart), {skip} to install {pinned} at your own risk")
+        return UnsupportedVersion(f"{subject}, and no release in gpu-bootstrap's table {cat.verb} it; "
+                                  f"{_nearest_text(cat, kube_version)}",
+                                  f"pin another {cat.section}.version, {skip} to install {pinned} at your own risk")
+    closest = _closest(kube_version, *cat.nearest(kube_version))
+    anyway = f" to install {closest.version}" if closest else ""
+    return UnsupportedVersion(f"no {cat.chart} release in gpu-bootstrap's table {cat.verb} Kubernetes {kube_version}; "
+                              f"{_nearest_text(cat, kube_version)}",
+                              f"pin {cat.section}.version to a release you have tested, {skip}{anyway} at your own "
+                              f"risk")
+
+
+def _nearest_text(cat: Catalogue, kube_version: str) -> str:
+    """'the nearest lines are none for older Kubernetes and v24.6.x (validated for 1.23-1.30) for newer'"""
+    below, above = cat.nearest(kube_version)
+    older = f"{below.label} ({below.describe()})" if below else "none"
+    newer = f"{above.label} ({above.describe()})" if above else "none"
+    return f"the nearest lines are {older} for older Kubernetes and {newer} for newer"
+
+
+# --- the README's "Supported versions" section ------------------------------------------------------------------------
+def markdown() -> str:
+    """The catalogues as tables, and what `up` chooses for each Kubernetes minor (README, between its markers)."""
+    from .render.scheduler import config_api_version  # the scheduler's own rule (render imports this module)
+    out = []
+    for chart in CATALOGUES:
+        cat = catalogue(chart)
+        out += [f"`{chart}` (`gpu_bootstrap/data/{cat.file}`):", "",
+                "| line | installs | Kubernetes | source |", "|---|---|---|---|"]
+        out += [f"| {r.label} | {r.version} | {r.range} | {r.source} |" for r in cat.releases]
+        out.append("")
+    operator, monitoring = catalogue("gpu-operator"), catalogue("kube-prometheus-stack")
+    admitted = sorted({m for r in operator.releases for m in r.minors()})
+    minors = [(1, admitted[0][1] - 1), *admitted, (1, admitted[-1][1] + 1)]
+    out += ["What is chosen by default for each Kubernetes minor (the scheduler's image is always",
+            "`kube-scheduler:v<the API server's version>`; kube-prometheus-stack is for the coming monitoring step):", "",
+            "| Kubernetes | gpu-operator | scheduler config | kube-prometheus-stack |", "|---|---|---|---|"]
+    for minor in minors:
+        kube = f"{_minor_text(minor)}.0"
+        cells = [_cell(operator, kube), _scheduler_cell(config_api_version, kube), _cell(monitoring, kube)]
+        out.append(f"| {_minor_text(minor)} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _cell(cat: Catalogue, kube: str) -> str:
+    fits = cat.fitting(kube)
+    return f"{fits[0].label} ({fits[0].version})" if fits else "refused"
+
+
+def _scheduler_cell(config_api_version, kube: str) -> str:
+    try:
+        return f"`{config_api_version(kube).rsplit('/', 1)[-1]}`"
+    except ConfigError:
+        return "refused"
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m gpu_bootstrap.versions --markdown`
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m gpu_bootstrap.versions --markdown")
+    sys.stdout.write(markdown())

@@ -148,7 +148,7 @@ def test_an_unsupported_kubernetes_version_is_refused_before_any_write(cluster, 
     config = write_config(tmp_path, cluster)
     cluster.emu.requests.clear()
     result, document = up(config, tmp_path)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "validated for Kubernetes 1.33-1.37, but the cluster runs 1.31.4" in document["error"]
     assert "v24.6.2" not in document["error"] or "none in gpu-bootstrap's table" in document["error"]
     assert cluster.emu.requests.writes() == []

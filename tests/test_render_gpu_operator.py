@@ -182,10 +182,14 @@ def test_mig_labels_every_node_and_warns_about_gpus_that_cannot():
 
 
 # --- versions ---------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kube, expected", [("1.33.2", ["v26.7.0"]), ("1.37.0", ["v26.7.0"]), ("1.24.17", ["v24.6.2"]),
-                                            ("1.31.0", []), ("1.38.1", [])])
+@pytest.mark.parametrize("kube, expected", [
+    ("1.22.9", []), ("1.23.0", ["v24.6.2"]), ("1.24.17", ["v24.9.2", "v24.6.2"]),
+    ("1.29.3", ["v25.3.4", "v24.9.2", "v24.6.2"]), ("1.31.4", ["v25.10.1", "v25.3.4", "v24.9.2"]),
+    ("1.32.2", ["v26.3.3", "v25.10.1", "v25.3.4"]), ("1.33.2", ["v26.7.0", "v26.3.3", "v25.10.1"]),
+    ("1.36.0", ["v26.7.0"]), ("1.37.0", ["v26.7.0"]), ("1.38.1", []),
+])
 def test_fitting_releases(kube, expected):
-    assert [line.latest for line in versions.fitting(kube)] == expected
+    assert [release.version for release in versions.catalogue("gpu-operator").fitting(kube)] == expected
 
 
 @pytest.mark.parametrize("constraint, kube, allowed", [
@@ -197,4 +201,4 @@ def test_chart_kube_version_constraints(constraint, kube, allowed):
 
 
 def test_every_table_row_has_a_source():
-    assert all(line.source for line in versions.table())
+    assert all(release.source for release in versions.catalogue("gpu-operator").releases)

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from gpu_bootstrap import config as cfg
+from gpu_bootstrap import versions
 from gpu_bootstrap.context import Context, RunOptions
 from gpu_bootstrap.probes.checks import NodeCheck, NodeReport
 from gpu_bootstrap.refs import Chart, Ref, Verb
@@ -114,18 +115,18 @@ def test_node_prep_plans_nothing_for_prepared_nodes():
 def operator_facts(conf, release: dict, labels=None) -> OperatorFacts:
     plan = values_render.derive([], conf, "v26.7.0", list(PLAYBOOK))
     nodes = {"node5": node("node5", version="12"), "node6": node("node6", version="13")}
-    return OperatorFacts(Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.7.0"), "v26.7.0", plan,
-                         nodes, dict(labels or {}), release, "1.33.0")
+    choice = versions.choose(versions.catalogue("gpu-operator"), "1.33.0")
+    return OperatorFacts(Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", choice.version), choice.version,
+                         plan, nodes, dict(labels or {}), release, "1.33.0", choice)
 
 
 def test_gpu_operator_installs_with_one_derived_value_a_line():
     conf = config()
     facts = operator_facts(conf, {"up_to_date": False, "reason": "not installed", "installed": None})
     [change] = GpuOperator().plan(context(conf), check_of(facts))
-    assert (change.verb, change.target, change.summary) == (
+    assert (change.verb, change.target, change.summary, change.reason) == (
         Verb.HELM_UPGRADE, Ref("helm.sh/v3", "HelmRelease", "gpu-operator", "gpu-operator"),
-        "install: gpu-operator v26.7.0")
-    assert change.reason == f"{len(facts.values.derived)} value(s) derived from the nodes' facts and the config"
+        "install: gpu-operator v26.7.x (v26.7.0)", "newest release NVIDIA validated for Kubernetes 1.33 (1.33-1.37)")
     assert list(change.details) == facts.values.explain() and len(change.details) >= 3
     assert all("←" in line and "\n" not in line for line in change.details)
     assert change.body["values"] == facts.values.merged and change.body["kube_version"] == "1.33.0"
@@ -142,7 +143,8 @@ def test_gpu_operator_clears_a_pending_release_before_upgrading_and_labels_first
     assert [(c.verb, str(c.target), c.summary) for c in changes] == [
         (Verb.PATCH, "Node node6", "label nvidia.com/gpu.deploy.driver=false"),
         (Verb.HELM_RECOVER, "HelmRelease gpu-operator/gpu-operator", "clear the pending-upgrade state"),
-        (Verb.HELM_UPGRADE, "HelmRelease gpu-operator/gpu-operator", "release is pending-upgrade: gpu-operator v26.7.0"),
+        (Verb.HELM_UPGRADE, "HelmRelease gpu-operator/gpu-operator",
+         "release is pending-upgrade: gpu-operator v26.7.x (v26.7.0)"),
     ]
     assert changes[0].body["metadata"]["resourceVersion"] == "13"
 

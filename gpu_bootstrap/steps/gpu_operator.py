@@ -97,6 +97,7 @@ class OperatorFacts:
     labels: dict  # node name -> the label patch the operator's values need there
     release: dict  # the deployed release compared with ours: up_to_date, reason, installed, pending
     kube_version: str
+    choice: versions.Choice  # the release line and the rule that chose it
 
 
 class GpuOperator(Step):
@@ -108,56 +109,44 @@ class GpuOperator(Step):
 
     def __init__(self):
         self._chart: tuple[Chart, dict | None] | None = None  # read once per run
+        self._choice: versions.Choice | None = None
         self._values: values_render.ValuesPlan | None = None
 
     # --- what to install -----------------------------------------------------------------------------------------
     def chart(self, ctx) -> tuple[Chart, dict | None]:
-        """The chart to install (version resolved) and its Chart.yaml when it is local."""
+        """The chart to install (version resolved) and its Chart.yaml when it is local. The version follows the
+        catalogue's rule (versions.choose / check_pin); a release that does not fit the cluster's Kubernetes is
+        refused here with versions.UnsupportedVersion (bad input: exit 2), before anything is written."""
         if self._chart is not None:
             return self._chart
         section = ctx.config.gpu_operator
-        if charts.is_local(section.chart):
-            meta = charts.local_chart_metadata(section.chart)
-            if meta is None:
-                raise ChartProblem(f"gpu_operator.chart {section.chart} is neither a chart directory nor a .tgz")
-            if section.version and section.version.lstrip("v") != str(meta.get("version", "")).lstrip("v"):
-                raise ChartProblem(f"gpu_operator.version {section.version} does not match the local chart "
-                                   f"{section.chart} (version {meta.get('version')})")
-            resolved = (Chart(section.chart, None, None), meta)
-        else:
-            version = section.version
-            if version is None:
-                fits = versions.fitting(ctx.server_version())
-                if not fits:
-                    raise ChartProblem(self._no_fit(ctx.server_version()))
-                version = fits[0].latest
-            resolved = (Chart(section.chart, section.repository, version), None)
+        catalogue, kube = versions.catalogue("gpu-operator"), ctx.server_version()
+        skip = section.skip_version_check
+        try:
+            if charts.is_local(section.chart):
+                meta = charts.local_chart_metadata(section.chart)
+                if meta is None:
+                    raise ChartProblem(f"gpu_operator.chart {section.chart} is neither a chart directory nor a .tgz")
+                if section.version and section.version.lstrip("v") != str(meta.get("version", "")).lstrip("v"):
+                    raise ChartProblem(f"gpu_operator.version {section.version} does not match the local chart "
+                                       f"{section.chart} (version {meta.get('version')})")
+                choice = versions.check_pin(catalogue, str(meta.get("version", "")), kube, meta.get("kubeVersion"),
+                                            skip, f"the local chart {section.chart} (gpu_operator.chart)")
+                resolved = (Chart(section.chart, None, None), meta)
+            else:
+                choice = versions.check_pin(catalogue, section.version, kube, None, skip) if section.version else \
+                    versions.choose(catalogue, kube, skip)
+                resolved = (Chart(section.chart, section.repository, choice.version), None)
+        except versions.UnsupportedVersion as error:
+            error.step = self.id
+            raise
+        self._choice = choice
         self._chart = resolved
         return resolved
 
     @staticmethod
     def version_of(chart: Chart, meta: dict | None) -> str:
         return str((meta or {}).get("version") or chart.version or "")
-
-    def _no_fit(self, kube: str) -> str:
-        known = ", ".join(f"v{line.line} ({line.range})" for line in versions.table())
-        return (f"no gpu-operator release in gpu-bootstrap's table is validated for Kubernetes {kube} (known: {known}); "
-                f"pin gpu_operator.version, or set gpu_operator.skip_version_check: true at your own risk")
-
-    def version_problem(self, ctx, version: str, meta: dict | None) -> str | None:
-        if ctx.config.gpu_operator.skip_version_check:
-            return None
-        kube = ctx.server_version()
-        line = versions.line_of(version)
-        if line is not None and not line.supports(versions.minor_of(kube)):
-            fits = ", ".join(f"{l.latest} (validated for {l.range})" for l in versions.fitting(kube)) or \
-                "none in gpu-bootstrap's table"
-            return (f"gpu-operator {version} is validated for Kubernetes {line.range}, but the cluster runs {kube}; "
-                    f"releases that fit: {fits}. Pin gpu_operator.version (and gpu_operator.chart for a local chart)")
-        constraint = (meta or {}).get("kubeVersion")
-        if line is None and constraint and not versions.constraint_allows(constraint, kube):
-            return f"the chart {version} requires Kubernetes {constraint}, but the cluster runs {kube}"
-        return None
 
     def values(self, ctx, deployed: dict | None, no_room: bool) -> values_render.ValuesPlan:
         """The values to install; `deployed`, the running release's values, is what unknown node facts keep."""
@@ -178,16 +167,16 @@ class GpuOperator(Step):
     # --- check / plan ---------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:
         section = ctx.config.gpu_operator
+        try:
+            chart, meta = self.chart(ctx)  # an unsupported Kubernetes version raises UnsupportedVersion (exit 2)
+        except ChartProblem as error:
+            return Check(FAIL, str(error))
+        version = self.version_of(chart, meta)
         status = ctx.helm.status(section.release, section.namespace)
         deployed = (status.get("config") or {}) if status else None
         everything = ctx.kube.list("v1", "Node")
         no_room = bool(no_room_warning(everything, ctx.config, ctx.options.playbook))
         try:
-            chart, meta = self.chart(ctx)
-            version = self.version_of(chart, meta)
-            problem = self.version_problem(ctx, version, meta)
-            if problem:
-                return Check(FAIL, problem)
             plan = self.values(ctx, deployed, no_room)
         except ChartProblem as error:
             return Check(FAIL, str(error))
@@ -207,12 +196,12 @@ class GpuOperator(Step):
                                    f"({'; '.join(changes)}), which restarts its operands there — rerun with "
                                    f"--allow-operand-restart to apply it, or check the node facts first "
                                    f"(gpu-bootstrap doctor)")
-        facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version())
+        facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice)
+        warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings)
         if release["up_to_date"] and not label_patches:
             return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts,
-                         warnings=list(plan.warnings))
-        return Check(WARN, f"{section.release} {version}: {release['reason']}", facts=facts,
-                     warnings=list(plan.warnings))
+                         warnings=warnings)
+        return Check(WARN, f"{section.release} {version}: {release['reason']}", facts=facts, warnings=warnings)
 
     def _release_state(self, ctx, status: dict | None, chart: Chart, version: str, values: dict | None) -> dict:
         """Is the deployed release (helm status) what we would deploy? values=None: no node facts (doctor
@@ -263,8 +252,9 @@ class GpuOperator(Step):
                     "chart_version": facts.version, "values": plan.merged, "derived": plan.explain(),
                     "warnings": plan.warnings, "kube_version": facts.kube_version,
                     "timeout": f"{section.wait_timeout}s"}
-            changes.append(Change(Verb.HELM_UPGRADE, release, f"{action}: gpu-operator {facts.version}",
-                                  f"{len(plan.derived)} value(s) derived from the nodes' facts and the config",
+            choice = facts.choice
+            shown = f"{choice.release.label} ({facts.version})" if choice.release else facts.version
+            changes.append(Change(Verb.HELM_UPGRADE, release, f"{action}: gpu-operator {shown}", choice.reason,
                                   body, details=tuple(plan.explain())))
         return changes
 
@@ -295,7 +285,10 @@ class GpuOperator(Step):
         return operand_problems(daemonsets, pods, nodes, namespace)
 
     def doctor(self, ctx) -> list[Check]:
-        check = self.check(ctx)
+        try:
+            check = self.check(ctx)
+        except versions.UnsupportedVersion as error:  # doctor reports it as a failed check; up refuses (exit 2)
+            return [Check(FAIL, error.one_line().removeprefix(f"[{self.id}] "))]
         if check.status == FAIL or check.facts.release.get("installed") is None:
             return [check]
         problems = self.operand_problems(ctx)
