@@ -173,7 +173,8 @@ class Helm:
         while True:
             number += 1
             if retry == "upgrade":
-                argv = self._with_timeout(argv, end)
+                if number > 1:
+                    argv = self._with_timeout(argv, end)
                 limit = max(end - time.monotonic(), MIN_UPGRADE_RETRY) + CHANGE_MARGIN
             elif retry == "read":
                 limit = max(min(self.read_attempt_timeout, end - time.monotonic()), 1.0)
