@@ -45,26 +45,40 @@ _deferred = False  # a signal arrived then; start_child() raises the KeyboardInt
 
 
 # --- starting children ---------------------------------------------------------------------------------------------------
+def _prctl():
+    """libc's prctl as a ctypes function, resolved once (None off Linux or without it)."""
+    global _prctl_function
+    if _prctl_function is None:
+        _prctl_function = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                import ctypes.util
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+                function = libc.prctl
+                function.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+                function.restype = ctypes.c_int
+                _prctl_function = function
+            except (OSError, AttributeError):
+                log.debug("prctl is not available: children will not die with us on kill -9")
+    return _prctl_function or None
+
+
+_prctl_function = None
+PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent_hook():
     """A preexec_fn for Popen that makes the child receive SIGKILL when its parent dies (Linux prctl), or None
-    where that is not available. Everything is resolved here, in the parent: the child only makes one call."""
-    if not sys.platform.startswith("linux"):
+    where that is not available. Everything is resolved here, in the parent: the child makes two calls."""
+    prctl = _prctl()
+    if prctl is None:
         return None
-    try:
-        import ctypes
-        import ctypes.util
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        prctl = libc.prctl
-        prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-        prctl.restype = ctypes.c_int
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
     parent = os.getpid()
     kill_signal = int(signal.SIGKILL)
 
-    def hook():  # runs in the child between fork and exec: no imports, no locks, two calls
-        prctl(pr_set_pdeathsig, kill_signal, 0, 0, 0)
+    def hook():  # runs in the child between fork and exec: no imports, no locks
+        prctl(PR_SET_PDEATHSIG, kill_signal, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os.kill(os.getpid(), kill_signal)
     return hook

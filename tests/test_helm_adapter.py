@@ -133,6 +133,14 @@ def test_an_upgrade_is_repeated_after_a_transient_error_with_what_is_left_of_its
     assert first["stdin"] == second["stdin"]
 
 
+def test_an_upgrade_is_repeated_a_bounded_number_of_times(fake):
+    fake.script({"stderr": "Error: kubernetes cluster unreachable: Get \"https://10.0.0.1:6443/version\": dial tcp "
+                           "10.0.0.1:6443: connect: connection refused\n", "code": 1})
+    with pytest.raises(ClusterError, match=r"connection refused \(after 5 attempts in \d+ s\)"):
+        adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="900s")
+    assert len(fake.calls()) == helm_module.UPGRADE_ATTEMPTS == 5
+
+
 def test_an_upgrade_that_finds_the_release_pending_is_not_repeated(fake):
     fake.script({"stderr": PENDING + "\n", "code": 1})
     with pytest.raises(ClusterError) as caught:

@@ -10,8 +10,9 @@ stopped the same way (SIGTERM to the group, SIGKILL after a grace period).
 
 Retries: read-only commands (status, list, get, history, show, template, server-side dry runs) and
 `upgrade --install` are repeated when helm's error is a transient API failure (503, 429, reset, timeout, etcd
-leader change, ...), with exponential backoff and jitter, until a deadline. An upgrade is not repeated when the
-release is locked by another operation (pending) or when its own --wait ran out. The error names the first real
+leader change, ...), with exponential backoff and jitter, until a deadline (reads READ_DEADLINE; an upgrade at most
+UPGRADE_ATTEMPTS times within its --timeout, each repeat with what is left of it). An upgrade is not repeated when
+the release is locked by another operation (pending) or when its own --wait ran out. The error names the first real
 cause, not what a later attempt tripped over because of it.
 """
 from __future__ import annotations
@@ -34,15 +35,16 @@ from ..errors import ClusterError, ConfigError, ReleaseNotFound
 
 log = logging.getLogger("gpu_bootstrap.helm")
 
-READ_DEADLINE = 180.0  # seconds a read-only command may take, all attempts and waits included
-READ_ATTEMPT_TIMEOUT = 120.0  # seconds one read-only attempt may run (helm has no request timeout of its own)
+READ_DEADLINE = 90.0  # seconds a read-only command may take, all attempts and waits included
+READ_ATTEMPT_TIMEOUT = 60.0  # seconds one read-only attempt may run (helm has no request timeout of its own)
+UPGRADE_ATTEMPTS = 5  # an upgrade runs at most this often, within its --timeout
 CHANGE_MARGIN = 120.0  # seconds a changing command may run beyond its --timeout (CRDs, hooks, storage) before it is stopped
 MIN_UPGRADE_RETRY = 30  # seconds of --timeout a repeated upgrade must still have, else it is not repeated
 BACKOFF_BASE = 1.0  # seconds before the 2nd attempt; doubles each time ...
 BACKOFF_CAP = 8.0  # ... up to this; each wait is drawn from [half, all] of it (jitter)
 TRANSIENT = re.compile("|".join([
-    r"the server is currently unable to handle the request", r"service unavailable", r"\b503\b",
-    r"too many requests", r"has asked us to try again later", r"rate limit", r"\b429\b",
+    r"the server is currently unable to handle the request", r"service unavailable",
+    r"too many requests", r"has asked us to try again later", r"rate limit",
     r"connection reset by peer", r"connection refused", r"broken pipe", r"unexpected eof", r": eof\b",
     r"http2: client connection lost", r"tls handshake timeout", r"i/o timeout", r"net/http: timeout",
     r"client\.timeout exceeded", r"operation timed out", r"etcdserver: (request timed out|leader changed|too many)",
@@ -191,17 +193,17 @@ class Helm:
             transient = bool(TRANSIENT.search(text))
             if transient and first_cause is None:
                 first_cause = result.line
-            if retry and transient and self._may_repeat(retry, text, end) and \
+            if retry and transient and self._may_repeat(retry, text, end, number) and \
                     self._backoff(number, end, f"{what}: {result.line}"):
                 continue
             raise self._failure(what, result, first_cause, number, started)
 
     @staticmethod
-    def _may_repeat(retry: str, text: str, end: float) -> bool:
+    def _may_repeat(retry: str, text: str, end: float, number: int) -> bool:
         if retry == "upgrade":
             if PENDING.search(text) or WAIT_RAN_OUT.search(text):
                 return False  # the release is locked, or its own --wait ran out: repeating cannot help
-            return end - time.monotonic() >= MIN_UPGRADE_RETRY
+            return number < UPGRADE_ATTEMPTS and end - time.monotonic() >= MIN_UPGRADE_RETRY
         return True
 
     def _backoff(self, number: int, end: float, what: str) -> bool:
