@@ -16,7 +16,7 @@ from gpu_bootstrap.pipeline.checkpoint import NAME as STATE, NAMESPACE
 from gpu_bootstrap.pipeline.lock import LEASE
 from tests.nodes.reports import write_report
 from tests.test_gpu_operator_emulator import NODES, OPERATOR_NS, releases, statuses, up, write_config
-from tests.test_helm_processes import children_of, gone_within, start_time
+from tests.test_helm_processes import gone_within, helm_children, start_time
 from tests.tools import ROOT
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
@@ -41,7 +41,7 @@ def start_up(cluster, tmp_path: Path) -> tuple[subprocess.Popen, int, str]:
         assert time.monotonic() < deadline, "the install never reached the operator Deployment"
         reached = any(r.path.endswith("/deployments/gpu-operator") and r.method == "PATCH"
                       for r in cluster.emu.requests.all())
-        helms = [p for p in children_of(process.pid) if Path(f"/proc/{p}/exe").resolve().name == "helm"]
+        helms = helm_children(process.pid)
         if reached and helms:
             return process, helms[0], start_time(helms[0])
         time.sleep(0.05)

@@ -71,6 +71,18 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def helm_children(pid: int) -> list[int]:
+    """The helm processes among pid's children (ones that end while we look are skipped)."""
+    found = []
+    for child in children_of(pid):
+        try:
+            if Path(f"/proc/{child}/exe").resolve(strict=True).name == "helm":
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
 def start_time(pid: int) -> str | None:
     try:
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
@@ -92,7 +104,7 @@ def wait_for_helm(child: subprocess.Popen, fault, timeout: float = 60) -> tuple[
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert child.poll() is None, child.communicate()
-        helms = [p for p in children_of(child.pid) if Path(f"/proc/{p}/exe").resolve().name == "helm"]
+        helms = helm_children(child.pid)
         if helms and fault.fired:
             return helms[0], start_time(helms[0])
         time.sleep(0.05)
