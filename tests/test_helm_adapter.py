@@ -164,6 +164,26 @@ def test_the_first_cause_is_named_when_a_repeat_trips_over_it(fake):
     assert "another operation" in message
 
 
+def test_a_permanent_error_after_transient_ones_names_both(fake):
+    fake.script({"stderr": UNAVAILABLE + "\n", "code": 1},
+                {"stderr": 'Error: UPGRADE FAILED: Deployment.apps "x" is invalid: spec.replicas: Invalid value\n',
+                 "code": 1})
+    with pytest.raises(ClusterError) as caught:
+        adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="300s")
+    assert caught.value.message.startswith('helm upgrade --install gpu-operator failed: Error: UPGRADE FAILED: '
+                                           'Deployment.apps "x" is invalid')
+    assert f"(after 2 attempts in 0 s; the first failed with: {UNAVAILABLE.removeprefix('Error: ')})" in \
+        caught.value.message
+
+
+def test_a_hook_whose_status_could_not_be_read_is_repeated(fake):
+    fake.script({"stderr": "Error: UPGRADE FAILED: pre-upgrade hooks failed: resource ClusterRole//gpu-operator-"
+                           "upgrade-crd-hook-role not ready. status: Unknown, message: \n", "code": 1},
+                {"stdout": RELEASE_JSON})
+    adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="300s")
+    assert len(fake.calls()) == 2
+
+
 def test_an_upgrade_whose_wait_ran_out_is_not_repeated(fake):
     fake.script({"stderr": "Error: UPGRADE FAILED: context deadline exceeded\n", "code": 1})
     with pytest.raises(ClusterError, match="context deadline exceeded"):

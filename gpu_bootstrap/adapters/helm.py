@@ -51,6 +51,7 @@ TRANSIENT = re.compile("|".join([
     r"the server was unable to return a response in the time allotted", r"timeout: request did not complete",
     r"the server has received too many requests", r"an error on the server .* has prevented the request",
     r"did not finish within \d+ s",  # our own attempt time limit
+    r"not ready\. status: unknown",  # helm 4 waiting for a hook: kstatus could not read the object
 ]), re.IGNORECASE)
 PENDING = re.compile(r"another operation \(install/upgrade/rollback\) is in progress|"
                      r"has no deployed releases|release: already exists", re.IGNORECASE)
@@ -228,11 +229,15 @@ class Helm:
     @staticmethod
     def _failure(what: str, result: Attempt, first_cause: str | None, number: int, started: float) -> ClusterError:
         line = result.line
-        if first_cause and first_cause != line and not TRANSIENT.search(result.stderr.decode(errors="replace")) \
-                and PENDING.search(result.stderr.decode(errors="replace")):
-            # a repeat tripped over what the failed attempt left behind: the first failure is the real cause
-            line = f"{first_cause} (a repeat then found: {line.removeprefix('Error: ')})"
+        text = result.stderr.decode(errors="replace")
         tried = f" (after {number} attempts in {time.monotonic() - started:.0f} s)" if number > 1 else ""
+        if first_cause and first_cause != line and not TRANSIENT.search(text):
+            if PENDING.search(text):
+                # a repeat tripped over what the failed attempt left behind: the first failure is the real cause
+                line = f"{first_cause} (a repeat then found: {line.removeprefix('Error: ')})"
+            else:
+                tried = f" (after {number} attempts in {time.monotonic() - started:.0f} s; the first failed with: " \
+                        f"{first_cause.removeprefix('Error: ')})"
         return ClusterError(f"{what} failed: {line}{tried}", "see the log for helm's full output")
 
     @staticmethod
