@@ -44,7 +44,7 @@ _main_starting = False  # the main thread is between fork and registration in st
 _deferred = False  # a signal arrived then; start_child() raises the KeyboardInterrupt once the child is registered
 
 
-# --- starting children ---------------------------------------------------------------------------------------------------
+# --- starting children ------------------------------------------------------------------------------------------------
 def _prctl():
     """libc's prctl as a ctypes function, resolved once (None off Linux or without it)."""
     global _prctl_function
@@ -215,7 +215,7 @@ def _kill_leftovers() -> None:
         _kill_group_leftovers(process)
 
 
-# --- signals -----------------------------------------------------------------------------------------------------------
+# --- signals ----------------------------------------------------------------------------------------------------------
 def received() -> int | None:
     """The signal number that interrupted this run (SIGINT or SIGTERM), or None."""
     return _received

@@ -76,7 +76,7 @@ def TRANSPORT_ERRORS() -> tuple:  # noqa: N802 - a lazily built constant
 class NoAnswer:
     """Why an attempt got no HTTP answer, and whether it may be repeated."""
 
-    cause: str  # for people: "connection refused", "no answer within 30 s (timed out)", ...
+    cause: str  # for people: "connection refused", "timed out after 30 s waiting for an answer", ...
     transient: bool  # a later attempt may succeed
     unsent: bool  # the server certainly did not see the request (safe to repeat even a POST)
 
@@ -145,11 +145,13 @@ class Kube:
     (GET, server-side apply, merge patch, PUT with a resourceVersion, DELETE) is retried on 429 (after its
     Retry-After), 5xx, resets and timeouts (twice at most) with exponential backoff and jitter until `deadline`
     seconds have passed; any request is retried when the server certainly did not see it (429, connection refused,
-    connect timeout). After SIGINT/SIGTERM the deadline shrinks to what the shutdown leaves (gpu_bootstrap.interrupts)."""
+    connect timeout). After SIGINT/SIGTERM the deadline shrinks to what the shutdown leaves
+    (gpu_bootstrap.interrupts)."""
 
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, field_manager: str = FIELD_MANAGER,
-                 timeout: float | None = None, attempts: int = MAX_ATTEMPTS, *, request_timeout: float = REQUEST_TIMEOUT,
-                 connect_timeout: float = CONNECT_TIMEOUT, deadline: float = DEADLINE):
+                 timeout: float | None = None, attempts: int = MAX_ATTEMPTS, *,
+                 request_timeout: float = REQUEST_TIMEOUT, connect_timeout: float = CONNECT_TIMEOUT,
+                 deadline: float = DEADLINE):
         self.kubeconfig = kubeconfig
         self.context = context
         self.field_manager = field_manager
