@@ -97,9 +97,9 @@ def classify(error: BaseException, timeout: float, connect_timeout: float | None
     if "name or service not known" in lowered or "nodename nor servname" in lowered:
         return NoAnswer("Name or service not known (DNS)", False, True)
     if "ConnectTimeoutError" in names or "handshake operation timed out" in lowered:
-        return NoAnswer(f"timed out after {connect_timeout or timeout:g} s connecting (TCP/TLS handshake)", True, True)
+        return NoAnswer(f"timed out after {connect_timeout or timeout:.3g} s connecting (TCP/TLS handshake)", True, True)
     if "ReadTimeoutError" in names or "TimeoutError" in names or "timed out" in lowered:
-        return NoAnswer(f"timed out after {timeout:g} s waiting for an answer", True, False)
+        return NoAnswer(f"timed out after {timeout:.3g} s waiting for an answer", True, False)
     if "ConnectionResetError" in names or "reset by peer" in lowered:
         return NoAnswer("connection reset by peer", True, False)
     if names & {"RemoteDisconnected", "BrokenPipeError", "IncompleteRead", "ProtocolError", "SSLEOFError"} or \
