@@ -14,7 +14,7 @@ from typer import Option
 from . import __version__
 from .cli_common import CLUSTER, PIPELINE, Output, options_from, run
 from .cli_common import command as _command
-from .errors import EXIT_FAILED, EXIT_INTERRUPTED, GpuBootstrapError
+from .errors import EXIT_FAILED, GpuBootstrapError
 
 app = typer.Typer(
     name="gpu-bootstrap",
@@ -243,7 +243,8 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
-        sys.exit(EXIT_INTERRUPTED)
+        from . import interrupts
+        sys.exit(interrupts.exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
 
 
 if __name__ == "__main__":  # pragma: no cover

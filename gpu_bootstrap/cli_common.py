@@ -86,7 +86,8 @@ def run(name: str, common: dict, body) -> None:
     """Run a command body with logging, signals and typed-error handling in one place."""
     from .ui import print_error, print_json, results_document, setup_logging
     log_path = setup_logging(name, common.get("log_file"), common.get("verbose", 0))
-    _interrupt_on_sigterm()
+    from . import interrupts
+    interrupts.install()  # SIGINT/SIGTERM: stop helm, record `interrupted`, release the lock, exit within 5 s
     try:
         body()
     except typer.Exit:
@@ -107,11 +108,3 @@ def run(name: str, common: dict, body) -> None:
         print_error(f"internal error: {error!r} — this is a bug in gpu-bootstrap; please report it with the log "
                     f"file", log_path)
         raise typer.Exit(EXIT_FAILED)
-
-
-def _interrupt_on_sigterm() -> None:
-    import signal
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, handler)

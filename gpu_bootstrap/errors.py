@@ -5,7 +5,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class GpuBootstrapError(Exception):
@@ -77,7 +78,20 @@ class LockLost(GpuBootstrapError):
 
 
 class Interrupted(GpuBootstrapError):
+    """Ctrl-C or SIGTERM. The exit code is 128 + the signal number (130 SIGINT, 143 SIGTERM): `signum`, else the
+    signal gpu_bootstrap.interrupts saw, else 130."""
+
     exit_code = EXIT_INTERRUPTED
 
-    def __init__(self, step: str = ""):
-        super().__init__("interrupted", "rerun the same command to resume where it stopped", step)
+    def __init__(self, step: str = "", signum: int | None = None):
+        from .interrupts import received, signal_name
+        signum = received() if signum is None else signum
+        super().__init__(f"interrupted by {signal_name(signum)}" if signum else "interrupted",
+                         "rerun the same command to resume where it stopped", step)
+        self.signum = signum
+        if signum:
+            self.exit_code = 128 + signum
+
+
+class ReleaseNotFound(NotFound):
+    """helm: the release does not exist."""

@@ -50,10 +50,6 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
         stream.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         root.addHandler(stream)
     root.propagate = False
-    helm = logging.getLogger("pyhelm3")  # the helm driver logs every command: into our file, not onto stderr
-    helm.handlers = [file_handler]
-    helm.setLevel(logging.INFO)
-    helm.propagate = False
     return log_file
 
 

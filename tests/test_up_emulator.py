@@ -300,13 +300,13 @@ def test_two_runs_at_once_one_proceeds_the_other_names_the_holder(emu, config, t
 
 
 @pytest.mark.slow
-def test_sigterm_records_interrupted_releases_the_lock_and_exits_130(emu, config, tmp_path):
+def test_sigterm_records_interrupted_releases_the_lock_and_exits_143(emu, config, tmp_path):
     emu.faults.add("PATCH", r"/api/v1/nodes/node6$", delay=3.0, count=1)
     process = start_up(config, tmp_path, "term")
     wait_for_request(emu, "PATCH", "/nodes/node6")
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=30)
-    assert process.returncode == 130, err
+    assert process.returncode == 143, err
     assert "interrupted" in err and "Traceback" not in err
     state = json.loads(emu.get("configmaps", STATE, NAMESPACE)["data"]["node-prep"])
     assert state["status"] == "interrupted"

@@ -1,23 +1,64 @@
-"""The Helm adapter: pyhelm3 driving the real helm binary (v3.14+ or v4), synchronously.
+"""The Helm adapter: the real helm binary (v3.14+ or v4), run directly (no shell) as a child that dies with us.
 
-Values always travel on stdin. A chart is a repository chart (name + repository URL) or a local .tgz / directory,
-for air-gapped clusters. A helm failure becomes one ClusterError carrying helm's own error line.
+Values always travel on stdin (they can hold secrets; never on the command line). A chart is a repository chart
+(name + repository URL) or a local .tgz / directory, for air-gapped clusters. A helm failure becomes one
+ClusterError carrying helm's own error line.
+
+Processes: helm runs in its own process group with PR_SET_PDEATHSIG=SIGKILL (gpu_bootstrap.interrupts), so neither
+Ctrl-C, SIGTERM nor `kill -9` of gpu-bootstrap leaves it running; an attempt that outlives its time limit is
+stopped the same way (SIGTERM to the group, SIGKILL after a grace period).
+
+Retries: read-only commands (status, list, get, history, show, template, server-side dry runs) and
+`upgrade --install` are repeated when helm's error is a transient API failure (503, 429, reset, timeout, etcd
+leader change, ...), with exponential backoff and jitter, until a deadline (reads READ_DEADLINE; an upgrade at most
+UPGRADE_ATTEMPTS times within its --timeout, each repeat with what is left of it). An upgrade is not repeated when
+the release is locked by another operation (pending) or when its own --wait ran out. The error names the first real
+cause, not what a later attempt tripped over because of it.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
+import random
+import re
 import shutil
+import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from ..errors import ClusterError, ConfigError
+from .. import interrupts
+from ..errors import ClusterError, ConfigError, ReleaseNotFound
 from ..refs import Chart
 
 log = logging.getLogger("gpu_bootstrap.helm")
+
+READ_DEADLINE = 90.0  # seconds a read-only command may take, all attempts and waits included
+READ_ATTEMPT_TIMEOUT = 60.0  # seconds one read-only attempt may run (helm has no request timeout of its own)
+UPGRADE_ATTEMPTS = 5  # an upgrade runs at most this often, within its --timeout
+CHANGE_MARGIN = 120.0  # seconds a changing command may run beyond its --timeout (CRDs, hooks) before it is stopped
+MIN_UPGRADE_RETRY = 30  # seconds of --timeout a repeated upgrade must still have, else it is not repeated
+BACKOFF_BASE = 1.0  # seconds before the 2nd attempt; doubles each time ...
+BACKOFF_CAP = 8.0  # ... up to this; each wait is drawn from [half, all] of it (jitter)
+TRANSIENT = re.compile("|".join([
+    r"the server is currently unable to handle the request", r"service unavailable",
+    r"too many requests", r"has asked us to try again later", r"rate limit",
+    r"connection reset by peer", r"connection refused", r"broken pipe", r"unexpected eof", r": eof\b",
+    r"http2: client connection lost", r"tls handshake timeout", r"i/o timeout", r"net/http: timeout",
+    r"client\.timeout exceeded", r"operation timed out", r"etcdserver: (request timed out|leader changed|too many)",
+    r"the server was unable to return a response in the time allotted", r"timeout: request did not complete",
+    r"the server has received too many requests", r"an error on the server .* has prevented the request",
+    r"did not finish within \d+ s",  # our own attempt time limit
+    r"not ready\. status: unknown",  # helm 4 waiting for a hook: kstatus could not read the object
+]), re.IGNORECASE)
+PENDING = re.compile(r"another operation \(install/upgrade/rollback\) is in progress|"
+                     r"has no deployed releases|release: already exists", re.IGNORECASE)
+WAIT_RAN_OUT = re.compile(r"context deadline exceeded|timed out waiting for the condition|"
+                          r"resources not ready|wait(ing)? .*timed out", re.IGNORECASE)
+NOT_FOUND = re.compile(r"release: not found", re.IGNORECASE)
 
 
 def find_helm() -> str:
@@ -28,39 +69,166 @@ def find_helm() -> str:
 
 
 def _error_line(error) -> str:
-    text = (getattr(error, "stderr", b"") or b"").decode(errors="replace").strip() or str(error)
+    """helm's own error line: the last `Error:` line of its stderr, else its last line."""
+    stderr = getattr(error, "stderr", error)
+    text = (stderr.decode(errors="replace") if isinstance(stderr, bytes) else str(stderr or "")).strip()
     lines = [line for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("Error:")]
     return (errors[-1] if errors else (lines[-1] if lines else "helm failed"))[:600]
 
 
+def seconds(timeout: str | int | float) -> float:
+    """A helm/Go duration ("900s", "10m", "1h30m", "2m3.5s") or a number of seconds, in seconds."""
+    if isinstance(timeout, (int, float)):
+        return float(timeout)
+    text = str(timeout).strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ConfigError(f"not a duration: {timeout!r}", "use e.g. 900s or 15m")
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+@dataclass
+class Attempt:
+    """What one helm run produced."""
+
+    returncode: int | None  # None: stopped by us (time limit)
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def line(self) -> str:
+        return _error_line(self.stderr)
+
+
 class Helm:
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, executable: str | None = None,
-                 timeout: str = "10m"):
+                 timeout: str = "10m", read_deadline: float = READ_DEADLINE,
+                 read_attempt_timeout: float = READ_ATTEMPT_TIMEOUT):
         self.kubeconfig = kubeconfig
         self.context = context
         self.executable = executable
         self.timeout = timeout
-        self._command = None
+        self.read_deadline = read_deadline
+        self.read_attempt_timeout = read_attempt_timeout
+        self.attempts = 0  # helm processes started
+        self.retries = 0  # of which repeats after a transient failure
 
-    def _cmd(self):
-        if self._command is None:
-            from pyhelm3 import Command
-            self._command = Command(executable=self.executable or find_helm(), kubeconfig=self.kubeconfig,
-                                    kubecontext=self.context, default_timeout=self.timeout)
-        return self._command
+    # --- running helm ---------------------------------------------------------------------------------------------
+    def _argv(self, args: list[str]) -> list[str]:
+        argv = [self.executable or find_helm(), *args]
+        if self.kubeconfig:
+            argv += ["--kubeconfig", str(self.kubeconfig)]
+        if self.context:
+            argv += ["--kube-context", self.context]
+        return argv
 
-    def _run(self, args: list[str], values: dict | None = None, what: str = "helm") -> str:
-        from pyhelm3 import errors
-        stdin = json.dumps(values).encode() if values is not None else None
-        log.debug("helm %s", " ".join(a if not a.startswith("{") else "<json>" for a in args))
+    def _once(self, argv: list[str], stdin: bytes | None, limit: float) -> Attempt:
+        """One helm process: its own group, dies with us, stopped (TERM, then KILL) at the time limit."""
+        self.attempts += 1
+        started = time.monotonic()
         try:
-            return asyncio.run(self._cmd().run(args, stdin)).decode()
-        except errors.ReleaseNotFoundError:
+            process = interrupts.start_child(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as error:
+            raise ConfigError(f"cannot run {argv[0]}: {error.strerror or error}",
+                              "install helm v3.14+ or v4 on PATH, or set GPU_BOOTSTRAP_HELM") from None
+        try:
+            out, err = process.communicate(stdin, timeout=limit)
+        except subprocess.TimeoutExpired:
+            log.warning("helm %s did not finish within %.0f s; stopping it", argv[1], limit)
+            interrupts.stop(process)
+            return Attempt(None, b"", f"Error: helm {argv[1]} did not finish within {limit:.0f} s".encode())
+        except BaseException:  # KeyboardInterrupt (a signal) or anything else: helm must not outlive this call
+            interrupts.stop(process, wait=False)
             raise
-        except errors.Error as error:
-            raise ClusterError(f"{what} failed: {_error_line(error)}",
-                               "see the log for helm's full output") from None
+        interrupts.forget(process)
+        log.debug("helm %s -> exit %s in %.1f s", argv[1], process.returncode, time.monotonic() - started)
+        if process.returncode != 0 and err:
+            log.debug("helm stderr: %s", err.decode(errors="replace").strip()[-4000:])
+        return Attempt(process.returncode, out, err)
+
+    def _run(self, args: list[str], values: dict | None = None, what: str = "helm", retry: str | None = None,
+             timeout: str | None = None) -> str:
+        """Run helm once, or with retry="read" / "upgrade" repeat it on transient API errors until a deadline:
+        reads READ_DEADLINE, an upgrade its --timeout. A changing command (timeout given) may run for its timeout
+        plus CHANGE_MARGIN before it is stopped; a read READ_ATTEMPT_TIMEOUT."""
+        stdin = json.dumps(values).encode() if values is not None else None
+        argv = self._argv(args)
+        log.debug("helm %s%s", " ".join(argv[1:]), " (values on stdin)" if stdin is not None else "")
+        started = time.monotonic()
+        end = started + (seconds(timeout) if retry == "upgrade" else self.read_deadline)
+        first_cause: str | None = None
+        number = 0
+        while True:
+            number += 1
+            if retry == "upgrade":
+                if number > 1:
+                    argv = self._with_timeout(argv, end)
+                limit = max(end - time.monotonic(), MIN_UPGRADE_RETRY) + CHANGE_MARGIN
+            elif retry == "read":
+                limit = max(min(self.read_attempt_timeout, end - time.monotonic()), 1.0)
+            else:
+                limit = seconds(timeout) + CHANGE_MARGIN if timeout else self.read_attempt_timeout
+            result = self._once(argv, stdin, limit)
+            if result.returncode == 0:
+                if number > 1:
+                    log.info("%s succeeded on attempt %d after %.1f s", what, number, time.monotonic() - started)
+                return result.stdout.decode()
+            text = result.stderr.decode(errors="replace")
+            if NOT_FOUND.search(text):
+                raise ReleaseNotFound(f"{what}: {result.line}")
+            transient = bool(TRANSIENT.search(text))
+            if transient and first_cause is None:
+                first_cause = result.line
+            if retry and transient and self._may_repeat(retry, text, end, number) and \
+                    self._backoff(number, end, f"{what}: {result.line}"):
+                continue
+            raise self._failure(what, result, first_cause, number, started)
+
+    @staticmethod
+    def _may_repeat(retry: str, text: str, end: float, number: int) -> bool:
+        if retry == "upgrade":
+            if PENDING.search(text) or WAIT_RAN_OUT.search(text):
+                return False  # the release is locked, or its own --wait ran out: repeating cannot help
+            return number < UPGRADE_ATTEMPTS and end - time.monotonic() >= MIN_UPGRADE_RETRY
+        return True
+
+    def _backoff(self, number: int, end: float, what: str) -> bool:
+        step = min(BACKOFF_BASE * 2 ** (number - 1), BACKOFF_CAP)
+        delay = step / 2 + random.random() * step / 2
+        if time.monotonic() + delay >= end:
+            return False
+        log.info("%s; transient, retrying in %.1f s (attempt %d)", what, delay, number + 1)
+        self.retries += 1
+        time.sleep(delay)
+        return True
+
+    @staticmethod
+    def _with_timeout(argv: list[str], end: float) -> list[str]:
+        """The same upgrade with --timeout set to what is left of the deadline (a repeat does not extend it)."""
+        left = f"{max(int(end - time.monotonic()), MIN_UPGRADE_RETRY)}s"
+        argv = list(argv)
+        if "--timeout" in argv:
+            argv[argv.index("--timeout") + 1] = left
+        return argv
+
+    @staticmethod
+    def _failure(what: str, result: Attempt, first_cause: str | None, number: int, started: float) -> ClusterError:
+        line = result.line
+        text = result.stderr.decode(errors="replace")
+        tried = f" (after {number} attempts in {time.monotonic() - started:.0f} s)" if number > 1 else ""
+        if first_cause and first_cause != line and not TRANSIENT.search(text):
+            if PENDING.search(text):
+                # a repeat tripped over what the failed attempt left behind: the first failure is the real cause
+                line = f"{first_cause} (a repeat then found: {line.removeprefix('Error: ')})"
+            else:
+                tried = f" (after {number} attempts in {time.monotonic() - started:.0f} s; the first failed with: " \
+                        f"{first_cause.removeprefix('Error: ')})"
+        return ClusterError(f"{what} failed: {line}{tried}", "see the log for helm's full output")
 
     @staticmethod
     def _chart_args(chart: Chart) -> list[str]:
@@ -73,44 +241,45 @@ class Helm:
 
     # --- reading ---------------------------------------------------------------------------------------------------
     def show_chart(self, chart: Chart) -> dict:
-        return yaml.safe_load(self._run(["show", "chart", *self._chart_args(chart)], what="helm show chart"))
+        return yaml.safe_load(self._run(["show", "chart", *self._chart_args(chart)], what="helm show chart",
+                                        retry="read"))
 
     def status(self, release: str, namespace: str) -> dict | None:
-        from pyhelm3 import errors
         try:
             return json.loads(self._run(["status", release, "--namespace", namespace, "--output", "json"],
-                                        what="helm status"))
-        except errors.ReleaseNotFoundError:
+                                        what="helm status", retry="read"))
+        except ReleaseNotFound:
             return None
 
     def deployed_chart(self, release: str, namespace: str) -> str | None:
         """'<chart name>-<version>' of the deployed release (helm list), or None."""
         rows = json.loads(self._run(["list", "--namespace", namespace, "--filter", f"^{release}$", "--output", "json"],
-                                    what="helm list") or "[]")
+                                    what="helm list", retry="read") or "[]")
         return rows[0].get("chart") if rows else None
 
     def user_values(self, release: str, namespace: str) -> dict:
         return json.loads(self._run(["get", "values", release, "--namespace", namespace, "--output", "json"],
-                                    what="helm get values")) or {}
+                                    what="helm get values", retry="read")) or {}
 
     def manifest(self, release: str, namespace: str) -> str:
-        return self._run(["get", "manifest", release, "--namespace", namespace], what="helm get manifest")
+        return self._run(["get", "manifest", release, "--namespace", namespace], what="helm get manifest",
+                         retry="read")
 
     def template(self, release: str, chart: Chart, values: dict, namespace: str, kube_version: str,
                  include_crds: bool = False) -> str:
         args = ["template", release, *self._chart_args(chart), "--namespace", namespace, "--kube-version",
                 kube_version, "--values", "-", "--include-crds" if include_crds else "--skip-crds"]
-        return self._run(args, values, what="helm template")
+        return self._run(args, values, what="helm template", retry="read")
 
     def show_crds(self, chart: Chart) -> list[dict]:
         return [doc for doc in yaml.safe_load_all(self._run(["show", "crds", *self._chart_args(chart)],
-                                                            what="helm show crds")) if doc]
+                                                            what="helm show crds", retry="read")) if doc]
 
     def dry_run_manifest(self, release: str, chart: Chart, values: dict, namespace: str) -> str:
         """What an upgrade would deploy, rendered by helm against the live cluster (server-side dry run)."""
         args = ["upgrade", release, *self._chart_args(chart), "--install", "--namespace", namespace,
                 "--dry-run=server", "--output", "json", "--values", "-"]
-        out = self._run(args, values, what="helm upgrade --dry-run")
+        out = self._run(args, values, what="helm upgrade --dry-run", retry="read")
         return json.loads(out[out.index("{"):]).get("manifest", "")
 
     # --- changing ---------------------------------------------------------------------------------------------------
@@ -123,16 +292,17 @@ class Helm:
             args += ["--wait"]
         if dry_run:
             args += ["--dry-run=server"]
-        out = self._run(args, values, what=f"helm upgrade --install {release}")
+        out = self._run(args, values, what=f"helm upgrade --install {release}",
+                        retry="read" if dry_run else "upgrade", timeout=timeout or self.timeout)
         return json.loads(out[out.index("{"):])
 
     def history(self, release: str, namespace: str) -> list[dict]:
         return json.loads(self._run(["history", release, "--namespace", namespace, "--output", "json"],
-                                    what="helm history") or "[]")
+                                    what="helm history", retry="read") or "[]")
 
     def rollback(self, release: str, namespace: str, revision: int, timeout: str | None = None) -> None:
         self._run(["rollback", release, str(revision), "--namespace", namespace, "--wait", "--timeout",
-                   timeout or self.timeout], what=f"helm rollback {release}")
+                   timeout or self.timeout], what=f"helm rollback {release}", timeout=timeout or self.timeout)
 
     def recover(self, release: str, namespace: str, timeout: str | None = None) -> str:
         """Clear a release left pending by an interrupted helm run: a pending install is removed, a pending upgrade
@@ -148,14 +318,13 @@ class Helm:
     def uninstall(self, release: str, namespace: str, wait: bool = True, timeout: str | None = None,
                   dry_run: bool = False) -> bool:
         """Returns False when there was no such release."""
-        from pyhelm3 import errors
         args = ["uninstall", release, "--namespace", namespace, "--timeout", timeout or self.timeout]
         if wait and not dry_run:
             args.append("--wait")
         if dry_run:
             args.append("--dry-run")
         try:
-            self._run(args, what=f"helm uninstall {release}")
+            self._run(args, what=f"helm uninstall {release}", timeout=timeout or self.timeout)
             return True
-        except errors.ReleaseNotFoundError:
+        except ReleaseNotFound:
             return False

@@ -7,15 +7,25 @@ import json
 import logging
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+from .. import interrupts
 from ..errors import ClusterError, Conflict, NotFound, Unreachable
 from ..refs import Ref
 
 log = logging.getLogger("gpu_bootstrap.kube")
 FIELD_MANAGER = "gpu-bootstrap"
 RETRYABLE = {429, 500, 502, 503, 504}
+REQUEST_TIMEOUT = 30.0  # seconds one attempt may wait for an answer
+CONNECT_TIMEOUT = 10.0  # of which connecting (TCP and TLS handshake)
+DEADLINE = 60.0  # seconds one request may take, all attempts and waits included
+MAX_ATTEMPTS = 20
+MAX_TIMEOUTS = 2  # attempts that may time out: a server that hung twice in a row is not coming back in time
+BACKOFF_BASE = 0.25  # seconds before the 2nd attempt; doubles each time ...
+BACKOFF_CAP = 4.0  # ... up to this; each wait is drawn from [half, all] of it (jitter)
+ATTEMPTS_HEADER = "X-Gpu-Bootstrap-Attempts"  # _call notes its retries here, for the error message
 # kind -> (plural, namespaced) for what the tool touches; anything else is found through discovery.
 KNOWN = {
     ("v1", "Node"): ("nodes", False), ("v1", "Namespace"): ("namespaces", False),
@@ -46,20 +56,102 @@ def TRANSPORT_ERRORS() -> tuple:  # noqa: N802 - a lazily built constant
     return (urllib3.exceptions.HTTPError, OSError, ssl.SSLError, ApiException)
 
 
+@dataclass(frozen=True)
+class NoAnswer:
+    """Why an attempt got no HTTP answer, and whether it may be repeated."""
+
+    cause: str  # for people: "connection refused", "timed out after 30 s waiting for an answer", ...
+    transient: bool  # a later attempt may succeed
+    unsent: bool  # the server certainly did not see the request (safe to repeat even a POST)
+
+
+def classify(error: BaseException, timeout: float, connect_timeout: float | None = None) -> NoAnswer:
+    """Name the real cause of a transport error (urllib3 wraps it once or twice)."""
+    chain = _chain(error)
+    names = {type(e).__name__ for e in chain}
+    lowered = " ".join(str(e) for e in chain).lower()
+    if "certificate verify failed" in lowered:
+        return NoAnswer("TLS certificate verify failed", False, True)
+    if "wrong version number" in lowered:
+        return NoAnswer("TLS wrong version number (is it an HTTPS port?)", False, True)
+    if "refused" in lowered:
+        return NoAnswer("connection refused", True, True)
+    if "temporary failure in name resolution" in lowered:
+        return NoAnswer("temporary failure in name resolution (DNS)", True, True)
+    if "name or service not known" in lowered or "nodename nor servname" in lowered:
+        return NoAnswer("Name or service not known (DNS)", False, True)
+    if "ConnectTimeoutError" in names or "handshake operation timed out" in lowered:
+        return NoAnswer(f"timed out after {connect_timeout or timeout:.3g} s connecting (TCP/TLS handshake)", True, True)
+    if "ReadTimeoutError" in names or "TimeoutError" in names or "timed out" in lowered:
+        return NoAnswer(f"timed out after {timeout:.3g} s waiting for an answer", True, False)
+    if "ConnectionResetError" in names or "reset by peer" in lowered:
+        return NoAnswer("connection reset by peer", True, False)
+    if names & {"RemoteDisconnected", "BrokenPipeError", "IncompleteRead", "ProtocolError", "SSLEOFError"} or \
+            "eof" in lowered:
+        return NoAnswer("the server closed the connection without answering", True, False)
+    return NoAnswer(str(error).strip()[:300] or type(error).__name__, False, False)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """The error and what it wraps (urllib3's .reason, causes, exceptions among the args)."""
+    found: list[BaseException] = []
+    todo: list = [error]
+    while todo and len(found) < 10:
+        current = todo.pop(0)
+        if not isinstance(current, BaseException) or any(current is f for f in found):
+            continue
+        found.append(current)
+        todo += [getattr(current, "reason", None), current.__cause__, current.__context__, *current.args]
+    return found
+
+
+def retry_after(headers) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds; an HTTP date is ignored: API servers send seconds)."""
+    value = (headers or {}).get("Retry-After") if headers is not None else None
+    try:
+        return max(0.0, float(value)) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _message(data: bytes) -> str:
+    """The message of a Status body, for the log."""
+    try:
+        return str(json.loads(data).get("message", ""))[:200]
+    except (ValueError, AttributeError):
+        return data[:200].decode(errors="replace")
+
+
 class Kube:
-    """Talks to one cluster. Construct cheaply; the client is built on first use."""
+    """Talks to one cluster. Construct cheaply; the client is built on first use.
+
+    Every attempt has a timeout (`request_timeout`, connect `connect_timeout`); a request that is safe to repeat
+    (GET, server-side apply, merge patch, PUT with a resourceVersion, DELETE) is retried on 429 (after its
+    Retry-After), 5xx, resets and timeouts (twice at most) with exponential backoff and jitter until `deadline`
+    seconds have passed; any request is retried when the server certainly did not see it (429, connection refused,
+    connect timeout). After SIGINT/SIGTERM the deadline shrinks to what the shutdown leaves
+    (gpu_bootstrap.interrupts)."""
 
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, field_manager: str = FIELD_MANAGER,
-                 timeout: float = 30.0, attempts: int = 4):
+                 timeout: float | None = None, attempts: int = MAX_ATTEMPTS, *,
+                 request_timeout: float = REQUEST_TIMEOUT, connect_timeout: float = CONNECT_TIMEOUT,
+                 deadline: float = DEADLINE):
         self.kubeconfig = kubeconfig
         self.context = context
         self.field_manager = field_manager
-        self.timeout = timeout
+        self.request_timeout = float(timeout if timeout is not None else request_timeout)  # `timeout`: old name
+        self.connect_timeout = min(float(connect_timeout), self.request_timeout)
+        self.deadline = float(deadline)
         self.attempts = attempts
         self._client = None
         self._host = ""
         self._discovered: dict[tuple[str, str], tuple[str, bool]] = {}
-        self.requests = 0
+        self.requests = 0  # attempts sent
+        self.retries = 0  # attempts that were repeats
+
+    @property
+    def timeout(self) -> float:  # the old name of request_timeout
+        return self.request_timeout
 
     # --- connection -----------------------------------------------------------------------------------------------
     def _api(self):
@@ -88,51 +180,94 @@ class Kube:
     # --- raw requests -----------------------------------------------------------------------------------------------
     def request(self, method: str, path: str, query: dict | None = None, body=None,
                 content_type: str = "application/json", idempotent: bool | None = None):
+        status, data, headers = self._call(method, path, query, body, content_type, idempotent)
+        return self._decode(method, path, status, data, headers.get(ATTEMPTS_HEADER))
+
+    def _call(self, method: str, path: str, query: dict | None = None, body=None,
+              content_type: str = "application/json", idempotent: bool | None = None,
+              accept: str = "application/json") -> tuple[int, bytes, dict]:
+        """One logical request: attempts with backoff until an answer that is final, the deadline, or the attempt
+        limit. Returns (status, body, headers) of the last answer; raises Unreachable when there was none."""
+        import urllib3
+
         api = self._api()
         query = {k: v for k, v in (query or {}).items() if v is not None}
         url = api.configuration.host + path + (f"?{urlencode(query)}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": "gpu-bootstrap"}
+        headers = {"Accept": accept, "User-Agent": "gpu-bootstrap"}
+        payload = None
         if body is not None:
-            headers["Content-Type"] = content_type  # the REST client serializes JSON and structured YAML itself
+            headers["Content-Type"] = content_type  # JSON is YAML too: apply-patch+yaml bodies go as JSON
+            payload = body if isinstance(body, bytes) else body.encode() if isinstance(body, str) else \
+                json.dumps(body).encode()
         api.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)  # token, exec plugins
-        retry = method in ("GET",) if idempotent is None else idempotent
-        for attempt in range(1, self.attempts + 1):
-            started = time.monotonic()
+        repeatable = method in ("GET", "HEAD") if idempotent is None else idempotent
+        started = time.monotonic()
+        attempt, timeouts, last = 0, 0, None
+        while True:
+            attempt += 1
+            cutoff = started + self.deadline
+            shutdown = interrupts.cleanup_deadline()
+            if shutdown is not None and shutdown < cutoff:
+                cutoff = shutdown
+                if cutoff - time.monotonic() < 0.05:
+                    raise Unreachable(f"{method} {path} not sent: shutting down after {interrupts.signal_name()}",
+                                      "rerun the same command to resume")
+            remaining = max(cutoff - time.monotonic(), 0.05)
+            read_timeout = round(min(self.request_timeout, remaining), 2)
+            connect_timeout = round(min(self.connect_timeout, remaining), 2)
+            timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
+            sent_at = time.monotonic()
+            self.requests += 1
             try:
-                self.requests += 1
-                response = api.rest_client.request(method, url, headers=headers, body=body,
-                                                   _request_timeout=(5, self.timeout))
-                data = response.read() if hasattr(response, "read") else response.data
-                status = response.status
+                response = api.rest_client.pool_manager.request(method, url, body=payload, headers=headers,
+                                                                timeout=timeout, retries=False, redirect=False,
+                                                                preload_content=True)
             except TRANSPORT_ERRORS() as error:
-                log.debug("%s %s -> no answer (%s) after %.0f ms", method, path, error,
-                          (time.monotonic() - started) * 1000)
-                if retry and attempt < self.attempts:
-                    self._backoff(attempt)
+                last = classify(error, read_timeout, connect_timeout)
+                timeouts += last.cause.startswith("timed out")
+                log.debug("%s %s -> no answer (%r) after %.0f ms", method, path, error,
+                          (time.monotonic() - sent_at) * 1000)
+                if last.transient and (repeatable or last.unsent) and attempt < self.attempts and \
+                        timeouts < MAX_TIMEOUTS and self._wait(attempt, None, cutoff, f"{method} {path}: {last.cause}"):
                     continue
-                raise self._unreachable(error) from None
-            log.debug("%s %s -> %s in %.0f ms", method, path, status, (time.monotonic() - started) * 1000)
-            if status in RETRYABLE and retry and attempt < self.attempts:
-                self._backoff(attempt)
-                continue
-            return self._decode(method, path, status, data)
-        raise AssertionError("unreachable")
+                raise self._unreachable(last, method, path, attempt, started) from None
+            status, data = response.status, response.data
+            log.debug("%s %s -> %s in %.0f ms", method, path, status, (time.monotonic() - sent_at) * 1000)
+            if status in RETRYABLE and (repeatable or status == 429) and attempt < self.attempts:
+                asked = retry_after(response.headers) if status in (429, 503) else None
+                if self._wait(attempt, asked, cutoff, f"{method} {path}: HTTP {status} {_message(data)}"):
+                    continue
+                log.info("%s %s: giving up after %d attempt(s) in %.1f s (HTTP %s%s)", method, path, attempt,
+                         time.monotonic() - started, status,
+                         f", Retry-After {asked:g} s is past the deadline" if asked else "")
+            answer = dict(response.headers)
+            if attempt > 1:
+                answer[ATTEMPTS_HEADER] = f"{attempt} attempts in {time.monotonic() - started:.1f} s"
+            return status, data, answer
 
-    @staticmethod
-    def _backoff(attempt: int) -> None:
-        time.sleep(min(0.2 * 2 ** (attempt - 1), 2.0) * (0.5 + random.random()))
+    def _wait(self, attempt: int, asked: float | None, cutoff: float, what: str) -> bool:
+        """Sleep before the next attempt: exponential backoff with jitter, at least what Retry-After asked for.
+        False when that would pass the deadline."""
+        step = min(BACKOFF_BASE * 2 ** (attempt - 1), BACKOFF_CAP)
+        delay = step / 2 + random.random() * step / 2
+        if asked is not None:
+            delay = max(delay, asked)
+        if time.monotonic() + delay >= cutoff:
+            return False
+        log.info("%s; retrying in %.1f s (attempt %d)", what, delay, attempt + 1)
+        self.retries += 1
+        time.sleep(delay)
+        return True
 
-    def _unreachable(self, error: Exception) -> Unreachable:
-        reason = str(error)
-        for marker in ("Connection refused", "Name or service not known", "certificate verify failed",
-                       "timed out", "Connection reset"):
-            if marker in reason:
-                reason = marker
-                break
-        return Unreachable(f"cannot reach the Kubernetes API at {self._host}: {reason}",
+    def _unreachable(self, why: NoAnswer, method: str = "", path: str = "", attempts: int = 1,
+                     started: float | None = None) -> Unreachable:
+        tried = ""
+        if attempts > 1 and started is not None:
+            tried = f" ({method} {path}: {attempts} attempts in {time.monotonic() - started:.1f} s)"
+        return Unreachable(f"cannot reach the Kubernetes API at {self._host}: {why.cause}{tried}",
                            "check --kubeconfig/--context and that the cluster is up; use --offline for a dry run")
 
-    def _decode(self, method: str, path: str, status: int, data: bytes):
+    def _decode(self, method: str, path: str, status: int, data: bytes, attempts: str | None = None):
         try:
             body = json.loads(data) if data else {}
         except ValueError:
@@ -149,7 +284,8 @@ class Kube:
         hints = {401: "the credentials in the kubeconfig were refused; log in again",
                  403: "your account lacks the RBAC permission for this; run 'gpu-bootstrap doctor' to see which",
                  422: "the API server rejected the object as invalid"}
-        raise ClusterError(f"{where} failed: {message}", hints.get(status, ""), status=status, reason=reason)
+        tried = f" (HTTP {status}, {attempts})" if attempts and status in RETRYABLE else ""
+        raise ClusterError(f"{where} failed: {message}{tried}", hints.get(status, ""), status=status, reason=reason)
 
     # --- resource paths ------------------------------------------------------------------------------------------
     def resource(self, api_version: str, kind: str) -> tuple[str, bool]:
@@ -205,17 +341,9 @@ class Kube:
 
     def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
         """A pod's log as text ('' when there is none yet)."""
-        api = self._api()
-        url = api.configuration.host + self.path("v1", "Pod", pod, namespace) + "/log" + \
-            (f"?container={quote(container, safe='')}" if container else "")
-        headers = {"Accept": "*/*", "User-Agent": "gpu-bootstrap"}
-        api.update_params_for_auth(headers, [], ["BearerToken"], url, "GET", None)
-        try:
-            response = api.rest_client.request("GET", url, headers=headers, _request_timeout=(5, self.timeout))
-            data = response.read() if hasattr(response, "read") else response.data
-        except TRANSPORT_ERRORS() as error:
-            raise self._unreachable(error) from None
-        return data.decode(errors="replace") if 200 <= response.status < 300 else ""
+        status, data, _headers = self._call("GET", self.path("v1", "Pod", pod, namespace) + "/log",
+                                            {"container": container}, accept="*/*")
+        return data.decode(errors="replace") if 200 <= status < 300 else ""
 
     def apply(self, obj: dict, dry_run: bool = False, force: bool = True, manager: str | None = None) -> dict:
         ref = Ref.of(obj)

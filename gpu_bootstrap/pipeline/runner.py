@@ -55,8 +55,21 @@ class Runner:
             for step in active:
                 self._run(step, records, lock)
         finally:
-            lock.release()
+            self._release(lock)
         return self.ordered_results()
+
+    @staticmethod
+    def _release(lock: Lock) -> None:
+        """Release the run lock; when that fails while an error or an interrupt is already unwinding, the first
+        cause is the one to report (the lease then expires by itself or is taken over as stale)."""
+        import sys
+        unwinding = sys.exc_info()[0] is not None  # called from a `finally`: is an exception on its way out?
+        try:
+            lock.release()
+        except GpuBootstrapError as error:
+            if not unwinding:
+                raise
+            log.warning("could not release the lock: %s", error)
 
     def _current(self, step: Step, records: dict) -> tuple[bool, Check]:
         check = self._check(step)
@@ -207,7 +220,7 @@ class Runner:
         except KeyboardInterrupt:
             raise Interrupted() from None
         finally:
-            lock.release()
+            self._release(lock)
         if not self.skipped:
             self._remove_state()
         return self.ordered_results()

@@ -22,6 +22,7 @@ class Fault:
     probability: float = 1.0
     query: str = ""  # regular expression searched in the query string
     message: str = "injected fault"
+    headers: dict = field(default_factory=dict)  # extra response headers with `status`, e.g. {"Retry-After": "1"}
     action: Callable[[], None] | None = None  # runs when the fault fires, before the request is handled
     seen: int = 0
     fired: int = 0

@@ -109,7 +109,8 @@ class Handler(BaseHTTPRequestHandler):
                     self._reset()
                     return
                 if fault.status:
-                    raise ApiError(fault.status, fault.message)
+                    self._send_json(fault.status, ApiError(fault.status, fault.message).status(), fault.headers)
+                    return
             self._authenticate()
             self._route(method, path, query, body)
         except ApiError as error:
@@ -155,8 +156,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def _send_json(self, code: int, obj) -> None:
-        self._send(code, dumps(obj), "application/json")
+    def _send_json(self, code: int, obj, extra: dict | None = None) -> None:
+        self._send(code, dumps(obj), "application/json", extra)
 
     def _accept(self) -> str:
         return self.headers.get("Accept", "") or "application/json"

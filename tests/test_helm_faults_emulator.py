@@ -1,0 +1,78 @@
+"""The Helm adapter with the real helm against an API that fails: random 503s (seeded) on every request, a single
+503 in the middle of an install, and a release left pending by a killed helm."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from gpu_bootstrap.adapters import helm as helm_module
+from gpu_bootstrap.adapters.helm import Chart, Helm
+from gpu_bootstrap.errors import ClusterError
+from tests.conftest import chart
+from tests.tools import tool
+
+pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
+UNAVAILABLE = "the server is currently unable to handle the request"
+NS = "gpu-operator"
+VALUES = {"driver": {"enabled": False}}
+
+
+@pytest.fixture
+def operator_chart() -> Chart:
+    return Chart(str(chart("gpu-operator-v26.7.0.tgz")), None, None)
+
+
+@pytest.fixture
+def helm(cluster, monkeypatch) -> Helm:
+    monkeypatch.setattr(helm_module, "BACKOFF_BASE", 0.2)
+    monkeypatch.setattr(helm_module, "BACKOFF_CAP", 1.0)
+    return Helm(cluster.kubeconfig, executable=tool("helm"))
+
+
+def served(emu, status: int) -> int:
+    return sum(1 for r in emu.requests.all() if r.status == status)
+
+
+def test_reads_succeed_while_15_percent_of_requests_fail(cluster, helm, operator_chart):
+    helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
+    cluster.emu.faults.add("*", ".*", status=503, count=None, probability=0.15, message=UNAVAILABLE)
+    for _ in range(3):
+        assert helm.status("gpu-operator", NS)["info"]["status"] == "deployed"
+        assert helm.deployed_chart("gpu-operator", NS) == "gpu-operator-v26.7.0"
+        assert helm.user_values("gpu-operator", NS) == VALUES
+        assert "kind: ClusterPolicy" in helm.manifest("gpu-operator", NS)
+        assert [r["status"] for r in helm.history("gpu-operator", NS)] == ["deployed"]
+        assert helm.status("absent", NS) is None
+    assert "kind: ClusterPolicy" in helm.dry_run_manifest("gpu-operator", operator_chart, VALUES, NS)
+    assert served(cluster.emu, 503) > 0 and helm.retries > 0
+
+
+def test_an_install_hit_by_a_503_is_repeated_and_lands(cluster, helm, operator_chart):
+    cluster.emu.faults.add("PATCH", r"/customresourcedefinitions/clusterpolicies\.nvidia\.com$", status=503,
+                           count=1, message=UNAVAILABLE)
+    result = helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
+    assert result["info"]["status"] == "deployed"
+    assert helm.attempts == 2 and served(cluster.emu, 503) == 1
+
+
+def test_a_pending_release_is_not_upgraded_again_and_again(cluster, helm, operator_chart):
+    """A helm killed mid-install leaves the release pending-install: repeating the upgrade cannot help."""
+    cluster.emu.faults.add("PATCH", r"/deployments/gpu-operator$", delay=30, count=1)
+    killed = subprocess.Popen([tool("helm"), "--kubeconfig", str(cluster.kubeconfig), "upgrade", "--install",
+                               "gpu-operator", operator_chart.ref, "-n", NS, "--create-namespace"],
+                              env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not any(r.method == "PATCH" and r.path.endswith("/deployments/gpu-operator")
+                  for r in cluster.emu.requests.all()):
+        assert time.monotonic() < deadline and killed.poll() is None, "helm never reached the Deployment"
+        time.sleep(0.05)
+    killed.kill()
+    killed.wait()
+    status = json.loads(cluster.helm("status", "gpu-operator", "-n", NS, "-o", "json").stdout)
+    assert status["info"]["status"] == "pending-install"
+    with pytest.raises(ClusterError, match=r"another operation \(install/upgrade/rollback\) is in progress"):
+        helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
+    assert helm.attempts == 1

@@ -1,0 +1,168 @@
+"""The Kubernetes adapter under faults, against the emulator over HTTPS: 503s, 429s with Retry-After and connection
+resets are retried within a deadline; a request that is not safe to repeat is not; a server that accepts
+connections but never answers fails within the per-request timeout, naming it."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from gpu_bootstrap import interrupts
+from gpu_bootstrap.adapters import kube as kube_module
+from gpu_bootstrap.adapters.kube import Kube, Ref
+from gpu_bootstrap.errors import ClusterError, Unreachable
+
+UNAVAILABLE = "the server is currently unable to handle the request"
+CM = "/api/v1/namespaces/default/configmaps"
+
+
+@pytest.fixture
+def quick_backoff(monkeypatch):
+    monkeypatch.setattr(kube_module, "BACKOFF_BASE", 0.01)
+    monkeypatch.setattr(kube_module, "BACKOFF_CAP", 0.05)
+
+
+@pytest.fixture
+def kube(cluster) -> Kube:
+    return Kube(cluster.kubeconfig)
+
+
+def configmap(name: str, **data) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
+            "data": data}
+
+
+def answered(emu, method: str, path: str) -> list[int]:
+    return [r.status for r in emu.requests.all() if r.method == method and r.path == path]
+
+
+def test_503s_are_retried(emu, kube, quick_backoff):
+    emu.faults.add("GET", r"/api/v1/nodes$", status=503, count=3, message=UNAVAILABLE)
+    assert {n["metadata"]["name"] for n in kube.list("v1", "Node")} == {"gpu-1", "gpu-2", "cpu-1"}
+    assert answered(emu, "GET", "/api/v1/nodes") == [503, 503, 503, 200] and kube.retries == 3
+
+
+def test_429_waits_as_long_as_retry_after_asks(emu, kube):
+    emu.faults.add("GET", r"/api/v1/nodes/gpu-1$", status=429, count=2, headers={"Retry-After": "1"},
+                   message="Too many requests, please try again later.")
+    started = time.monotonic()
+    assert kube.get("v1", "Node", "gpu-1")["metadata"]["name"] == "gpu-1"
+    assert time.monotonic() - started >= 2.0  # two waits of at least the 1 s the server asked for
+    assert answered(emu, "GET", "/api/v1/nodes/gpu-1") == [429, 429, 200]
+
+
+def test_resets_are_retried_for_requests_safe_to_repeat(emu, kube, quick_backoff):
+    emu.faults.add("GET", r"/configmaps/a$", reset=True, count=2)
+    emu.faults.add("PATCH", r"/configmaps/a$", reset=True, count=2)
+    kube.apply(configmap("a", k="1"))  # server-side apply: the same request twice is the same result
+    assert kube.get("v1", "ConfigMap", "a", "default")["data"] == {"k": "1"}
+    assert answered(emu, "PATCH", f"{CM}/a") == [-1, -1, 201]
+
+
+def test_a_create_that_may_have_landed_is_not_repeated(emu, kube, quick_backoff):
+    emu.faults.add("POST", r"/configmaps$", reset=True, count=1)
+    with pytest.raises(Unreachable, match="cannot reach the Kubernetes API"):
+        kube.create(configmap("b"))
+    assert answered(emu, "POST", CM) == [-1]
+
+
+def test_a_create_refused_with_429_is_repeated(emu, kube, quick_backoff):
+    """429 means the request was not processed: even a POST may go again."""
+    emu.faults.add("POST", r"/configmaps$", status=429, count=1, message="Too many requests, please try again later.")
+    kube.create(configmap("c"))
+    assert answered(emu, "POST", CM) == [429, 201]
+
+
+def test_an_api_that_keeps_failing_is_given_up_at_the_deadline_naming_its_answer(cluster, emu, quick_backoff):
+    emu.faults.add("GET", r"/api/v1/nodes$", status=503, count=None, message=UNAVAILABLE)
+    kube = Kube(cluster.kubeconfig, deadline=2)
+    started = time.monotonic()
+    with pytest.raises(ClusterError) as caught:
+        kube.list("v1", "Node")
+    assert time.monotonic() - started < 10
+    assert caught.value.status == 503
+    assert caught.value.message.startswith(f"GET /api/v1/nodes failed: {UNAVAILABLE} (HTTP 503, ")
+    assert len(answered(emu, "GET", "/api/v1/nodes")) > 2
+
+
+def test_random_503s_and_resets_on_every_request(cluster, emu, quick_backoff):
+    """20 % of all requests fail (seeded): reads, applies, merge patches, updates and deletes all get through."""
+    emu.faults.add("*", r"/configmaps", status=503, count=None, probability=0.15, message=UNAVAILABLE)
+    emu.faults.add("*", r"/configmaps", reset=True, count=None, probability=0.05)
+    kube = Kube(cluster.kubeconfig)
+    for i in range(10):
+        kube.apply(configmap(f"r{i}", n=str(i)))
+        kube.patch(Ref("v1", "ConfigMap", f"r{i}", "default"), {"data": {"patched": "yes"}})
+        current = kube.get("v1", "ConfigMap", f"r{i}", "default")
+        current["data"]["updated"] = "yes"
+        kube.update(current)
+    assert sorted(c["metadata"]["name"] for c in kube.list("v1", "ConfigMap", "default")
+                  if c["metadata"]["name"].startswith("r")) == [f"r{i}" for i in range(10)]
+    for i in range(10):
+        kube.delete(Ref("v1", "ConfigMap", f"r{i}", "default"))
+    assert kube.retries > 0
+    assert [c for c in emu.list("configmaps", "default") if c["metadata"]["name"].startswith("r")] == []
+
+
+@pytest.fixture
+def silent_server():
+    """Accepts TCP connections (and keeps them) but never says a word: not even the TLS handshake."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    kept, stop = [], threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                kept.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for connection in kept:
+        connection.close()
+    server.close()
+
+
+def test_a_server_that_accepts_but_never_answers_fails_within_the_timeout(cluster, silent_server):
+    kubeconfig = cluster.kubeconfig.with_name("silent")
+    kubeconfig.write_text(cluster.kubeconfig.read_text().replace(cluster.emu.address, f"127.0.0.1:{silent_server}"))
+    kube = Kube(kubeconfig, request_timeout=1.5)
+    started = time.monotonic()
+    with pytest.raises(Unreachable) as caught:
+        kube.version()
+    took = time.monotonic() - started
+    assert took < 2 * 1.5 + 3  # two attempts at most (a server that hung twice is not coming back), plus backoff
+    assert f"127.0.0.1:{silent_server}: timed out after 1.5 s" in caught.value.message
+
+
+def test_an_api_that_never_answers_a_request_fails_within_the_timeout(cluster, emu):
+    """TLS works, the HTTP answer never comes."""
+    emu.faults.add("GET", r"^/version$", delay=30, count=None)
+    kube = Kube(cluster.kubeconfig, request_timeout=1)
+    started = time.monotonic()
+    with pytest.raises(Unreachable) as caught:
+        kube.version()
+    assert time.monotonic() - started < 2 * 1 + 3
+    assert "timed out after 1 s waiting for an answer" in caught.value.message
+
+
+def test_after_a_signal_requests_give_up_when_the_shutdown_budget_is_spent(cluster, emu, monkeypatch):
+    emu.faults.add("GET", r"^/version$", delay=30, count=None)
+    monkeypatch.setattr(interrupts, "cleanup_deadline", lambda: started + 1.0)
+    monkeypatch.setattr(interrupts, "signal_name", lambda signum=None: "SIGTERM")
+    kube = Kube(cluster.kubeconfig)
+    started = time.monotonic()
+    with pytest.raises(Unreachable):
+        kube.version()
+    assert time.monotonic() - started < 3
+    with pytest.raises(Unreachable, match="not sent: shutting down after SIGTERM"):
+        kube.version()
