@@ -75,14 +75,16 @@ def up(common, dry_run: Annotated[bool, Option("--dry-run", help=(
         from .ui import JsonReporter, RichReporter, print_json, results_document
         reporter = JsonReporter() if options.json else RichReporter(dry_run)
         results, playbook = application.up(options, reporter)
-        ok = all(r.status not in ("failed", "interrupted") for r in results)
+        failed = next((f"[{r.id}] {r.message}" for r in results if r.status in ("failed", "interrupted")), None)
         if options.json:
-            print_json(results_document(results, ok))
+            print_json(results_document(results, not failed, failed, EXIT_FAILED if failed else None))
         else:
             reporter.summary(results, f"gpu-bootstrap up{' --dry-run' if dry_run else ''} ({playbook.name})")
             if render_dir:
                 reporter.note(f"rendered manifests: {render_dir}/")
-        if not ok:
+        if failed:
+            from .ui import print_error
+            print_error(failed, None)
             raise typer.Exit(EXIT_FAILED)
 
     run("up", common, body)

@@ -22,6 +22,9 @@ class Gate:
         self.render_dir = render_dir
         self.submitted: list[tuple[str, Change]] = []
         self.problems: dict[str, list[str]] = {}  # step id -> what could not be rendered
+        self.notes: dict[str, list[str]] = {}  # step id -> how a dry run had to validate (said with the plan)
+        self._dry_namespaces: set[str] = set()  # namespaces this dry run would create (they do not exist yet)
+        self._unvalidated: dict[str, dict[str, int]] = {}  # step id -> namespace -> objects not validated
         self._handlers = {Verb.APPLY: self._apply, Verb.PATCH: self._patch, Verb.CREATE: self._create,
                           Verb.DELETE: self._delete, Verb.HELM_UPGRADE: self._helm_upgrade,
                           Verb.HELM_RECOVER: self._helm_recover, Verb.HELM_UNINSTALL: self._helm_uninstall}
@@ -40,7 +43,33 @@ class Gate:
         log.info("%s %s", "would" if self.dry_run else "do", change.describe())
         if self.mode == RECORD:
             return None
-        return self._handlers[Verb(change.verb)](change, self.mode == SERVER_DRY_RUN)
+        if self.mode == SERVER_DRY_RUN:
+            return self._dry_run(step_id, change)
+        return self._handlers[Verb(change.verb)](change, False)
+
+    def _dry_run(self, step_id: str, change: Change):
+        """Server-side dry run. An object in a namespace this same plan creates cannot be validated (the dry-run
+        namespace is not stored), and is said to be so rather than failing the plan."""
+        from ..errors import NotFound
+        if change.verb == Verb.HELM_UPGRADE:
+            return self._helm_dry_run(step_id, change)
+        if (change.verb, change.target.kind) == (Verb.APPLY, "Namespace") and \
+                self.kube.get("v1", "Namespace", change.target.name) is None:
+            self._dry_namespaces.add(change.target.name)
+        try:
+            return self._handlers[Verb(change.verb)](change, True)
+        except NotFound:
+            if change.target.namespace not in self._dry_namespaces:
+                raise
+            counts = self._unvalidated.setdefault(step_id, {})
+            counts[change.target.namespace] = counts.get(change.target.namespace, 0) + 1
+            return None
+
+    def notes_for(self, step_id: str) -> list[str]:
+        """What the plan of a step could not have validated by the API server, and how it was checked instead."""
+        return self.notes.get(step_id, []) + [
+            f"{count} object(s) in namespace {namespace} not validated by the API server (the plan creates the "
+            f"namespace)" for namespace, count in sorted(self._unvalidated.get(step_id, {}).items())]
 
     def _apply(self, change: Change, dry_run: bool):
         return self.kube.apply(change.body, dry_run=dry_run)
@@ -59,6 +88,64 @@ class Gate:
         chart = Chart(body["chart"]["ref"], body["chart"].get("repo"), body["chart"].get("version"))
         return self.helm.upgrade(body["release"], chart, body["values"], body["namespace"], wait=True,
                                  timeout=body.get("timeout"), dry_run=dry_run)
+
+    def _helm_dry_run(self, step_id: str, change: Change):
+        """A server-side dry run of the release; when the cluster does not serve the kinds of the chart's own CRDs
+        yet (a fresh cluster), its custom resources are validated against those CRDs' schemas instead, and the
+        rest of its objects server-side where their namespace exists, and the plan says so."""
+        from ..errors import ClusterError
+        from ..schemas import kinds_without_crds
+        try:
+            return self._helm_upgrade(change, True)
+        except ClusterError as error:
+            missing = kinds_without_crds(error.message)
+            if not missing:
+                raise
+        self.notes.setdefault(step_id, []).append(self._validate_client_side(change, missing))
+        return None
+
+    def _validate_client_side(self, change: Change, missing: list[tuple[str, str]]) -> str:
+        import yaml
+
+        from .. import schemas
+        from ..errors import ClusterError
+        body = change.body
+        chart = Chart(body["chart"]["ref"], body["chart"].get("repo"), body["chart"].get("version"))
+        known = schemas.crd_schemas(self.helm.show_crds(chart))
+        documents = [d for d in yaml.safe_load_all(self.helm.template(
+            body["release"], chart, body["values"], body["namespace"], body["kube_version"])) if d]
+        custom, skipped, checked = [], 0, 0
+        for doc in documents:
+            key = (doc.get("apiVersion", ""), doc.get("kind", ""))
+            name = f"{key[1]} {(doc.get('metadata') or {}).get('name', '')}"
+            if key in known:
+                found = schemas.problems(doc, known[key])
+                if found:
+                    raise ClusterError(f"{name} is invalid against its CRD's schema: {'; '.join(found[:5])}",
+                                       "fix gpu_operator.values (validated client-side: its CRD is not installed "
+                                       "yet)")
+                custom.append(name)
+            elif key in missing:
+                raise ClusterError(f"{name}: the cluster serves no {key[1]} in {key[0]} and the chart brings no CRD "
+                                   f"for it")
+            elif doc.get("kind") != "Namespace" and self._namespace_missing(doc, body["namespace"]):
+                skipped += 1
+            else:
+                body_doc = {**doc, "metadata": {**doc["metadata"],
+                                                "namespace": doc["metadata"].get("namespace") or body["namespace"]}}
+                self.kube.apply(body_doc if self._namespaced(doc) else doc, dry_run=True)
+                checked += 1
+        note = (f"{', '.join(custom)} validated client-side against the chart's CRD schemas (its CRDs are not "
+                f"installed yet); {checked} other object(s) validated by the API server")
+        return note + (f", {skipped} not (their namespace does not exist yet)" if skipped else "")
+
+    def _namespaced(self, doc: dict) -> bool:
+        return self.kube.resource(doc["apiVersion"], doc["kind"])[1]
+
+    def _namespace_missing(self, doc: dict, namespace: str) -> bool:
+        if not self._namespaced(doc):
+            return False
+        return self.kube.get("v1", "Namespace", doc["metadata"].get("namespace") or namespace) is None
 
     def _helm_recover(self, change: Change, dry_run: bool):
         if dry_run:

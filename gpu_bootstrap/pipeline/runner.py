@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import CheckFailed, Conflict, GpuBootstrapError, Interrupted, StepFailed
+from ..errors import CheckFailed, ConfigError, Conflict, GpuBootstrapError, Interrupted, StepFailed
 from ..refs import Ref
 from . import checkpoint as cp
 from .lock import Lock
@@ -35,8 +35,13 @@ class Runner:
         active = [s for s in self.steps if s.enabled(self.ctx)]
         self._note_skipped(active)
         if self.ctx.gate.dry_run:
-            for step in active:
-                self._plan_only(step, records)
+            for step in active:  # a dry run plans every step, whatever one of them found, then sums up
+                try:
+                    self._plan_only(step, records)
+                except ConfigError:
+                    raise  # bad input: nothing else is worth planning until it is fixed
+                except GpuBootstrapError as error:
+                    self._finish(StepResult(step.id, "failed", 0, error.one_line().removeprefix(f"[{step.id}] ")))
             return self.ordered_results()
         lock = Lock(self.ctx.kube)
         lock_state = lock.inspect(force_unlock)  # a live run elsewhere: refuse now, even if nothing is to do
@@ -156,6 +161,8 @@ class Runner:
             self.ctx.gate.submit(step.id, change)
             self.ctx.reporter.change(step.id, change, applied=False)
         status, message = "planned" if changes else "unchanged", _noted(check.message, check)
+        if notes := self.ctx.gate.notes_for(step.id):
+            message = "; ".join([message, *notes])
         if problems := self.ctx.gate.problems.get(step.id):
             # a plan whose manifests could not be rendered is not a complete plan: say so, not "planned"
             status, message = "incomplete", "planned, but " + "; ".join(problems)

@@ -1,0 +1,54 @@
+"""Client-side validation of custom resources against their CustomResourceDefinition's OpenAPI v3 schema, for the
+one case the API server cannot do it: a dry run on a cluster where the chart's CRDs are not installed yet. Pure."""
+from __future__ import annotations
+
+import re
+
+MISSING_KIND = re.compile(r'no matches for kind "([^"]+)" in version "([^"]+)"')
+
+
+def kinds_without_crds(message: str) -> list[tuple[str, str]]:
+    """(apiVersion, kind) pairs an API server said it does not serve (helm's 'no matches for kind' error)."""
+    return sorted({(version, kind) for kind, version in MISSING_KIND.findall(message or "")})
+
+
+def crd_schemas(crds: list[dict]) -> dict[tuple[str, str], dict]:
+    """(apiVersion, kind) -> the openAPIV3Schema of that served version."""
+    schemas = {}
+    for crd in crds:
+        spec = crd.get("spec") or {}
+        group, kind = spec.get("group", ""), (spec.get("names") or {}).get("kind", "")
+        for version in spec.get("versions") or []:
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if schema and version.get("served", True):
+                schemas[(f"{group}/{version['name']}", kind)] = schema
+    return schemas
+
+
+def problems(obj: dict, schema: dict) -> list[str]:
+    """What the schema refuses in `obj`, as 'path: message' lines (empty when it is valid)."""
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(_plain(schema))
+    found = []
+    for error in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path)):
+        path = ".".join(str(p) for p in error.absolute_path) or "(root)"
+        found.append(f"{path}: {error.message}")
+    return found
+
+
+def _plain(schema):
+    """OpenAPI v3 as JSON Schema: drop the Kubernetes extensions, and `nullable` becomes a null type."""
+    if isinstance(schema, list):
+        return [_plain(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _plain(value) for key, value in schema.items() if not key.startswith("x-kubernetes-")}
+    if out.pop("nullable", False) and "type" in out:
+        out["type"] = [out["type"], "null"] if isinstance(out["type"], str) else [*out["type"], "null"]
+    if schema.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if schema.get("x-kubernetes-preserve-unknown-fields") and "properties" not in out:
+        out.pop("type", None) if out.get("type") == "object" and not out.get("additionalProperties") else None
+    return out
