@@ -114,7 +114,14 @@ def join_bundle(certificates: list[str]) -> str:
 
 
 def fingerprint(cert_pem: str) -> str:
-    return hashlib.sha256(cert_pem.strip().encode()).hexdigest()[:16]
+    """A short digest of what the certificate says (its to-be-signed part): the same clock and seed give the same
+    fingerprint, although ECDSA signs with a fresh nonce each time."""
+    from cryptography import x509
+    try:
+        signed = x509.load_pem_x509_certificate(cert_pem.encode()).tbs_certificate_bytes
+    except ValueError:
+        signed = cert_pem.strip().encode()
+    return hashlib.sha256(signed).hexdigest()[:16]
 
 
 def inspect(cert_pem: str) -> CertInfo:
