@@ -4,7 +4,6 @@ object, the way a JSONPatch is built); regopy 1.5.2 does not."""
 from __future__ import annotations
 
 import json
-import threading
 
 
 def available() -> bool:
@@ -16,17 +15,22 @@ def available() -> bool:
 
 
 class Policy:
-    """One loaded policy; `decide(rule, input)` evaluates a rule (e.g. data.system.main) as OPA's data API does."""
+    """One policy; `decide(rule, input)` evaluates a rule (e.g. data.system.main) as OPA's data API does. The engine
+    may only be used on the thread that made it, so each evaluation compiles its own (the modules are checked once,
+    here, so a policy that does not parse fails at load, as `opa run` does)."""
 
     def __init__(self, modules: dict[str, str]):
+        self.modules = dict(modules)
+        self._engine()
+
+    def _engine(self):
         import regorus
-        self._engine = regorus.Engine()
-        for name, text in modules.items():
-            self._engine.add_policy(name, text)
-        self._lock = threading.Lock()  # one engine, one input at a time
+        engine = regorus.Engine()
+        for name, text in self.modules.items():
+            engine.add_policy(name, text)
+        return engine
 
     def decide(self, rule: str, document) -> object:
-        with self._lock:
-            engine = self._engine.clone() if hasattr(self._engine, "clone") else self._engine
-            engine.set_input_json(json.dumps(document))
-            return engine.eval_rule(rule)
+        engine = self._engine()
+        engine.set_input_json(json.dumps(document))
+        return engine.eval_rule(rule)
