@@ -214,6 +214,7 @@ def test_rotation_near_expiry_keeps_every_request_succeeding(cluster, tmp_path, 
             stamps.append(time.monotonic())
             time.sleep(0.01)
 
+    emu.controllers.ready_delay = 1.5  # new replicas take a while: the switch lasts long enough to be watched
     thread = threading.Thread(target=traffic, daemon=True)
     thread.start()
     try:
