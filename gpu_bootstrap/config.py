@@ -324,6 +324,54 @@ class SchedulerConfig(Section):
         return self.lease_name or self.name
 
 
+IMAGE_REF = re.compile(r"[a-z0-9]([-a-z0-9._/:]*[a-z0-9])?(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?")
+
+
+class OpaConfig(Section):
+    image: str = Field("openpolicyagent/opa:1.4.2",
+                       description="the official OPA image, pinned; point it at a mirror if needed")
+    replicas: int = Field(2, ge=1, le=10)
+    namespace: str = Field("gpu-bootstrap-admission", description="OPA's own namespace (always exempt)")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if len(value) > 255 or not IMAGE_REF.fullmatch(value):
+            raise ValueError(f"{value[:80]!r} is not an image reference (e.g. openpolicyagent/opa:1.4.2)")
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        return GpuOperatorConfig._dns_label(value)
+
+
+class AdmissionConfig(Section):
+    """Keep GPU pods on the bin-packing scheduler: OPA as an admission webhook with a generated CA (engine opa), or
+    in-process admission policies (engine vap)."""
+
+    enabled: bool = True
+    engine: Literal["opa", "vap"] = Field("opa", description="opa: OPA webhook (+ a ValidatingAdmissionPolicy "
+                                                             "backstop from 1.30); vap: admission policies only")
+    mode: Literal["mutate", "enforce"] = Field("mutate", description="mutate: set spec.schedulerName on GPU pods; "
+                                                                     "enforce: reject them with the field to set")
+    exclude_namespaces: list[str] = Field(default_factory=list, description="exempt, besides the built-in list")
+    override_other_schedulers: bool = Field(False, description="also steer GPU pods that name another scheduler")
+    opa: OpaConfig = Field(default_factory=OpaConfig)
+    certificates: Literal["generated", "cert-manager"] = "generated"
+    rotate_before_days: int = Field(30, ge=1, le=3650,
+                                    description="renew the serving certificate this many days before it expires")
+    wait_timeout: int = Field(300, ge=10, le=3600, description="seconds to wait for OPA and the first verdict")
+
+    @field_validator("exclude_namespaces")
+    @classmethod
+    def _namespaces(cls, value: list) -> list:
+        for name in value:
+            if len(name) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
+                raise ValueError(f"{name!r} is not a namespace name (a lowercase DNS label)")
+        return value
+
+
 class ValidateConfig(Section):
     enabled: bool = True
     image: str = Field("nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
@@ -341,7 +389,7 @@ class Config(Section):
     node_prep: NodePrepConfig = Field(default_factory=NodePrepConfig)
     gpu_operator: GpuOperatorConfig = Field(default_factory=GpuOperatorConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
-    admission: ComponentConfig = Field(default_factory=ComponentConfig)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     monitoring: ComponentConfig = Field(default_factory=ComponentConfig)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")  # BaseModel owns .validate
 
@@ -598,8 +646,18 @@ validate:                           # run NVIDIA's CUDA vector-add sample on the
   namespace: gpu-bootstrap
   timeout: 300
 
-admission:                          # make GPU pods use the bin-packing scheduler (coming in a later version)
+admission:                          # keep GPU pods on the bin-packing scheduler (README: "The admission steps")
   enabled: true
+  engine: opa                       # opa: OPA webhook + (>= 1.30) an in-process backstop policy | vap: policies only
+  mode: mutate                      # mutate: set spec.schedulerName on GPU pods | enforce: reject them, naming the field
+  exclude_namespaces: []            # exempt besides kube-system, the gpu-operator's, the scheduler's and OPA's own
+  override_other_schedulers: false  # false: a GPU pod naming another scheduler (e.g. volcano) is left alone
+  opa:
+    image: openpolicyagent/opa:1.4.2   # pinned; point it at a mirror if needed
+    replicas: 2
+    namespace: gpu-bootstrap-admission
+  certificates: generated           # generated (a CA of our own, kept only in a Secret) | cert-manager
+  rotate_before_days: 30
 
 monitoring:                         # GPU dashboards and alerts (coming in a later version)
   enabled: true

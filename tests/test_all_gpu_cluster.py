@@ -48,6 +48,9 @@ def test_up_on_an_all_gpu_cluster_completes_and_the_platform_tolerates_the_taint
     assert all(p["spec"].get("nodeName") in NODES for p in platform)
     scheduler = cluster.emu.get("deployments", "gpu-binpack-scheduler", "kube-system")
     assert GPU_TOLERATION in scheduler["spec"]["template"]["spec"]["tolerations"]
+    [opa] = [d for d in cluster.emu.list("deployments") if d["metadata"]["name"] == "opa"]
+    assert GPU_TOLERATION in opa["spec"]["template"]["spec"]["tolerations"]
+    assert opa["status"].get("availableReplicas") == opa["spec"]["replicas"]
     doctor = runner.invoke(app, ["doctor", "-c", str(config), "--no-nodes", "-o", "json",
                                  "--log-file", str(tmp_path / "log")])
     checks = {c["id"]: c for c in json.loads(doctor.stdout)["checks"]}

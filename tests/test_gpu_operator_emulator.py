@@ -62,10 +62,12 @@ def test_up_installs_waits_for_the_operands_and_validates(cluster, tmp_path):
     result, document = up(config, tmp_path)
     assert result.exit_code == 0, result.output
     assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-operator": "applied",
-                                  "binpack-scheduler": "applied", "validate": "applied"}
+                                  "binpack-scheduler": "applied", "admission-opa": "applied", "admission": "applied",
+                                  "validate": "applied"}
     operator = next(s for s in document["steps"] if s["id"] == "gpu-operator")
     assert operator["message"] == "operands ready on 3 GPU node(s), 24 GPU(s) advertised"
-    assert "CUDA vector-add passed on node5, node6, node7" in document["steps"][4]["message"]
+    validate = next(s for s in document["steps"] if s["id"] == "validate")
+    assert "CUDA vector-add passed on node5, node6, node7" in validate["message"]  # through admission, like any pod
     [release] = releases(cluster)
     assert (release["name"], release["chart"], release["status"]) == ("gpu-operator", "gpu-operator-v26.7.0",
                                                                       "deployed")

@@ -5,6 +5,8 @@ adapter at all (kube, helm and node facts are None); a plan that reached for one
 """
 from __future__ import annotations
 
+import base64
+import datetime
 import json
 
 import pytest
@@ -17,13 +19,16 @@ from gpu_bootstrap.refs import Chart, Ref, Verb
 from gpu_bootstrap.render import gpu_operator_values as values_render
 from gpu_bootstrap.render import scheduler as scheduler_render
 from gpu_bootstrap.status import FAIL, PASS, SKIP, WARN
+from gpu_bootstrap.render import admission as admission_render
+from gpu_bootstrap.render import certificates as certs
+from gpu_bootstrap.steps.admission import Admission, AdmissionFacts, AdmissionOpa, OpaFacts, decide
 from gpu_bootstrap.steps.binpack_scheduler import BinpackScheduler, SchedulerFacts
 from gpu_bootstrap.steps.gpu_operator import GpuOperator, OperatorFacts
 from gpu_bootstrap.steps.node_prep import NodePrep, NodePrepFacts
 from gpu_bootstrap.steps.preflight import Preflight, judge
 from gpu_bootstrap.steps.validate import Validate, ValidateFacts
 
-PLAYBOOK = ("preflight", "node-prep", "gpu-operator", "binpack-scheduler", "validate")
+PLAYBOOK = ("preflight", "node-prep", "gpu-operator", "binpack-scheduler", "admission-opa", "admission", "validate")
 RECORD = "gpu-bootstrap.io/node-prep"
 
 
@@ -196,6 +201,74 @@ def test_validate_runs_one_pod_per_chosen_node_after_removing_leftovers(playbook
         assert spec["nodeSelector"] == {"kubernetes.io/hostname": name}
         assert spec["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+
+
+# --- admission-opa and admission --------------------------------------------------------------------------------------
+NOW = datetime.datetime(2026, 11, 23, tzinfo=datetime.timezone.utc)
+SEED = bytes(range(32))
+
+
+def opa_facts(conf, stored=None, webhook=None, rolled_out=None, namespace="missing", now=NOW):
+    cert = decide(conf, stored, now, SEED, rolled_out)
+    objects = AdmissionOpa()._objects(context(conf), cert.tls_hash)
+    drift = {} if stored else {Ref.of(o): "missing"
+                               for o in objects}
+    return OpaFacts(namespace, objects, drift, [], stored, rolled_out, webhook, now, SEED)
+
+
+def test_admission_opa_creates_its_namespace_a_new_certificate_and_the_server_in_order():
+    conf = config()
+    changes = AdmissionOpa().plan(context(conf), check_of(opa_facts(conf)))
+    assert [(c.verb, str(c.target), c.summary) for c in changes] == [
+        (Verb.APPLY, "Namespace gpu-bootstrap-admission", "create"),
+        (Verb.APPLY, "Secret gpu-bootstrap-admission/opa-tls", "create"),
+        (Verb.APPLY, "ServiceAccount gpu-bootstrap-admission/opa", "create"),
+        (Verb.APPLY, "ConfigMap gpu-bootstrap-admission/opa-policy", "create"),
+        (Verb.APPLY, "Deployment gpu-bootstrap-admission/opa", "create"),
+        (Verb.APPLY, "Service gpu-bootstrap-admission/opa", "create"),
+        (Verb.APPLY, "PodDisruptionBudget gpu-bootstrap-admission/opa", "create")]
+    secret = changes[1].body
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    assert all("PRIVATE" not in line for c in changes for line in (c.describe(), *c.details))
+    tls_hash = changes[4].body["spec"]["template"]["metadata"]["annotations"][admission_render.TLS_HASH]
+    assert tls_hash == certs.fingerprint(certs.Stored.from_secret(secret).cert_pem)
+
+
+def test_admission_opa_rerun_reuses_the_secret_and_plans_nothing():
+    conf = config()
+    stored = certs.Stored.from_secret(decide(conf, None, NOW, SEED, None).secret)
+    assert AdmissionOpa().plan(context(conf), check_of(opa_facts(conf, stored, namespace="ours"))) == []
+
+
+def test_admission_opa_rotation_first_makes_the_webhook_trust_both_cas():
+    conf = config()
+    stored = certs.Stored.from_secret(decide(conf, None, NOW, SEED, None).secret)
+    later = NOW + datetime.timedelta(days=350)
+    facts = opa_facts(conf, stored, webhook=("MutatingWebhookConfiguration", stored.ca_bundle), namespace="ours",
+                      now=later)
+    facts = OpaFacts(facts.namespace, facts.objects, {Ref.of(facts.objects[2]): "differs at spec.template.metadata.annotations"}, [],
+        stored, None, facts.webhook, later, SEED)
+    changes = AdmissionOpa().plan(context(conf), check_of(facts))
+    assert [(c.verb, str(c.target), c.summary) for c in changes] == [
+        (Verb.PATCH, "MutatingWebhookConfiguration gpu-bootstrap-gpu-pods", "trust the new CA beside the old one"),
+        (Verb.APPLY, "Secret gpu-bootstrap-admission/opa-tls", "rotate"),
+        (Verb.APPLY, "Deployment gpu-bootstrap-admission/opa", "update")]
+    bundle = base64.b64decode(changes[0].body[1]["value"]).decode()
+    assert len(certs.split_bundle(bundle)) == 2 and stored.signer.strip() in bundle
+    assert changes[0].patch_type == "json" and changes[0].body[0]["op"] == "test"
+
+
+def test_admission_applies_drifted_objects_and_removes_the_other_mode():
+    conf = config(admission={"mode": "enforce"})
+    desired = [admission_render.webhook_configuration(conf, "1.31.0", "CA")] + admission_render.validating_policy(conf)
+    refs = [Ref.of(o) for o in desired]
+    old = Ref("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "gpu-bootstrap-gpu-pods")
+    facts = AdmissionFacts(desired, {refs[0]: "missing", refs[2]: "missing"}, [old])
+    changes = Admission().plan(context(conf), check_of(facts))
+    assert [(c.verb, c.target, c.summary) for c in changes] == [
+        (Verb.APPLY, refs[0], "create"), (Verb.APPLY, refs[2], "create"), (Verb.DELETE, old, "remove")]
+    assert refs[0].kind == "ValidatingWebhookConfiguration"
+    assert Admission().plan(context(conf), check_of(AdmissionFacts(desired, {}, []))) == []
 
 
 # --- helpers -----------------------------------------------------------------------------------------------------------------

@@ -7,7 +7,17 @@ records changes, so a write reaching them is a bug.
 """
 from __future__ import annotations
 
-from ..errors import GpuBootstrapError
+from ..errors import ClusterError, GpuBootstrapError
+from ..versions import minor_of
+
+# What API discovery shows on a fresh cluster with default feature gates: (apiVersion, kind) -> first minor served.
+# Anything not listed here is a CRD or off by default (e.g. MutatingAdmissionPolicy v1beta1 on 1.34-1.35).
+FRESH_DISCOVERY = {
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 30,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 30,
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 36,
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 36,
+}
 
 
 def _refuse(*args, **kwargs):
@@ -37,6 +47,21 @@ class OfflineKube:
         if (api_version, kind) == ("v1", "Node"):
             return [self.get("v1", "Node", name) for name in sorted(self.node_names)]
         return []
+
+    def resource(self, api_version: str, kind: str) -> tuple[str, bool]:
+        """Discovery as a fresh cluster of this version answers it, for the kinds whose presence depends on the
+        version; built-in kinds the tool uses are always served."""
+        first = FRESH_DISCOVERY.get((api_version, kind))
+        group = api_version.rpartition("/")[0]
+        if first is not None:
+            served = minor_of(self.kube_version)[1] >= first
+        elif group == "admissionregistration.k8s.io":
+            served = api_version.endswith("/v1") and kind.endswith("WebhookConfiguration")
+        else:
+            served = "." not in group or group.endswith(".k8s.io")  # a CRD's group: nothing is installed yet
+        if not served:
+            raise ClusterError(f"the cluster serves no {kind} in {api_version}")
+        return kind.lower() + "s", True
 
     apply = patch = create = update = delete = staticmethod(_refuse)
 

@@ -66,6 +66,12 @@ class RenderDir:
         header += [f"#   {line}" for line in change.details]
         release = change.verb == Verb.HELM_UPGRADE
         shown = change.body if not release else {k: v for k, v in change.body.items() if k != "values"}
+        if isinstance(shown, dict) and shown.get("kind") == "Secret":
+            # A Secret's data may hold private keys: they never leave the cluster, not even into a render.
+            header.append("# data redacted: a Secret's values (private keys) are never written outside the cluster")
+            shown = {**{k: v for k, v in shown.items() if k not in ("data", "stringData")},
+                     "data": {key: "<redacted>" for key in sorted({**(shown.get("data") or {}),
+                                                                   **(shown.get("stringData") or {})})}}
         body = dump(shown) if shown is not None else ""
         (folder / name).write_text("\n".join(header) + "\n" + body)
         with (folder / "plan.txt").open("a") as plan:

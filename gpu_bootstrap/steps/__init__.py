@@ -11,7 +11,8 @@ REGISTRY: dict[str, str | None] = {
     "node-prep": "gpu_bootstrap.steps.node_prep:NodePrep",
     "gpu-operator": "gpu_bootstrap.steps.gpu_operator:GpuOperator",
     "binpack-scheduler": "gpu_bootstrap.steps.binpack_scheduler:BinpackScheduler",
-    "admission": None,
+    "admission-opa": "gpu_bootstrap.steps.admission:AdmissionOpa",
+    "admission": "gpu_bootstrap.steps.admission:Admission",
     "monitoring": None,
     "validate": "gpu_bootstrap.steps.validate:Validate",
 }

@@ -476,7 +476,13 @@ class ControllerManager:
             body = jcopy(current)
             body["spec"]["replicas"] = spec.get("replicas", 1)
             current = self._update("apps", "replicasets", body, "kube-controller-manager")
-        for rs in owned:
+        surge_only = str(((spec.get("strategy") or {}).get("rollingUpdate") or {}).get("maxUnavailable", "")) in \
+            ("0", "0%")
+        if surge_only and (current.get("status") or {}).get("availableReplicas", 0) < spec.get("replicas", 1):
+            shrink = [current]  # maxUnavailable 0: the old pods serve until the new ones are available
+        else:
+            shrink = owned
+        for rs in shrink:
             if rs is not current and rs["metadata"]["uid"] != current["metadata"]["uid"] and rs["spec"].get("replicas"):
                 body = jcopy(rs)
                 body["spec"]["replicas"] = 0

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from . import certs
+from .admission import AdmissionChain
 from .controllers import ControllerManager
 from .discovery import OpenAPI
 from .faults import Faults
@@ -26,14 +27,22 @@ class Emulator:
     def __init__(self, kube_version: str = "1.31.0", gpu_nodes=(), gpus_per_node: int = 8, cpu_nodes=(),
                  controllers: bool = True, history_limit: int = 20000, extended_resource_toleration: bool = False,
                  gpu_product: str = "NVIDIA-H100-80GB-HBM3", gpu_operator: bool = False,
-                 scheduler_pods: bool = True):
+                 scheduler_pods: bool = True, mutating_admission_policy_beta: bool = False,
+                 opa_pods: bool = True):
         """gpu_operator=True: a stand-in for the gpu-operator's controllers runs, and GPU nodes advertise
         nvidia.com/gpu only once its device plugin is ready on them (as on a real cluster).
         scheduler_pods=True: ready pods of a Deployment running kube-scheduler take their config's leader lease and
-        serve its profiles' scheduler names (tests/kubeapi/scheduler_sim.py)."""
+        serve its profiles' scheduler names (tests/kubeapi/scheduler_sim.py).
+        mutating_admission_policy_beta=True: 1.34-1.35 serve MutatingAdmissionPolicy v1beta1 (gate and runtime-config on).
+        opa_pods=True: ready pods of a Deployment running openpolicyagent/opa serve its policy over HTTPS with a real
+        Rego engine, and their Service is routed there for webhook calls (tests/kubeapi/opa_sim.py)."""
         self.kube_version = kube_version.lstrip("v")
         self.kube_minor = int(self.kube_version.split(".")[1])
         self.table = ResourceTable(self.kube_minor)
+        if mutating_admission_policy_beta and 34 <= self.kube_minor <= 35:
+            from .resources import MAP_BETA
+            for rt in MAP_BETA:
+                self.table.add(rt)
         self.schemas = SchemaSet(self.kube_minor)
         self.store = Store(self.table, self.schemas, history_limit, extended_resource_toleration)
         self.controllers = ControllerManager(self.store, self.kube_version)
@@ -41,6 +50,7 @@ class Emulator:
             self.controllers.enabled = {name: False for name in self.controllers.enabled}
         self.openapi = OpenAPI(self.table, self.schemas, self._crd_for)
         self.faults = Faults()
+        self.admission = AdmissionChain(self)
         self.requests = RequestLog()
         self.pki = certs.generate()
         self.store.ca_pem = self.pki.ca_pem
@@ -53,6 +63,13 @@ class Emulator:
         if scheduler_pods:
             from .scheduler_sim import SchedulerSim
             self.controllers.plugins.append(SchedulerSim(self.controllers))
+        from .endpoints import EndpointSliceController
+        self.controllers.plugins.append(EndpointSliceController(self.controllers))
+        self.opa = None
+        if opa_pods:
+            from .opa_sim import OpaSim
+            self.opa = OpaSim(self.controllers, self.admission)
+            self.controllers.plugins.append(self.opa)
         self._server: EmulatorHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._node_index = 0
@@ -75,6 +92,8 @@ class Emulator:
             self._server.server_close()
             self._server = None
         self.controllers.stop()
+        if self.opa is not None:
+            self.opa.stop_all()
 
     def __enter__(self) -> "Emulator":
         return self.start()

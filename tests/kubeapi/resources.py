@@ -108,6 +108,10 @@ BUILTIN: tuple[ResourceType, ...] = (
        (), ["status"], min_minor=30),
     _r("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding",
        False, min_minor=30),
+    _r("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", "MutatingAdmissionPolicy", False,
+       min_minor=36),
+    _r("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings", "MutatingAdmissionPolicyBinding",
+       False, min_minor=36),
     # the rest of the groups we touch
     _r("coordination.k8s.io", "v1", "leases", "Lease", True),
     _r("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"], ["status"]),
@@ -123,6 +127,14 @@ BUILTIN: tuple[ResourceType, ...] = (
     _r("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
     _r("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
        verbs=("create",)),
+)
+
+# MutatingAdmissionPolicy v1beta1: served on 1.34-1.35 only with the feature gate and runtime-config enabled
+# (Emulator(mutating_admission_policy_beta=True)).
+MAP_BETA = (
+    _r("admissionregistration.k8s.io", "v1beta1", "mutatingadmissionpolicies", "MutatingAdmissionPolicy", False),
+    _r("admissionregistration.k8s.io", "v1beta1", "mutatingadmissionpolicybindings", "MutatingAdmissionPolicyBinding",
+       False),
 )
 
 # Field selectors the real apiserver accepts besides metadata.name / metadata.namespace.

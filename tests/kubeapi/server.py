@@ -348,8 +348,28 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(obj, dict):
             raise ApiError(400, "the request body must be a JSON object")
         _check_kind(rt, obj)
-        created = store.create(rt, namespace, obj, self._options(query, manager_default=self._default_manager()))
+        options = self._options(query, manager_default=self._default_manager())
+        obj = self._admit(rt, namespace, obj, None, "CREATE", options)
+        created = store.create(rt, namespace, obj, options)
         self._present(rt, created, 201)
+
+    def _admit(self, rt, namespace, obj: dict, old: dict | None, operation: str, options: WriteOptions) -> dict:
+        """The admission chain (tests/kubeapi/admission.py): mutating webhooks, then object validation (a dry-run
+        write), then ValidatingAdmissionPolicies and validating webhooks. Returns the object to store."""
+        chain = self.server.emulator.admission
+        if options.subresource or not chain.applies(rt):
+            return obj
+        obj = chain.mutate(rt, namespace, obj, old, operation, options.dry_run)
+        store = self.server.emulator.store
+        preview_options = WriteOptions(manager=options.manager, dry_run=True, field_validation=options.field_validation,
+                                       warnings=[])
+        if old is None:
+            preview = store.create(rt, namespace, obj, preview_options)
+            obj.setdefault("metadata", {})["name"] = preview["metadata"]["name"]  # generateName: keep the one admitted
+        else:
+            preview = store.update(rt, namespace, old["metadata"]["name"], obj, preview_options)
+        chain.validate(rt, namespace, preview, old, operation, options.dry_run)
+        return obj
 
     def _update(self, rt, namespace, name, sub, query, body) -> None:
         store = self.server.emulator.store
@@ -357,7 +377,10 @@ class Handler(BaseHTTPRequestHandler):
         if sub == "scale":
             return self._update_scale(rt, namespace, name, obj, query)
         _check_kind(rt, obj)
-        updated = store.update(rt, namespace, name, obj, self._options(query, sub, self._default_manager()))
+        options = self._options(query, sub, self._default_manager())
+        if not sub and self.server.emulator.admission.applies(rt):
+            obj = self._admit(rt, namespace, obj, jcopy(store.get(rt, namespace, name)), "UPDATE", options)
+        updated = store.update(rt, namespace, name, obj, options)
         self._present(rt, updated)
 
     def _patch(self, rt, namespace, name, sub, query, body) -> None:

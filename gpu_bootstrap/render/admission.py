@@ -1,0 +1,251 @@
+"""The admission steps' objects: OPA (its Secret, policy, Deployment, Service, PDB) and what points the API server
+at it (the webhook configuration), or the in-process policies (ValidatingAdmissionPolicy, MutatingAdmissionPolicy).
+
+Pure functions of (config, Kubernetes version, certificate material). Every object carries the managed-by label.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from ..versions import minor_of
+from . import admission_policy as policy_render
+from . import certificates as certs
+
+MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "admission"}
+OWNED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap,app.kubernetes.io/component=admission"
+NAME = "opa"  # the Deployment, Service, ServiceAccount and PDB
+SECRET = "opa-tls"
+POLICY_CONFIGMAP = "opa-policy"
+POLICY_FILE = "gpu-pods.rego"
+CONFIG_NAME = "gpu-bootstrap-gpu-pods"  # webhook configurations and policies
+WEBHOOK_NAME = "gpu-pods.gpu-bootstrap.io"
+PORT = 8443
+TIMEOUT_SECONDS = 3
+TLS_HASH = "gpu-bootstrap.io/tls-hash"
+POLICY_HASH = "gpu-bootstrap.io/policy-hash"
+INJECT_CA = "cert-manager.io/inject-ca-from"
+REDACTED = "<redacted: private keys are never written outside the Secret>"
+GROUP = "admissionregistration.k8s.io"
+CERT_MANAGER = "cert-manager.io/v1"
+
+
+def cel_available(kube_version: str) -> bool:
+    """Webhook matchConditions and ValidatingAdmissionPolicy: GA in 1.30."""
+    return minor_of(kube_version) >= (1, 30)
+
+
+def labels(extra: dict | None = None) -> dict:
+    return {**MANAGED, **(extra or {})}
+
+
+def _meta(name: str, namespace: str | None = None, extra_labels: dict | None = None) -> dict:
+    meta = {"name": name, "labels": labels(extra_labels)}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def selector() -> dict:
+    return {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "admission"}
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --- OPA -----------------------------------------------------------------------------------------------------------
+def namespace(config) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": _meta(config.admission.opa.namespace, extra_labels={
+                policy_render.IGNORE_LABEL: policy_render.IGNORE_VALUE})}
+
+
+def policy_configmap(config) -> dict:
+    text = policy_render.rego(policy_render.of(config))
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(POLICY_CONFIGMAP, config.admission.opa.namespace),
+            "data": {POLICY_FILE: text}}
+
+
+def tls_secret(config, cert_pem: str, key_pem: str, ca_bundle: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": _meta(SECRET, config.admission.opa.namespace),
+            "data": {certs.TLS_CERT: certs.b64(cert_pem), certs.TLS_KEY: certs.b64(key_pem),
+                     certs.CA_CERT: certs.b64(ca_bundle)}}
+
+
+def redacted(secret: dict) -> dict:
+    """What may be shown of a Secret: everything but its data."""
+    shown = {k: v for k, v in secret.items() if k not in ("data", "stringData")}
+    shown["data"] = {key: REDACTED for key in sorted((secret.get("data") or {}) | (secret.get("stringData") or {}))}
+    return shown
+
+
+def service_account(config) -> dict:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, config.admission.opa.namespace),
+            "automountServiceAccountToken": False}
+
+
+def service(config) -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(NAME, config.admission.opa.namespace),
+            "spec": {"selector": selector(),
+                     "ports": [{"name": "https", "port": 443, "targetPort": PORT, "protocol": "TCP"}]}}
+
+
+def deployment(config, tls_hash: str, tolerate: dict | None = None) -> dict:
+    """OPA serving the policy over TLS on the Secret's certificate. `tls_hash` (the certificate's fingerprint) is in
+    the pod template, so a new certificate rolls the pods and an unchanged one does not."""
+    settings = config.admission
+    opa_ns = settings.opa.namespace
+    policy_text = policy_render.rego(policy_render.of(config))
+    args = ["run", "--server", f"--addr=0.0.0.0:{PORT}", "--tls-cert-file=/certs/tls.crt",
+            "--tls-private-key-file=/certs/tls.key", "--disable-telemetry", "--log-level=info",
+            f"/policy/{POLICY_FILE}"]
+    if settings.certificates == "cert-manager":
+        args.insert(5, "--tls-cert-refresh-period=10m")  # cert-manager renews in place: reload the files
+    probe = {"httpGet": {"path": "/health", "port": PORT, "scheme": "HTTPS"}}
+    container = {
+        "name": "opa", "image": settings.opa.image, "args": args,
+        "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
+        "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**probe, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 3},
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "certs", "mountPath": "/certs", "readOnly": True},
+                         {"name": "policy", "mountPath": "/policy", "readOnly": True}],
+    }
+    annotations = {POLICY_HASH: digest(policy_text)}
+    if tls_hash:
+        annotations[TLS_HASH] = tls_hash
+    pod_labels = labels(selector())
+    # Off the GPU nodes: node-prep labels them nvidia.com/gpu.present=true (and taints them). `tolerate`: a cluster
+    # with no other node left; then off them when possible, on them (tolerating their taint) when not.
+    off_gpu = [{"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]
+    node_affinity = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": off_gpu}]}}
+    if tolerate is not None:
+        node_affinity = {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": {"matchExpressions": off_gpu}}]}
+    anti_affinity = {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                          "labelSelector": {"matchLabels": selector()}}}]}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(NAME, opa_ns),
+            "spec": {"replicas": settings.opa.replicas, "selector": {"matchLabels": selector()},
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+                     "template": {
+                         "metadata": {"labels": pod_labels, "annotations": annotations},
+                         "spec": {"serviceAccountName": NAME, "automountServiceAccountToken": False,
+                                  "priorityClassName": "system-cluster-critical",
+                                  "nodeSelector": {"kubernetes.io/os": "linux"},
+                                  "affinity": {"nodeAffinity": node_affinity, "podAntiAffinity": anti_affinity},
+                                  "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                                      "seccompProfile": {"type": "RuntimeDefault"}},
+                                  "containers": [container],
+                                  **({"tolerations": [tolerate]} if tolerate else {}),
+                                  "volumes": [{"name": "certs", "secret": {"secretName": SECRET}},
+                                              {"name": "policy", "configMap": {"name": POLICY_CONFIGMAP}}]}}}}
+
+
+def disruption_budget(config) -> dict | None:
+    if config.admission.opa.replicas < 2:
+        return None
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": _meta(NAME, config.admission.opa.namespace),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector()}}}
+
+
+def cert_manager_objects(config) -> list[dict]:
+    """A self-signed issuer makes a CA; a CA issuer signs the serving certificate into the same Secret name."""
+    ns = config.admission.opa.namespace
+    names = certs.sans(NAME, ns)
+
+    def obj(kind: str, name: str, spec: dict) -> dict:
+        return {"apiVersion": CERT_MANAGER, "kind": kind, "metadata": _meta(name, ns), "spec": spec}
+
+    key = {"algorithm": "ECDSA", "size": 256}
+    return [
+        obj("Issuer", "opa-selfsigned", {"selfSigned": {}}),
+        obj("Certificate", "opa-ca", {"isCA": True, "commonName": "gpu-bootstrap admission CA", "secretName": "opa-ca",
+                                      "privateKey": key, "duration": f"{certs.CA_DAYS * 24}h",
+                                      "issuerRef": {"name": "opa-selfsigned", "kind": "Issuer"}}),
+        obj("Issuer", "opa-ca", {"ca": {"secretName": "opa-ca"}}),
+        obj("Certificate", "opa-serving", {"secretName": SECRET, "dnsNames": names, "privateKey": key,
+                                           "duration": f"{certs.SERVING_DAYS * 24}h",
+                                           "renewBefore": f"{config.admission.rotate_before_days * 24}h",
+                                           "usages": ["server auth", "digital signature"],
+                                           "issuerRef": {"name": "opa-ca", "kind": "Issuer"}}),
+    ]
+
+
+# --- what points the API server at it ------------------------------------------------------------------------------
+def webhook_configuration(config, kube_version: str, ca_bundle: str | None) -> dict:
+    """Mutating (mode mutate) or Validating (mode enforce); CREATE on pods only; failurePolicy Ignore (see README:
+    a webhook whose server is down must never block the cluster; the in-process backstop policy catches what it
+    misses). `ca_bundle` None: cert-manager injects it (or it is not known yet)."""
+    settings = config.admission
+    policy = policy_render.of(config)
+    mutating = settings.mode == "mutate"
+    client = {"service": {"namespace": settings.opa.namespace, "name": NAME, "port": 443}}
+    if ca_bundle and settings.certificates == "generated":
+        client["caBundle"] = certs.b64(ca_bundle)
+    hook = {
+        "name": WEBHOOK_NAME, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
+        "timeoutSeconds": TIMEOUT_SECONDS, "matchPolicy": "Equivalent", "clientConfig": client,
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                   "scope": "Namespaced"}],
+        "namespaceSelector": policy_render.namespace_selector(policy), "objectSelector": {},
+    }
+    if mutating:
+        hook["reinvocationPolicy"] = "Never"
+    if cel_available(kube_version):
+        hook["matchConditions"] = policy_render.match_conditions(policy)
+    meta = _meta(CONFIG_NAME)
+    if settings.certificates == "cert-manager":
+        meta["annotations"] = {INJECT_CA: f"{settings.opa.namespace}/opa-serving"}
+    kind = "MutatingWebhookConfiguration" if mutating else "ValidatingWebhookConfiguration"
+    return {"apiVersion": f"{GROUP}/v1", "kind": kind, "metadata": meta, "webhooks": [hook]}
+
+
+def _constraints(policy) -> dict:
+    return {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                               "resources": ["pods"]}],
+            "namespaceSelector": policy_render.namespace_selector(policy)}
+
+
+def validating_policy(config) -> list[dict]:
+    """The in-process check (>= 1.30): a GPU pod that is still not on our scheduler after mutation is rejected with
+    the field to set. It cannot go down; failurePolicy Ignore so that not even a bug in it can block other pods."""
+    policy = policy_render.of(config)
+    return [{"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicy", "metadata": _meta(CONFIG_NAME),
+             "spec": {"failurePolicy": "Ignore", "matchConstraints": _constraints(policy),
+                      "matchConditions": policy_render.exemption_conditions(policy),
+                      "validations": [policy_render.validation(policy)]}},
+            {"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": _meta(CONFIG_NAME),
+             "spec": {"policyName": CONFIG_NAME, "validationActions": ["Deny"]}}]
+
+
+def mutating_policy(config, api_version: str) -> list[dict]:
+    """engine vap, mode mutate: a MutatingAdmissionPolicy (v1beta1 on 1.34-1.35 when enabled, v1 from 1.36)."""
+    policy = policy_render.of(config)
+    return [{"apiVersion": api_version, "kind": "MutatingAdmissionPolicy", "metadata": _meta(CONFIG_NAME),
+             "spec": {"failurePolicy": "Ignore", "reinvocationPolicy": "Never",
+                      "matchConstraints": _constraints(policy),
+                      "matchConditions": policy_render.match_conditions(policy),
+                      "mutations": [{"patchType": "ApplyConfiguration",
+                                     "applyConfiguration": {"expression": policy_render.apply_configuration(policy)}}]}},
+            {"apiVersion": api_version, "kind": "MutatingAdmissionPolicyBinding", "metadata": _meta(CONFIG_NAME),
+             "spec": {"policyName": CONFIG_NAME}}]
+
+
+# --- the sample pods verify and doctor send as server-side dry runs ----------------------------------------------------
+def sample_pod(name: str, namespace: str, gpu: bool = True, node_name: str | None = None) -> dict:
+    container = {"name": "probe", "image": "registry.k8s.io/pause:3.10"}
+    if gpu:
+        container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    spec = {"containers": [container], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "gpu-bootstrap"}},
+            "spec": spec}

@@ -1,0 +1,243 @@
+"""The admission steps end to end: the real CLI against the emulator, whose admission chain calls the webhook over
+HTTPS (certificate verified against the caBundle for the Service's DNS name), where the OPA stand-in serves the
+rendered policy with a real Rego engine and the certificate `up` put in the Secret; CEL (matchConditions and the
+backstop ValidatingAdmissionPolicy) runs on a real CEL runtime. GPU pods are created with the real kubectl.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpu_bootstrap.cli import app
+from gpu_bootstrap.render import certificates as certs
+from gpu_bootstrap.steps.admission import AdmissionOpa
+from tests.kubeapi import cel, rego
+from tests.tools import missing
+
+runner = CliRunner()
+SCHEDULER = "gpu-binpack-scheduler"
+OPA_NS = "gpu-bootstrap-admission"
+STEPS = "binpack-scheduler,admission-opa,admission"
+GPU_OVERRIDES = json.dumps({"spec": {"containers": [{"name": "main", "image": "cuda",
+                                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+
+
+@pytest.fixture(autouse=True)
+def engines():
+    if not rego.available():
+        missing("the Rego engine (pip package gordon-to-regorus) is not installed")
+    if not cel.available():
+        missing("the CEL runtime (pip package cel-expr-python) is not installed")
+
+
+@pytest.fixture
+def emulator_options():
+    return {"kube_version": "1.31.4", "gpu_nodes": ["gpu-1", "gpu-2"], "cpu_nodes": ["cpu-1"]}
+
+
+def write_config(tmp_path: Path, cluster, admission: str = "") -> Path:
+    path = tmp_path / "gpu-bootstrap.yaml"
+    path.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes: [{{name: gpu-1}}, {{name: gpu-2}}]\n"
+                    f"scheduler: {{wait_timeout: 20}}\nadmission:\n  wait_timeout: 20\n{admission}")
+    return path
+
+
+def cli(command: str, config: Path, tmp_path: Path, *extra: str, steps: str = STEPS):
+    args = [command, "-c", str(config), "-o", "json", *extra, "--log-file", str(tmp_path / "log")]
+    if command != "doctor":
+        args[1:1] = ["--only", steps]
+    result = runner.invoke(app, args)
+    document = json.loads(result.stdout) if result.stdout.startswith("{") else None
+    return result, document
+
+
+def steps_of(document: dict) -> dict:
+    return {s["id"]: s for s in document["steps"]}
+
+
+def kubectl_run(cluster, name: str, gpu: bool = True, namespace: str = "default"):
+    args = ["run", name, "-n", namespace, "--image=cuda", "--restart=Never", "-o", "json"]
+    if gpu:
+        args.append(f"--overrides={GPU_OVERRIDES}")
+    return cluster.kubectl(*args, check=False)
+
+
+def secret_data(emu) -> dict:
+    return {k: base64.b64decode(v).decode() for k, v in emu.get("secrets", "opa-tls", OPA_NS)["data"].items()}
+
+
+def test_up_steers_gpu_pods_and_a_stopped_opa_blocks_no_cpu_pod(cluster, tmp_path):
+    config = write_config(tmp_path, cluster)
+    result, document = cli("up", config, tmp_path)
+    assert result.exit_code == 0, result.output
+    steps = steps_of(document)
+    assert steps["admission-opa"]["status"] == "applied" and steps["admission"]["status"] == "applied"
+    assert "a dry-run GPU pod is steered (schedulerName gpu-binpack-scheduler)" in steps["admission"]["message"]
+    emu = cluster.emu
+
+    created = kubectl_run(cluster, "trainer")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["spec"]["schedulerName"] == SCHEDULER
+    web = kubectl_run(cluster, "web", gpu=False)
+    assert json.loads(web.stdout)["spec"]["schedulerName"] == "default-scheduler"
+    exempt = kubectl_run(cluster, "operator-like", namespace="kube-system")
+    assert json.loads(exempt.stdout)["spec"]["schedulerName"] == "default-scheduler"
+    emu.settle()
+    assert emu.get("pods", "trainer", "default")["spec"].get("nodeName") in ("gpu-1", "gpu-2")
+    patched = [c for c in emu.admission.calls if c.outcome == "patched"]
+    assert patched and all(c.webhook == "gpu-pods.gpu-bootstrap.io" for c in emu.admission.calls)
+    assert all(c.outcome in ("patched",) for c in emu.admission.calls)  # matchConditions: nothing else reaches OPA
+    print(f"\nwebhook round trip through the emulator: median {statistics.median(c.seconds for c in patched) * 1000:.1f}"
+          f" ms over {len(patched)} call(s)")
+
+    # Stop the webhook's server: every OPA pod crashes.
+    emu.controllers.pod_behaviour = lambda pod: ({"phase": "Running", "ready": False, "reason": "CrashLoopBackOff"}
+                                                 if pod["metadata"]["namespace"] == OPA_NS else {})
+    for pod in emu.list("pods", OPA_NS):
+        emu.delete("pods", pod["metadata"]["name"], OPA_NS)
+    deadline = time.monotonic() + 10
+    while emu.admission.routes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not emu.admission.routes
+    started = time.monotonic()
+    web2 = kubectl_run(cluster, "web-2", gpu=False)
+    assert web2.returncode == 0 and time.monotonic() - started < 5, web2.stderr
+    rejected = kubectl_run(cluster, "trainer-2")
+    assert rejected.returncode != 0
+    assert "ValidatingAdmissionPolicy 'gpu-bootstrap-gpu-pods'" in rejected.stderr
+    assert f"set spec.schedulerName: {SCHEDULER}" in rejected.stderr
+    result, doctor = cli("doctor", config, tmp_path, "--no-nodes")
+    messages = " ".join(c["message"] for c in doctor["checks"])
+    assert "which has no ready endpoints: GPU pods are not steered" in messages, messages
+    assert "policy not answering as configured" in messages
+
+
+def test_a_second_up_changes_nothing_and_teardown_leaves_no_webhook(cluster, tmp_path):
+    config = write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    emu = cluster.emu
+    before = emu.get("secrets", "opa-tls", OPA_NS)["metadata"]["resourceVersion"]
+    certificate = secret_data(emu)["tls.crt"]
+    emu.requests.clear()
+    result, document = cli("up", config, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert {steps_of(document)[s]["status"] for s in ("admission-opa", "admission")} == {"unchanged"}
+    assert emu.requests.writes() == []
+    assert emu.get("secrets", "opa-tls", OPA_NS)["metadata"]["resourceVersion"] == before
+    assert secret_data(emu)["tls.crt"] == certificate
+
+    result, document = cli("teardown", config, tmp_path, "--yes")
+    assert result.exit_code == 0, result.output
+    emu.settle()
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations", "validatingadmissionpolicies",
+                 "validatingadmissionpolicybindings"):
+        assert emu.list(kind) == [], kind
+    assert emu.get("namespaces", OPA_NS) is None or emu.get("namespaces", OPA_NS)["metadata"].get("deletionTimestamp")
+    order = [r.path for r in emu.requests.writes() if r.method == "DELETE"]
+    webhook = next(i for i, p in enumerate(order) if "webhookconfigurations" in p)
+    deployment = next(i for i, p in enumerate(order) if "/deployments/" in p)
+    assert webhook < deployment  # the webhook goes first: nothing may call a removed server
+
+
+@pytest.mark.parametrize("emulator_options, who", [
+    ({"kube_version": "1.31.4", "gpu_nodes": ["gpu-1", "gpu-2"]}, "ValidatingAdmissionPolicy 'gpu-bootstrap-gpu-pods'"),
+    ({"kube_version": "1.29.6", "gpu_nodes": ["gpu-1", "gpu-2"]}, 'admission webhook "gpu-pods.gpu-bootstrap.io"'),
+], ids=["1.31-backstop", "1.29-opa-webhook"])
+def test_enforce_rejects_gpu_pods_naming_the_field(cluster, tmp_path, who):
+    result, document = cli("up", write_config(tmp_path, cluster, "  mode: enforce\n"), tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "a dry-run GPU pod is rejected" in steps_of(document)["admission"]["message"]
+    rejected = kubectl_run(cluster, "trainer")
+    assert rejected.returncode != 0
+    assert who in rejected.stderr and f"set spec.schedulerName: {SCHEDULER}" in rejected.stderr, rejected.stderr
+    assert "(Forbidden)" in rejected.stderr
+    assert kubectl_run(cluster, "web", gpu=False).returncode == 0
+    kinds = {o["kind"] for o in cluster.emu.list("validatingwebhookconfigurations")}
+    assert kinds == {"ValidatingWebhookConfiguration"} and cluster.emu.list("mutatingwebhookconfigurations") == []
+
+
+@pytest.mark.parametrize("emulator_options", [{"kube_version": "1.29.6", "gpu_nodes": ["gpu-1"]}])
+def test_engine_vap_on_1_29_is_refused_before_anything_changes(cluster, tmp_path):
+    cluster.emu.requests.clear()
+    result, document = cli("up", write_config(tmp_path, cluster, "  engine: vap\n  mode: enforce\n"), tmp_path,
+                           steps="admission")
+    assert result.exit_code == 2, result.output
+    assert "admission.engine: vap cannot enforce on Kubernetes 1.29" in document["error"]
+    assert "use admission.engine: opa" in document["error"]
+    assert cluster.emu.requests.writes() == []
+
+
+def test_engine_vap_enforces_without_any_server(cluster, tmp_path):
+    result, document = cli("up", write_config(tmp_path, cluster, "  engine: vap\n  mode: enforce\n"), tmp_path)
+    assert result.exit_code == 0, result.output
+    assert steps_of(document)["admission-opa"]["status"] == "skipped"
+    assert cluster.emu.list("deployments", OPA_NS) == [] and cluster.emu.list("validatingwebhookconfigurations") == []
+    rejected = kubectl_run(cluster, "trainer")
+    assert rejected.returncode != 0 and f"set spec.schedulerName: {SCHEDULER}" in rejected.stderr
+
+
+def test_rotation_near_expiry_keeps_every_request_succeeding(cluster, tmp_path, monkeypatch):
+    from gpu_bootstrap.adapters.kube import Kube
+    from gpu_bootstrap.errors import ClusterError
+    from gpu_bootstrap.render.admission import sample_pod
+
+    # The first certificate was issued 355 days ago (a clock in the past), so today it is within rotate_before_days
+    # of expiry; every certificate involved is valid now, so the TLS checks run on the real clock.
+    config = write_config(tmp_path, cluster)
+    issued_then = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=certs.SERVING_DAYS - 10)
+    monkeypatch.setattr(AdmissionOpa, "clock", staticmethod(lambda: issued_then))
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    monkeypatch.setattr(AdmissionOpa, "clock", staticmethod(lambda: _dt.datetime.now(_dt.timezone.utc)))
+    emu = cluster.emu
+    old = secret_data(emu)
+    assert certs.days_left(old["tls.crt"], _dt.datetime.now(_dt.timezone.utc)) < 11
+    kube = Kube(cluster.kubeconfig)
+    outcomes: list[str] = []
+    stamps: list[float] = []
+    stop = threading.Event()
+
+    def traffic():
+        while not stop.is_set() and len(outcomes) < 5000:
+            try:
+                answer = kube.create(sample_pod("probe", "default"), dry_run=True)
+                outcomes.append("steered" if answer["spec"]["schedulerName"] == SCHEDULER else "not steered")
+            except ClusterError as error:
+                outcomes.append(f"failed: {error.message}")
+            stamps.append(time.monotonic())
+            time.sleep(0.01)
+
+    emu.controllers.ready_delay = 1.5  # new replicas take a while: the switch lasts long enough to be watched
+    thread = threading.Thread(target=traffic, daemon=True)
+    thread.start()
+    try:
+        switch_started = time.monotonic()
+        result, document = cli("up", config, tmp_path)
+        switch_ended = time.monotonic()
+        assert result.exit_code == 0, result.output
+        switching = secret_data(emu)
+        assert switching["tls.crt"] != old["tls.crt"] and switching["tls.key"] != old["tls.key"]
+        assert len(certs.split_bundle(switching["ca.crt"])) == 2
+        result, document = cli("up", config, tmp_path)  # the rollout is done: the old CA is no longer trusted
+        assert result.exit_code == 0, result.output
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    final = secret_data(emu)
+    assert final["tls.crt"] == switching["tls.crt"] and len(certs.split_bundle(final["ca.crt"])) == 1
+    hook = emu.get("mutatingwebhookconfigurations", "gpu-bootstrap-gpu-pods")["webhooks"][0]
+    assert base64.b64decode(hook["clientConfig"]["caBundle"]).decode() == final["ca.crt"]
+    failures = [o for o in outcomes if o != "steered"]
+    print(f"\nrotation: {len(outcomes)} dry-run GPU pods across the switch, {len(failures)} not steered")
+    errors = [c.outcome for c in emu.admission.calls if c.outcome.startswith("error")]
+    during = sum(1 for t in stamps if switch_started <= t <= switch_ended)
+    print(f"rotation: {during} of them while the rotating `up` ran ({switch_ended - switch_started:.1f} s)")
+    assert during >= 3 and failures == [], (failures[:3], errors[:3])
