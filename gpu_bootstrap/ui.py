@@ -48,6 +48,8 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
     root.setLevel(logging.DEBUG)
     for handler in list(root.handlers):
         root.removeHandler(handler)
+        if isinstance(handler, logging.FileHandler):  # an earlier run in this process: close its file
+            handler.close()
     file_handler = logging.FileHandler(log_file)
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(file_handler)
