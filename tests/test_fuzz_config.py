@@ -21,7 +21,7 @@ from gpu_bootstrap.config import Config
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None, print_blob=True,
+FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
 
