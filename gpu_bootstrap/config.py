@@ -381,7 +381,7 @@ def _line_map(node, path: tuple = (), out: dict | None = None, seen: set | None 
     out = {} if out is None else out
     seen = set() if seen is None else seen
     out.setdefault(path, node.start_mark.line + 1)
-    if id(node) in seen:  # an alias: walked once already (or it contains itself, which validate refuses)
+    if id(node) in seen:  # an alias: walked once already (an alias to a node containing it: see _cycle)
         return out
     seen.add(id(node))
     if isinstance(node, yaml.MappingNode):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -35,3 +37,17 @@ def test_a_failing_run_also_leaves_its_log_private(tmp_path):
     process = run("up", "--dry-run", "--offline", "-c", str(tmp_path / "missing.yaml"), "--log-file", str(log))
     assert process.returncode == 2 and f"details: {log}" in process.stderr
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
+
+
+def test_a_device_given_as_log_file_keeps_its_mode(tmp_path):
+    """`--log-file /dev/null` must not make /dev/null private: tried on a null device node of our own."""
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("creating a device node needs root")
+    os.chmod(device, 0o666)  # whatever the umask
+    process = run("up", "--dry-run", "--offline", "-c", str(ROOT / "examples" / "minimal.yaml"), "--log-file",
+                  str(device))
+    assert process.returncode == 0, process.stderr
+    assert stat.S_ISCHR(device.stat().st_mode) and stat.S_IMODE(device.stat().st_mode) == 0o666
