@@ -425,19 +425,41 @@ class Source:
         return f"{name}:{line}" if line else name
 
 
-def _line_map(node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+def _line_map(node, path: tuple = (), out: dict | None = None, seen: set | None = None) -> dict[tuple, int]:
     out = {} if out is None else out
+    seen = set() if seen is None else seen
     out.setdefault(path, node.start_mark.line + 1)
+    if id(node) in seen:  # an alias: walked once already (an alias to a node containing it: see _cycle)
+        return out
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             child = path + (key.value,)
             out[child] = key.start_mark.line + 1
-            _line_map(value, child, out)
+            _line_map(value, child, out, seen)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             out[path + (index,)] = item.start_mark.line + 1
-            _line_map(item, path + (index,), out)
+            _line_map(item, path + (index,), out, seen)
     return out
+
+
+def _cycle(node, path: tuple = (), ancestors: tuple = (), done: set | None = None) -> tuple | None:
+    """The path of the first alias that refers to a node containing it (recursive data), if any."""
+    done = set() if done is None else done
+    if id(node) in ancestors:
+        return path
+    if id(node) in done:
+        return None
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        children = ([(path + (key.value,), value) for key, value in node.value] if isinstance(node, yaml.MappingNode)
+                    else [(path + (index,), item) for index, item in enumerate(node.value)])
+        for child_path, child in children:
+            found = _cycle(child, child_path, ancestors + (id(node),), done)
+            if found is not None:
+                return found
+    done.add(id(node))
+    return None
 
 
 def parse_yaml(text: str, path: Path | None) -> tuple[Any, Source]:
@@ -450,7 +472,15 @@ def parse_yaml(text: str, path: Path | None) -> tuple[Any, Source]:
         where = f"{name}:{mark.line + 1}" if mark else name
         problem = getattr(error, "problem", None) or str(error)
         raise ConfigError(f"{where}: YAML syntax error: {problem}", "fix the YAML syntax at that line")
+    except RecursionError:
+        raise ConfigError(f"{name}: the YAML is nested too deeply", "a config needs a few levels, not hundreds") \
+            from None
     lines = _line_map(node) if node is not None else {}
+    loop = _cycle(node) if node is not None else None
+    if loop is not None:
+        source = Source(path, lines)
+        raise ConfigError(f"{source.locate(loop)}: {describe_loc(loop)}: a YAML alias refers to a node that "
+                          f"contains it (recursive data)", "replace the alias (*name) with the value itself")
     return data, Source(path, lines)
 
 
@@ -574,9 +604,15 @@ def _read(path: Path | None, environ: dict | None, overrides: dict | None) -> tu
         if path.is_dir():
             raise ConfigError(f"config path {path} is a directory, not a YAML file")
         try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as error:
+            raw = path.read_bytes()
+        except OSError as error:
             raise ConfigError(f"cannot read config file {path}: {error}")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = raw.count(b"\n", 0, error.start) + 1
+            raise ConfigError(f"{path}:{line}: the config file is not UTF-8 text (byte 0x{raw[error.start]:02x} at "
+                              f"offset {error.start})", "save it as UTF-8") from None
         data, source = parse_yaml(text, path)
     if isinstance(data, dict):
         data = apply_env(data, environ, source)

@@ -36,11 +36,23 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
     else:
         log_file.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.close(fd)
+    try:  # the mode above applies only to a new file: an existing one is made private too
+        import stat
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode) and stat.S_IMODE(mode) != 0o600:  # never /dev/null or a pipe
+            os.fchmod(fd, 0o600)
+    except PermissionError as error:
+        from .errors import UsageError
+        raise UsageError(f"--log-file {log_file}: cannot make it private (0600): {error.strerror}",
+                         "use a file you own, or leave --log-file out") from None
+    finally:
+        os.close(fd)
     root = logging.getLogger("gpu_bootstrap")
     root.setLevel(logging.DEBUG)
     for handler in list(root.handlers):
         root.removeHandler(handler)
+        if isinstance(handler, logging.FileHandler):  # an earlier run in this process: close its file
+            handler.close()
     file_handler = logging.FileHandler(log_file)
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(file_handler)

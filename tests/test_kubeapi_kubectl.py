@@ -68,6 +68,7 @@ def test_create_namespace_and_client_side_apply_twice(cluster, manifest):
 def test_server_side_apply_twice_second_is_a_no_op(cluster, manifest):
     cluster.kubectl("create", "ns", "demo")
     cluster.kubectl("apply", "--server-side", "-f", manifest)
+    assert cluster.emu.settle()  # the controllers' status updates of the new Deployment are not the apply's writes
     before = cluster.emu.get("deployments", "web", "demo")["metadata"]["resourceVersion"]
     cluster.kubectl("apply", "--server-side", "-f", manifest)
     deploy = cluster.emu.get("deployments", "web", "demo")

@@ -38,11 +38,22 @@ def recorded_facts(config_map: dict | None) -> tuple[dict[str, NodeReport], str]
 def load(path: Path, wanted: list[str]) -> dict[str, NodeReport]:
     """Read a report and return the reports of the wanted nodes; a malformed file or a missing node is bad input."""
     try:
-        data = json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"preflight report {path} not found",
                           "write one with: gpu-bootstrap doctor -o json > report.json") from None
-    except (OSError, ValueError) as error:
+    except OSError as error:
+        raise ConfigError(f"cannot read the preflight report {path}: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise ConfigError(f"preflight report {path}:{line} is not UTF-8 text (byte 0x{raw[error.start]:02x} at "
+                          f"offset {error.start})", "write one with: gpu-bootstrap doctor -o json > report.json") \
+            from None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
         raise ConfigError(f"preflight report {path} is not valid JSON: {error}") from None
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, list):
@@ -54,6 +65,8 @@ def load(path: Path, wanted: list[str]) -> dict[str, NodeReport]:
             report = NodeReport.from_json(entry)
         except (KeyError, TypeError, AttributeError):
             raise ConfigError(f"preflight report {path}: nodes[{index}] is malformed") from None
+        if not isinstance(report.name, str):
+            raise ConfigError(f"preflight report {path}: nodes[{index}].name is not a string")
         unknown = [c.id for c in report.checks if c.id not in CHECK_IDS]
         if unknown:
             raise ConfigError(f"preflight report {path}: nodes[{index}] has unknown checks {unknown}")

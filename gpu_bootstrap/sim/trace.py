@@ -1,8 +1,16 @@
 """Inputs for the simulator: node inventories and pod lists in the Alibaba openb CSV format, or a live cluster's
-nodes. Bad rows are reported with file and line."""
+nodes. Bad rows are reported with file and line.
+
+Trace files are UTF-8 (a byte-order mark is allowed) and bounded, so that a wrong or hostile file is refused at once
+instead of exhausting memory or time. The limits are far above the openb trace (1523 node rows, 6212 GPUs, 8152 pod
+rows, files under 1 MB) and above any real node: at most 32 MiB per file, 10,000 node rows, 200,000 pod rows, 64 GPUs
+per node or pod, 100,000 GPUs in all, 10,000,000 cpu_milli (10,000 cores) and 64 TiB of memory per node or pod."""
 from __future__ import annotations
 
+import codecs
 import csv
+import io
+import math
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -12,40 +20,96 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
 MODEL_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.model")
 
+MAX_FILE_BYTES = 32 * 2 ** 20  # per trace file
+MAX_NODE_ROWS = 10_000
+MAX_POD_ROWS = 200_000
+MAX_GPUS_PER_NODE = 64  # also the most GPUs one pod may request
+MAX_TOTAL_GPUS = 100_000  # in a node list; the replay draws pods until 1.3 x this, so it bounds memory and time
+MAX_CPU_MILLI = 10_000_000  # 10,000 cores, per node or pod
+MAX_MEMORY_MIB = 64 * 2 ** 20  # 64 TiB, per node or pod
+LIMITS = {"cpu_milli": MAX_CPU_MILLI, "memory_mib": MAX_MEMORY_MIB, "gpu": MAX_GPUS_PER_NODE,
+          "num_gpu": MAX_GPUS_PER_NODE, "gpu_milli": 1000}
 
-def _rows(path: Path, columns: tuple, what: str):
+
+def _text(path: Path, what: str) -> str:
+    """The whole file as text: at most MAX_FILE_BYTES, UTF-8, or a ConfigError naming the file (and line)."""
     try:
-        handle = path.open(newline="")
+        with Path(path).open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as error:
-        raise ConfigError(f"cannot read the {what} {path}: {error.strerror}", "check the path") from None
-    with handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        raise ConfigError(f"cannot read the {what} {path}: {error.strerror or error}", "check the path") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: the {what} is larger than {MAX_FILE_BYTES // 2 ** 20} MiB",
+                          "split it, or sample it: the simulator draws from it at random anyway")
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        offset = start + error.start
+        line = data.count(b"\n", 0, offset) + 1
+        raise ConfigError(f"{path}:{line}: the {what} is not UTF-8 text (byte 0x{data[offset]:02x} at offset "
+                          f"{offset})", "save it as UTF-8 CSV") from None
+
+
+def _rows(path: Path, columns: tuple, what: str, max_rows: int):
+    reader = csv.DictReader(io.StringIO(_text(path, what), newline=""))
+    try:
+        fieldnames = reader.fieldnames or []
+        missing = [c for c in columns if c not in fieldnames]
         if missing:
             raise ConfigError(f"{path}:1: the {what} lacks column(s) {', '.join(missing)}",
                               f"expected the openb columns: {','.join(columns)}")
-        for row in reader:
+        for count, row in enumerate(reader, 1):
+            if count > max_rows:
+                raise ConfigError(f"{path}:{reader.line_num}: the {what} has more than {max_rows:,} rows",
+                                  "split it, or sample it: the simulator draws from it at random anyway")
             yield reader.line_num, row
+    except csv.Error as error:
+        raise ConfigError(f"{path}:{reader.reader.line_num}: the {what} is not valid CSV: {error}") from None
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 40 else value[:40] + "...")
+
+
+def _field(path: Path, line: int, row: dict, column: str) -> str:
+    value = row.get(column)
+    if value is None:  # a short row
+        raise ConfigError(f"{path}:{line}: column {column} is missing (the row has too few fields)")
+    return value.strip()
 
 
 def _int(path: Path, line: int, row: dict, column: str, allow_empty: bool = False) -> int:
-    value = (row.get(column) or "").strip()
+    value = (row.get(column) or "").strip() if allow_empty else _field(path, line, row, column)
     if not value and allow_empty:
         return 0
     try:
-        number = int(float(value))
+        number = float(value)
     except ValueError:
-        raise ConfigError(f"{path}:{line}: column {column} is {value!r}, not a number") from None
+        raise ConfigError(f"{path}:{line}: column {column} is {_shown(value)}, not a number") from None
+    if not math.isfinite(number):
+        raise ConfigError(f"{path}:{line}: column {column} is {_shown(value)}, not a finite number")
     if number < 0:
-        raise ConfigError(f"{path}:{line}: column {column} is negative ({number})")
-    return number
+        raise ConfigError(f"{path}:{line}: column {column} is negative ({_shown(value)})")
+    limit = LIMITS[column]
+    if number > limit and column == "gpu_milli":
+        raise ConfigError(f"{path}:{line}: column gpu_milli is {_shown(value)}, more than one GPU (1000)")
+    if number > limit:
+        raise ConfigError(f"{path}:{line}: column {column} is {_shown(value)}, more than the limit {limit:,}",
+                          "is the column in the unit the openb format uses (milli-cores, MiB, whole GPUs)?")
+    return int(number)
 
 
 def load_nodes(path: Path) -> list[Node]:
-    nodes = []
-    for line, row in _rows(path, NODE_COLUMNS, "node list"):
-        nodes.append(Node(row["sn"], _int(path, line, row, "cpu_milli"), _int(path, line, row, "memory_mib"),
-                          _int(path, line, row, "gpu"), (row.get("model") or "").strip()))
+    nodes, total = [], 0
+    for line, row in _rows(path, NODE_COLUMNS, "node list", MAX_NODE_ROWS):
+        node = Node(_field(path, line, row, "sn"), _int(path, line, row, "cpu_milli"),
+                    _int(path, line, row, "memory_mib"), _int(path, line, row, "gpu"), (row.get("model") or "").strip())
+        total += node.gpus
+        if total > MAX_TOTAL_GPUS:
+            raise ConfigError(f"{path}:{line}: column gpu: the node list has more than {MAX_TOTAL_GPUS:,} GPUs in "
+                              f"all", "simulate a sample of the nodes: packing is measured in percent")
+        nodes.append(node)
     if not any(n.gpus for n in nodes):
         raise ConfigError(f"{path}: no node in the list has a GPU")
     return nodes
@@ -53,12 +117,10 @@ def load_nodes(path: Path) -> list[Node]:
 
 def load_pods(path: Path) -> list[dict]:
     pods = []
-    for line, row in _rows(path, POD_COLUMNS, "pod list"):
+    for line, row in _rows(path, POD_COLUMNS, "pod list", MAX_POD_ROWS):
         spec = (row.get("gpu_spec") or "").strip()
         gpu_milli = _int(path, line, row, "gpu_milli", allow_empty=True)
-        if gpu_milli > 1000:
-            raise ConfigError(f"{path}:{line}: gpu_milli {gpu_milli} is more than one GPU (1000)")
-        pods.append({"name": row["name"], "cpu_milli": _int(path, line, row, "cpu_milli"),
+        pods.append({"name": _field(path, line, row, "name"), "cpu_milli": _int(path, line, row, "cpu_milli"),
                      "memory_mib": _int(path, line, row, "memory_mib"),
                      "num_gpu": _int(path, line, row, "num_gpu"), "gpu_milli": gpu_milli,
                      "models": frozenset(m for m in spec.split("|") if m) or None})
