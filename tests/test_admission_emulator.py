@@ -115,6 +115,7 @@ def test_up_steers_gpu_pods_and_a_stopped_opa_blocks_no_cpu_pod(cluster, tmp_pat
     assert "ValidatingAdmissionPolicy 'gpu-bootstrap-gpu-pods'" in rejected.stderr
     assert f"set spec.schedulerName: {SCHEDULER}" in rejected.stderr
     result, doctor = cli("doctor", config, tmp_path, "--no-nodes")
+    assert "checks" in doctor, result.output
     messages = " ".join(c["message"] for c in doctor["checks"])
     assert "which has no ready endpoints: GPU pods are not steered" in messages, messages
     assert "policy not answering as configured" in messages

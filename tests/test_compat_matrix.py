@@ -253,7 +253,7 @@ def test_default_config_plans_every_step_with_the_documented_versions(minor, dis
     steps = {s["id"]: s for s in doc["steps"]}
     assert {k: s["status"] for k, s in steps.items()} == {
         "preflight": "unchanged", "node-prep": "planned", "gpu-operator": "incomplete", "binpack-scheduler": "planned",
-        "validate": "planned"}, doc
+        "admission-opa": "planned", "admission": "planned", "validate": "planned"}, doc
     assert steps["gpu-operator"]["message"].startswith("planned, but gpu-operator manifests not rendered")
 
     # the facts preflight found are the distribution's
@@ -294,9 +294,13 @@ def test_default_config_plans_every_step_with_the_documented_versions(minor, dis
     for path in patches:
         name = path.name.split("-patch-node-")[1][:-5]
         validate(merge_patch(fresh_node(name), load(path)), minor)
-    validation = [load(p) for p in sorted((out / "05-validate").glob("*.yaml"))]
+    validation = [load(p) for p in sorted((out / "07-validate").glob("*.yaml"))]
     assert [d["kind"] for d in validation] == ["Namespace", "Pod", "Pod"]
-    for manifest in scheduler + validation:
+    # admission: OPA and its webhook (the Secret's data is redacted in the render dir, so it is left out here)
+    admission = [load(p) for folder in ("05-admission-opa", "06-admission")
+                 for p in sorted((out / folder).glob("*.yaml"))]
+    assert {"Deployment", "Service", "MutatingWebhookConfiguration"} <= {d["kind"] for d in admission}
+    for manifest in scheduler + validation + [d for d in admission if d["kind"] != "Secret"]:
         validate(manifest, minor)
 
 

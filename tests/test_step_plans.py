@@ -210,7 +210,7 @@ SEED = bytes(range(32))
 
 def opa_facts(conf, stored=None, webhook=None, rolled_out=None, namespace="missing", now=NOW):
     cert = decide(conf, stored, now, SEED, rolled_out)
-    objects = AdmissionOpa()._objects(context(conf), cert.tls_hash)
+    objects = AdmissionOpa()._objects(context(conf), cert.tls_hash, [])
     drift = {} if stored else {Ref.of(o): "missing"
                                for o in objects}
     return OpaFacts(namespace, objects, drift, [], stored, rolled_out, webhook, now, SEED)

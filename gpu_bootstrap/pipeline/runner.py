@@ -180,7 +180,11 @@ class Runner:
         for step in self.steps:
             if not step.enabled(self.ctx):
                 continue
-            for check in step.doctor(self.ctx):
+            try:
+                checks = step.doctor(self.ctx)
+            except GpuBootstrapError as error:  # doctor diagnoses: one step's trouble is a failed row, not the end
+                checks = [Check(FAIL, error.one_line().removeprefix(f"[{step.id}] "))]
+            for check in checks:
                 findings.append((step, self._as_recorded(step, check, records.get(step.id))))
         return findings
 
