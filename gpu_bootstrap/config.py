@@ -223,6 +223,8 @@ class GpuOperatorConfig(Section):
     sharing: SharingConfig = Field(default_factory=SharingConfig)
     wait_timeout: int = Field(900, ge=10, le=7200, description="seconds to wait for the operands to be ready")
     skip_version_check: bool = Field(False, description="install even outside NVIDIA's validated Kubernetes range")
+    adopt: bool = Field(False, description="manage a release of this name that gpu-bootstrap did not install (it "
+                                           "is upgraded with our values, and teardown uninstalls it)")
 
     @field_validator("release", "namespace")
     @classmethod
@@ -673,6 +675,7 @@ gpu_operator:                       # the NVIDIA gpu-operator, with values deriv
     mode: none                      # none | time-slicing | mig
   wait_timeout: 900                 # seconds to wait for the operands on every GPU node
   skip_version_check: false         # true: install outside NVIDIA's validated Kubernetes range
+  adopt: false                      # true: take over a release of this name that gpu-bootstrap did not install
   values: {}                        # your helm values, applied last
 
 validate:                           # run NVIDIA's CUDA vector-add sample on the GPU nodes, then clean up

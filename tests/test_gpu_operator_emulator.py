@@ -84,7 +84,7 @@ def test_a_second_up_runs_no_helm_upgrade_and_writes_nothing(cluster, tmp_path):
     up(config, tmp_path)
     cluster.emu.requests.clear()
     result, document = up(config, tmp_path)
-    assert result.exit_code == 0 and set(statuses(document).values()) == {"unchanged"}
+    assert result.exit_code == 0 and set(statuses(document).values()) == {"unchanged"}, result.output
     assert cluster.emu.requests.writes() == []
     assert [r["revision"] for r in releases(cluster)] == ["1"]
 

@@ -257,6 +257,14 @@ class Helm:
                                     what="helm list", retry="read") or "[]")
         return rows[0].get("chart") if rows else None
 
+    def labelled(self, release: str, namespace: str, selector: str) -> bool:
+        """Does the release (in any state) carry the labels of `selector` in its metadata (helm --labels)?"""
+        rows = json.loads(self._run(["list", "--namespace", namespace, "--deployed", "--failed", "--pending",
+                                     "--filter", f"^{release}$",
+                                     "--selector", selector, "--output", "json"], what="helm list",
+                                    retry="read") or "[]")
+        return bool(rows)
+
     def user_values(self, release: str, namespace: str) -> dict:
         return json.loads(self._run(["get", "values", release, "--namespace", namespace, "--output", "json"],
                                     what="helm get values", retry="read")) or {}
@@ -284,10 +292,13 @@ class Helm:
 
     # --- changing ---------------------------------------------------------------------------------------------------
     def upgrade(self, release: str, chart: Chart, values: dict, namespace: str, wait: bool = True,
-                timeout: str | None = None, dry_run: bool = False) -> dict:
+                timeout: str | None = None, dry_run: bool = False, labels: dict | None = None) -> dict:
+        """`labels`: kept in the release's metadata (helm --labels), e.g. who manages it."""
         args = ["upgrade", release, *self._chart_args(chart), "--install", "--namespace", namespace,
                 "--create-namespace", "--output", "json", "--values", "-", "--timeout", timeout or self.timeout,
                 "--history-max", "10"]
+        if labels:
+            args += ["--labels", ",".join(f"{key}={value}" for key, value in sorted(labels.items()))]
         if wait and not dry_run:
             args += ["--wait"]
         if dry_run:

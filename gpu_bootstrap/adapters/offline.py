@@ -82,6 +82,9 @@ class OfflineHelm:
     def history(self, release: str, namespace: str) -> list[dict]:
         return []
 
+    def labelled(self, release: str, namespace: str, selector: str) -> bool:
+        return False
+
     def template(self, *args, **kwargs) -> str:
         return self._helm.template(*args, **kwargs)
 

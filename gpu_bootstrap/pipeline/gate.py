@@ -87,7 +87,7 @@ class Gate:
         body = change.body
         chart = Chart(body["chart"]["ref"], body["chart"].get("repo"), body["chart"].get("version"))
         return self.helm.upgrade(body["release"], chart, body["values"], body["namespace"], wait=True,
-                                 timeout=body.get("timeout"), dry_run=dry_run)
+                                 timeout=body.get("timeout"), dry_run=dry_run, labels=body.get("labels"))
 
     def _helm_dry_run(self, step_id: str, change: Change):
         """A server-side dry run of the release; when the cluster does not serve the kinds of the chart's own CRDs

@@ -22,6 +22,8 @@ from .node_prep import no_room_warning
 from .preflight import facts_digest
 
 LABELS_ANNOTATION = "gpu-bootstrap.io/gpu-operator"
+MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}  # on the release's metadata and on its namespace
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap"
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 OPERAND_FIXES = {
     "nvidia-driver-daemonset": "if the driver is already on the host set gpu_operator.driver_management: host "
@@ -98,6 +100,7 @@ class OperatorFacts:
     release: dict  # the deployed release compared with ours: up_to_date, reason, installed, pending
     kube_version: str
     choice: versions.Choice  # the release line and the rule that chose it
+    namespace: str = "ours"  # the release's namespace: missing (we create it, labelled ours), ours, or theirs
 
 
 class GpuOperator(Step):
@@ -174,6 +177,12 @@ class GpuOperator(Step):
         version = self.version_of(chart, meta)
         status = ctx.helm.status(section.release, section.namespace)
         deployed = (status.get("config") or {}) if status else None
+        ours = status is None or ctx.helm.labelled(section.release, section.namespace, MANAGED_SELECTOR)
+        if not ours and not section.adopt:
+            return Check(FAIL, f"a release {section.namespace}/{section.release} exists that gpu-bootstrap did not "
+                               f"install, so it is left alone: set gpu_operator.adopt: true to manage it (it is "
+                               f"upgraded with gpu-bootstrap's values, and teardown uninstalls it), or choose another "
+                               f"gpu_operator.release / namespace")
         everything = ctx.kube.list("v1", "Node")
         no_room = bool(no_room_warning(everything, ctx.config, ctx.options.playbook))
         try:
@@ -190,13 +199,20 @@ class GpuOperator(Step):
         label_patches = {k: v for k, v in label_patches.items() if v}
         release = self._release_state(ctx, status, chart, version,
                                       plan.merged if ctx.node_facts.reports() else None)
+        if not ours and release["up_to_date"]:  # adopt: one upgrade records that the release is now ours
+            release = {**release, "up_to_date": False, "reason": "to adopt (gpu_operator.adopt: true)"}
+        live_ns = ctx.kube.get("v1", "Namespace", section.namespace)
+        namespace = "missing" if live_ns is None else "ours" if (
+            (live_ns["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpu-bootstrap") \
+            else "theirs"
         if release["installed"] and not release["up_to_date"] and not ctx.options.allow_operand_restart:
             if changes := values_render.restarts(deployed or {}, plan.merged):
                 return Check(FAIL, f"the plan changes what the running {section.release} does on every GPU node "
                                    f"({'; '.join(changes)}), which restarts its operands there — rerun with "
                                    f"--allow-operand-restart to apply it, or check the node facts first "
                                    f"(gpu-bootstrap doctor)")
-        facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice)
+        facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice,
+                              namespace)
         warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings)
         if release["up_to_date"] and not label_patches:
             return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts,
@@ -244,6 +260,11 @@ class GpuOperator(Step):
                                   "a helm run was interrupted; helm refuses new operations until it is cleared",
                                   {"release": section.release, "namespace": section.namespace,
                                    "timeout": f"{section.wait_timeout}s"}))
+        if facts.namespace == "missing":
+            changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.namespace), "create",
+                                  "the release's namespace, labelled as ours so that teardown removes it",
+                                  {"apiVersion": "v1", "kind": "Namespace",
+                                   "metadata": {"name": section.namespace, "labels": dict(MANAGED)}}))
         if not facts.release["up_to_date"]:
             plan = facts.values
             action = "install" if facts.release["installed"] is None else facts.release["reason"]
@@ -251,7 +272,7 @@ class GpuOperator(Step):
                     "chart": {"ref": facts.chart.ref, "repo": facts.chart.repo, "version": facts.chart.version},
                     "chart_version": facts.version, "values": plan.merged, "derived": plan.explain(),
                     "warnings": plan.warnings, "kube_version": facts.kube_version,
-                    "timeout": f"{section.wait_timeout}s"}
+                    "timeout": f"{section.wait_timeout}s", "labels": dict(MANAGED)}
             choice = facts.choice
             shown = f"{choice.release.label} ({facts.version})" if choice.release else facts.version
             changes.append(Change(Verb.HELM_UPGRADE, release, f"{action}: gpu-operator {shown}", choice.reason,
@@ -297,11 +318,21 @@ class GpuOperator(Step):
 
     # --- undo -------------------------------------------------------------------------------------------------------
     def undo_plan(self, ctx) -> list[Change]:
+        """Only what is ours: the release when we installed it (or it was adopted), its namespace when we created
+        it, the node labels we set; a release someone else installed is left alone."""
         section = ctx.config.gpu_operator
-        changes = [Change(Verb.HELM_UNINSTALL, Ref.release(section.release, section.namespace),
-                          f"uninstall {section.release}", "teardown",
-                          {"release": section.release, "namespace": section.namespace,
-                           "timeout": f"{section.wait_timeout}s"})]
+        changes = []
+        if ctx.helm.status(section.release, section.namespace) is not None and (
+                section.adopt or ctx.helm.labelled(section.release, section.namespace, MANAGED_SELECTOR)):
+            changes.append(Change(Verb.HELM_UNINSTALL, Ref.release(section.release, section.namespace),
+                                  f"uninstall {section.release}", "teardown",
+                                  {"release": section.release, "namespace": section.namespace,
+                                   "timeout": f"{section.wait_timeout}s"}))
+        live_ns = ctx.kube.get("v1", "Namespace", section.namespace)
+        if live_ns and (live_ns["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == \
+                "gpu-bootstrap":
+            changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", section.namespace), "remove",
+                                  "the namespace gpu-bootstrap created for the release"))
         for configured in ctx.config.nodes:
             node = ctx.kube.get("v1", "Node", configured.name)
             patch = labels_render.undo_patch(node, LABELS_ANNOTATION) if node else None
