@@ -152,8 +152,12 @@ def up(options: Options, reporter):
         ctx.close()
 
 
-def teardown(options: Options, reporter, confirm=None):
-    """confirm(plans) -> bool is asked before a real teardown (None: no question, as with --yes)."""
+def teardown(options: Options, reporter, confirm=None, interactive: bool = False):
+    """confirm(plans) -> bool is asked before a real teardown (None: no question, as with --yes), which needs a
+    terminal to ask on (`interactive`)."""
+    if confirm is not None and not options.dry_run and not interactive:
+        raise UsageError("teardown needs confirmation", "pass --yes to run it non-interactively (or --dry-run to see "
+                                                        "the plan)")
     ctx, runner, _playbook = build(options, reporter)
     try:
         if confirm is not None and not options.dry_run and not confirm(runner.undo_plans()):

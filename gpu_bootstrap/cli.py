@@ -72,19 +72,12 @@ def up(common, dry_run: Annotated[bool, Option("--dry-run", help=(
 
     def body():
         from . import app as application
-        from .ui import JsonReporter, RichReporter, print_json, results_document
+        from .ui import JsonReporter, RichReporter, show_results
         reporter = JsonReporter() if options.json else RichReporter(dry_run)
         results, playbook = application.up(options, reporter)
-        failed = next((f"[{r.id}] {r.message}" for r in results if r.status in ("failed", "interrupted")), None)
-        if options.json:
-            print_json(results_document(results, not failed, failed, EXIT_FAILED if failed else None))
-        else:
-            reporter.summary(results, f"gpu-bootstrap up{' --dry-run' if dry_run else ''} ({playbook.name})")
-            if render_dir:
-                reporter.note(f"rendered manifests: {render_dir}/")
-        if failed:
-            from .ui import print_error
-            print_error(failed, None)
+        note = f"rendered manifests: {render_dir}/" if render_dir else None
+        if not show_results(results, reporter, options.json,
+                            f"gpu-bootstrap up{' --dry-run' if dry_run else ''} ({playbook.name})", note):
             raise typer.Exit(EXIT_FAILED)
 
     run("up", common, body)
@@ -142,17 +135,10 @@ def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
 
     def body():
         from . import app as application
-        from .errors import UsageError
-        from .ui import JsonReporter, RichReporter, confirm_teardown, print_json, results_document
-        if not (dry_run or yes or interactive()):
-            raise UsageError("teardown needs confirmation", "pass --yes to run it non-interactively (or --dry-run "
-                                                            "to see the plan)")
+        from .ui import JsonReporter, RichReporter, confirm_teardown, show_results
         reporter = JsonReporter() if options.json else RichReporter(dry_run)
-        results = application.teardown(options, reporter, None if yes else confirm_teardown)
-        if options.json:
-            print_json(results_document(results, True))
-        else:
-            reporter.summary(results, f"gpu-bootstrap teardown{' --dry-run' if dry_run else ''}")
+        results = application.teardown(options, reporter, None if yes else confirm_teardown, interactive())
+        show_results(results, reporter, options.json, f"gpu-bootstrap teardown{' --dry-run' if dry_run else ''}")
 
     run("teardown", common, body)
 

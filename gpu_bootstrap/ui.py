@@ -163,6 +163,21 @@ def results_document(results, ok: bool, error: str | None = None, exit_code: int
     return document
 
 
+def show_results(results, reporter, as_json: bool, title: str, note: str | None = None) -> bool:
+    """The summary of up or teardown (a table, or the JSON document); a failed step is also named on stderr.
+    Returns whether every step succeeded."""
+    failed = next((f"[{r.id}] {r.message}" for r in results if r.status in ("failed", "interrupted")), None)
+    if as_json:
+        print_json(results_document(results, not failed, failed, 1 if failed else None))
+    else:
+        reporter.summary(results, title)
+        if note:
+            reporter.note(note)
+    if failed:
+        print_error(failed, None)
+    return not failed
+
+
 def doctor_document(report) -> dict:
     return {"checks": [{"id": name, "status": c.status, "message": c.message} for name, c in report.rows],
             "nodes": [r.to_json() for r in report.nodes], "ok": report.ok}

@@ -45,7 +45,7 @@ def test_offline_json_document(tmp_path):
     document = json.loads(result.stdout)
     assert document["ok"] is True
     assert [(s["id"], s["status"], s["changes"]) for s in document["steps"]] == [
-        ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-operator", "planned", 1),
+        ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-operator", "planned", 2),
         ("binpack-scheduler", "planned", 9), ("admission-opa", "planned", 7), ("admission", "planned", 3),
         ("validate", "planned", 3)]
     assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
