@@ -7,7 +7,7 @@ is `ansible all -m raw -a <the same probe script>` (ansible-core, its default fo
 OpenSSH client. Both start cold (a new process, new connections). Needs root (sshd chroot) and the bench extra:
 pip install -e '.[bench]'.
 
-Target: doctor >= 3x faster than Ansible with default forks, and faster than Ansible with forks 50.
+Target: doctor on 50 nodes <= 1.5 s and >= 5x faster than Ansible with default forks (same run).
 
 Usage: sudo python benchmarks/doctor_fanout.py [--nodes 50] [--runs 3]
 """
@@ -75,6 +75,10 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("ansible"):
         raise SystemExit("ansible is not installed: pip install -e '.[bench]'")
+    # As installed: pip compiles the package's bytecode at install time, but this checkout may run with
+    # PYTHONDONTWRITEBYTECODE=1, which would make every cold start compile gpu_bootstrap from source (~0.1 s).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "gpu_bootstrap")], check=True,
+                   stdout=subprocess.DEVNULL)
     farm = NodeFarm()
     folder = Path(tempfile.mkdtemp(prefix="doctor-fanout-"))
     try:
@@ -112,8 +116,10 @@ def main() -> None:
         doctor_all = figures[f"doctor, {args.nodes} nodes"]
         forks5 = figures[f"ansible -m raw, {args.nodes} nodes, forks 5 (default)"]
         forks50 = figures[f"ansible -m raw, {args.nodes} nodes, forks 50"]
-        print(f"doctor vs ansible forks 5:  {forks5 / doctor_all:.1f}x faster (target >= 3x: "
-              f"{'met' if forks5 / doctor_all >= 3 else 'MISSED'})")
+        print(f"doctor, {args.nodes} nodes: {doctor_all:.2f} s (target <= 1.5 s: "
+              f"{'met' if doctor_all <= 1.5 else 'MISSED'})")
+        print(f"doctor vs ansible forks 5:  {forks5 / doctor_all:.1f}x faster (target >= 5x: "
+              f"{'met' if forks5 / doctor_all >= 5 else 'MISSED'})")
         print(f"doctor vs ansible forks 50: {forks50 / doctor_all:.1f}x faster (target > 1x: "
               f"{'met' if forks50 > doctor_all else 'MISSED'})")
     finally:
