@@ -68,6 +68,31 @@ def ansible_command(inventory: Path, probe: Path, forks: int) -> list[str]:
             ":; {% raw %}" + probe.read_text() + "{% endraw %}", "--forks", str(forks)]  # ":" keeps it from being JSON
 
 
+FLOOR = """
+import sys, yaml
+sys.modules.setdefault("invoke", None)
+import paramiko
+from concurrent.futures import ThreadPoolExecutor
+config = yaml.safe_load(open(sys.argv[1]))
+keys, pkey = paramiko.HostKeys(config["ssh"]["known_hosts"]), paramiko.Ed25519Key(filename=config["ssh"]["identity_file"])
+script = open(sys.argv[2], "rb").read()
+def one(node):
+    name = f"[127.0.0.1]:{node['port']}"
+    client = paramiko.SSHClient()
+    for kind, key in (keys.lookup(name) or {}).items():
+        client.get_host_keys().add(name, kind, key)
+    client.connect("127.0.0.1", node["port"], username="root", pkey=pkey, look_for_keys=False, allow_agent=False)
+    channel = client.get_transport().open_session()
+    channel.exec_command("sh -s"); channel.sendall(script); channel.shutdown_write()
+    out = b"".join(iter(lambda: channel.recv(65536), b""))
+    channel.recv_exit_status(); client.close()
+    return out
+with ThreadPoolExecutor(32) as pool:
+    for out in pool.map(one, config["nodes"]):
+        print('"id": "nvidia-driver"' if b"nvidia-smi" in out else "missing")
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=50)
@@ -99,6 +124,9 @@ def main() -> None:
         # (label, command, what each node's success prints, how many nodes)
         plan = [("doctor, 1 node", doctor_command(config, names[:1]), '"id": "nvidia-driver"', 1),
                 (f"doctor, {args.nodes} nodes", doctor_command(config), '"id": "nvidia-driver"', args.nodes),
+                # the floor: the same script over paramiko with nothing else (no CLI, config, checks or report)
+                (f"bare paramiko fan-out, {args.nodes} nodes", [sys.executable, "-c", FLOOR, str(config), str(probe)],
+                 '"id": "nvidia-driver"', args.nodes),
                 (f"ansible -m raw, {args.nodes} nodes, forks 5 (default)", ansible_command(inventory, probe, 5),
                  "| CHANGED | rc=0", args.nodes),
                 (f"ansible -m raw, {args.nodes} nodes, forks 50", ansible_command(inventory, probe, 50),
@@ -120,6 +148,8 @@ def main() -> None:
               f"{'met' if doctor_all <= 1.5 else 'MISSED'})")
         print(f"doctor vs ansible forks 5:  {forks5 / doctor_all:.1f}x faster (target >= 5x: "
               f"{'met' if forks5 / doctor_all >= 5 else 'MISSED'})")
+        floor = figures[f"bare paramiko fan-out, {args.nodes} nodes"]
+        print(f"doctor's own cost above the bare fan-out: {doctor_all - floor:.2f} s (start-up, config, checks)")
         print(f"doctor vs ansible forks 50: {forks50 / doctor_all:.1f}x faster (target > 1x: "
               f"{'met' if forks50 > doctor_all else 'MISSED'})")
     finally:
