@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -31,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from .. import interrupts
+from . import backoff
 from ..errors import ClusterError, ConfigError, ReleaseNotFound
 from ..refs import Chart
 
@@ -198,13 +198,9 @@ class Helm:
         return True
 
     def _backoff(self, number: int, end: float, what: str) -> bool:
-        step = min(BACKOFF_BASE * 2 ** (number - 1), BACKOFF_CAP)
-        delay = step / 2 + random.random() * step / 2
-        if time.monotonic() + delay >= end:
+        if not backoff.wait(number, BACKOFF_BASE, BACKOFF_CAP, end, f"{what}; transient", log):
             return False
-        log.info("%s; transient, retrying in %.1f s (attempt %d)", what, delay, number + 1)
         self.retries += 1
-        time.sleep(delay)
         return True
 
     @staticmethod

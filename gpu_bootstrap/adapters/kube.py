@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from .. import interrupts
+from . import backoff
 from ..errors import ClusterError, Conflict, NotFound, Unreachable
 from ..refs import Ref
 
@@ -246,17 +246,11 @@ class Kube:
             return status, data, answer
 
     def _wait(self, attempt: int, asked: float | None, cutoff: float, what: str) -> bool:
-        """Sleep before the next attempt: exponential backoff with jitter, at least what Retry-After asked for.
-        False when that would pass the deadline."""
-        step = min(BACKOFF_BASE * 2 ** (attempt - 1), BACKOFF_CAP)
-        delay = step / 2 + random.random() * step / 2
-        if asked is not None:
-            delay = max(delay, asked)
-        if time.monotonic() + delay >= cutoff:
+        """Sleep before the next attempt (adapters/backoff.py), at least what Retry-After asked for. False when
+        that would pass the deadline."""
+        if not backoff.wait(attempt, BACKOFF_BASE, BACKOFF_CAP, cutoff, what, log, asked):
             return False
-        log.info("%s; retrying in %.1f s (attempt %d)", what, delay, attempt + 1)
         self.retries += 1
-        time.sleep(delay)
         return True
 
     def _unreachable(self, why: NoAnswer, method: str = "", path: str = "", attempts: int = 1,

@@ -17,7 +17,7 @@ from ..status import FAIL, PASS, SKIP, WARN
 if TYPE_CHECKING:
     from ..context import Context
 
-__all__ = ["FAIL", "PASS", "SKIP", "WARN", "Change", "Check", "Ref", "Step", "StepResult", "Verb"]
+__all__ = ["FAIL", "PASS", "SKIP", "WARN", "Change", "Check", "ObjectsFacts", "Ref", "Step", "StepResult", "Verb"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,29 @@ class Check:
     done: bool = False
     facts: Any = None
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ObjectsFacts:
+    """What a step that manages plain Kubernetes objects read: the objects the config wants (in apply order), how
+    each differs from the cluster (Ref -> "missing" or "differs at …"), and objects of ours no longer wanted."""
+
+    desired: list
+    drift: dict
+    leftovers: list
+    notes: tuple[str, ...] = ()
+
+    def changes(self, details=lambda ref: ()) -> list["Change"]:
+        """Pure: apply what is missing or differs (in apply order), then remove what is no longer wanted."""
+        changes = []
+        for obj in self.desired:
+            ref = Ref.of(obj)
+            if why := self.drift.get(ref):
+                changes.append(Change(Verb.APPLY, ref, "create" if why == "missing" else "update", why, obj,
+                                      details=tuple(details(ref))))
+        for ref in self.leftovers:
+            changes.append(Change(Verb.DELETE, ref, "remove", "no longer wanted by the config"))
+        return changes
 
 
 @dataclass

@@ -60,7 +60,7 @@ def rego(policy: Policy) -> str:
     """The policy OPA serves at its root path: data.system.main answers an admission.k8s.io/v1 AdmissionReview with
     the AdmissionReview response (a base64 JSONPatch when it mutates)."""
     if policy.override_other_schedulers:
-        wants = f"""wants_ours if object.get(input.request.object.spec, "schedulerName", "") != scheduler"""
+        wants = """wants_ours if object.get(input.request.object.spec, "schedulerName", "") != scheduler"""
     else:
         wants = f"""wants_ours if object.get(input.request.object.spec, "schedulerName", "") in {{"", "{DEFAULT_SCHEDULER}"}}"""
     if policy.mode == "mutate":

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ClusterError, ConfigError, Unreachable
 from ..objects import differences, pod_ready, pod_state, toleration_for
-from ..pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, Ref, Step, Verb
+from ..pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from ..render import admission as render
 from ..render import admission_policy as policy_render
 from ..render import certificates as certs
@@ -317,12 +317,7 @@ def _ca_patch(bundle: str) -> list[dict]:
 
 
 # --- admission --------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class AdmissionFacts:
-    desired: list
-    drift: dict
-    leftovers: list
-    notes: tuple[str, ...] = ()
+AdmissionFacts = ObjectsFacts
 
 
 class Admission(Step):
@@ -399,16 +394,8 @@ class Admission(Step):
 
     def plan(self, ctx, check: Check) -> list[Change]:
         facts: AdmissionFacts = check.facts
-        changes = []
-        for obj in facts.desired:
-            ref = Ref.of(obj)
-            if why := facts.drift.get(ref):
-                details = tuple(n for n in facts.notes if n.startswith("caBundle")) if "Webhook" in ref.kind else ()
-                changes.append(Change(Verb.APPLY, ref, "create" if why == "missing" else "update", why, obj,
-                                      details=details))
-        for ref in facts.leftovers:
-            changes.append(Change(Verb.DELETE, ref, "remove", "no longer wanted by the config"))
-        return changes
+        return facts.changes(lambda ref: [n for n in facts.notes if n.startswith("caBundle")]
+                             if "Webhook" in ref.kind else [])
 
     # --- proving it --------------------------------------------------------------------------------------------------
     def probe_namespace(self, ctx) -> str:

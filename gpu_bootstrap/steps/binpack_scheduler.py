@@ -8,11 +8,10 @@ renamed scheduler or a dropped PodDisruptionBudget is removed rather than left b
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..objects import differences, lease_fresh, toleration_for, unschedulable, waiting
-from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from ..pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from ..render import scheduler as render
 from .node_prep import gpu_taint, no_room_warning
 
@@ -34,11 +33,7 @@ POD_FIXES = {
 }
 
 
-@dataclass(frozen=True)
-class SchedulerFacts:
-    desired: list  # the manifests the config wants, in apply order
-    drift: dict  # Ref -> "missing" or "differs at …"
-    leftovers: list  # Refs of objects we created that the config no longer wants
+SchedulerFacts = ObjectsFacts
 
 
 class BinpackScheduler(Step):
@@ -104,15 +99,7 @@ class BinpackScheduler(Step):
         return found
 
     def plan(self, ctx, check: Check) -> list[Change]:
-        changes = []
-        for obj in check.facts.desired:
-            ref = Ref.of(obj)
-            why = check.facts.drift.get(ref)
-            if why:
-                changes.append(Change(Verb.APPLY, ref, "create" if why == "missing" else "update", why, obj))
-        for ref in check.facts.leftovers:
-            changes.append(Change(Verb.DELETE, ref, "remove", "no longer wanted by the config"))
-        return changes
+        return check.facts.changes()
 
     # --- verifying ----------------------------------------------------------------------------------------------------
     def verify(self, ctx) -> Check:
