@@ -83,15 +83,25 @@ def test_up_refuses_a_release_it_did_not_install_until_it_is_adopted(cluster, tm
 def test_teardown_removes_what_up_made_and_keeps_a_users_taint(cluster, tmp_path):
     node = cluster.emu.get("nodes", "node5")
     node["spec"]["taints"] = [USER_TAINT]
+    node["metadata"]["labels"]["nvidia.com/team"] = "ml"  # a user's label under the operator's prefix
     cluster.emu.seed(node)
     config = write_config(tmp_path, cluster)
     result, _ = cli("up", "-c", str(config), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
+    added = {k for k in cluster.emu.get("nodes", "node5")["metadata"]["labels"]
+             if k.startswith(("nvidia.com/gpu.deploy.", "feature.node.kubernetes.io/"))}
+    assert added  # the (stand-in) operator and NFD labelled the node
     assert cluster.emu.get("namespaces", "gpu-operator")["metadata"]["labels"][
         "app.kubernetes.io/managed-by"] == "gpu-bootstrap"
     result, document = cli("teardown", "-c", str(config), "--yes", tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     assert releases(cluster) == [] and cluster.emu.get("namespaces", "gpu-operator") is None
     assert cluster.emu.get("nodes", "node5")["spec"].get("taints") == [USER_TAINT]
+    labels = cluster.emu.get("nodes", "node5")["metadata"]["labels"]
+    assert not added & set(labels) and labels["nvidia.com/team"] == "ml"
+    assert not [k for k in labels if k.startswith(("nvidia.com/", "feature.node.kubernetes.io/"))
+                and k != "nvidia.com/team"]
+    assert "gpu-bootstrap.io/labels-before-gpu-operator" not in (
+        cluster.emu.get("nodes", "node5")["metadata"].get("annotations") or {})
     result, document = cli("teardown", "-c", str(config), "--yes", tmp_path=tmp_path)
     assert {s["message"] for s in document["steps"]} == {"nothing to undo"}

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_bootstrap.render.node_prep import ANNOTATION, describe, prepare_patch, read_record, undo_patch
+from gpu_bootstrap.render.node_prep import (ANNOTATION, describe, labels_before_patch, operator_labels_undo,
+                                            prepare_patch, read_record, undo_patch)
 from tests.kubeapi.patches import merge_patch
 
 GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -92,3 +93,33 @@ def test_undo_of_an_untouched_node_is_nothing():
 def test_describe_summarises_a_patch():
     patch = prepare_patch(node(), WANT, GPU)
     assert describe(patch) == "label nvidia.com/gpu.present=true, taints [nvidia.com/gpu=present:NoSchedule]"
+
+
+# --- the labels the gpu-operator leaves behind ------------------------------------------------------------------------
+
+BEFORE = "gpu-bootstrap.io/labels-before-gpu-operator"
+
+
+def labelled(labels: dict, annotations: dict | None = None) -> dict:
+    return {"metadata": {"name": "n", "labels": labels, "annotations": annotations or {}}}
+
+
+def test_the_operator_labels_a_node_had_are_remembered_once():
+    node = labelled({"nvidia.com/team": "ml", "kubernetes.io/hostname": "n", "feature.node.kubernetes.io/x": "1"})
+    assert labels_before_patch(node, BEFORE) == {"metadata": {"annotations": {
+        BEFORE: '["feature.node.kubernetes.io/x","nvidia.com/team"]'}}}
+    assert labels_before_patch(labelled({}, {BEFORE: "[]"}), BEFORE) is None
+
+
+@pytest.mark.parametrize("labels, record, keep, expected", [
+    ({"nvidia.com/gpu.deploy.driver": "true", "nvidia.com/team": "ml", "zone": "a"}, '["nvidia.com/team"]', set(),
+     {"metadata": {"annotations": {BEFORE: None}, "labels": {"nvidia.com/gpu.deploy.driver": None}}}),
+    ({"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/pci-10de.present": "true"}, "[]",
+     {"nvidia.com/gpu.present"},
+     {"metadata": {"annotations": {BEFORE: None}, "labels": {"feature.node.kubernetes.io/pci-10de.present": None}}}),
+    ({"nvidia.com/gpu.deploy.driver": "true"}, "not json", set(), {"metadata": {"annotations": {BEFORE: None}}}),
+    ({"nvidia.com/gpu.deploy.driver": "true"}, None, set(), None),
+])
+def test_teardown_removes_only_the_operator_labels_that_came_with_it(labels, record, keep, expected):
+    node = labelled(labels, {BEFORE: record} if record is not None else {})
+    assert operator_labels_undo(node, BEFORE, keep) == expected

@@ -116,6 +116,44 @@ def undo_patch(node: dict, annotation: str = ANNOTATION) -> dict | None:
     return patch
 
 
+OPERATOR_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")  # labels the operator and NFD put on nodes
+
+
+def deep_merge_patch(first: dict | None, second: dict) -> dict:
+    """Two merge patches as one (the second's keys win)."""
+    from ..objects import deep_merge
+    return deep_merge(first or {}, second)
+
+
+def labels_before_patch(node: dict, annotation: str) -> dict | None:
+    """Before the gpu-operator first runs: remember which operator/NFD labels the node already had, so that
+    teardown removes only the ones that came with it. None when already remembered."""
+    meta = node.get("metadata") or {}
+    if annotation in (meta.get("annotations") or {}):
+        return None
+    before = sorted(k for k in (meta.get("labels") or {}) if k.startswith(OPERATOR_PREFIXES))
+    return {"metadata": {"annotations": {annotation: json.dumps(before, separators=(",", ":"))}}}
+
+
+def operator_labels_undo(node: dict, annotation: str, keep: set[str] = frozenset()) -> dict | None:
+    """After the gpu-operator is gone: remove the operator/NFD labels the node did not have before it (and that
+    nobody else recorded as theirs, `keep`), and the record itself. None when nothing was remembered."""
+    meta = node.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(annotation)
+    if text is None:
+        return None
+    try:
+        before = set(json.loads(text))
+    except (ValueError, TypeError):
+        before = set(meta.get("labels") or {})  # an unreadable record removes nothing: unknown is not absent
+    gone = {k: None for k in (meta.get("labels") or {})
+            if k.startswith(OPERATOR_PREFIXES) and k not in before and k not in keep}
+    patch = {"metadata": {"annotations": {annotation: None}}}
+    if gone:
+        patch["metadata"]["labels"] = gone
+    return patch
+
+
 def describe(patch: dict) -> str:
     """A short human summary of a node patch."""
     parts = []

@@ -22,6 +22,7 @@ from .node_prep import no_room_warning
 from .preflight import facts_digest
 
 LABELS_ANNOTATION = "gpu-bootstrap.io/gpu-operator"
+BEFORE_ANNOTATION = "gpu-bootstrap.io/labels-before-gpu-operator"  # operator/NFD labels a node had before it
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}  # on the release's metadata and on its namespace
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap"
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
@@ -197,6 +198,10 @@ class GpuOperator(Step):
                                                            LABELS_ANNOTATION)
                          for name, node in nodes.items() if node is not None}
         label_patches = {k: v for k, v in label_patches.items() if v}
+        if status is None:  # a first install: remember which operator labels each node has without it
+            for name, node in nodes.items():
+                if node is not None and (before := labels_render.labels_before_patch(node, BEFORE_ANNOTATION)):
+                    label_patches[name] = labels_render.deep_merge_patch(label_patches.get(name), before)
         release = self._release_state(ctx, status, chart, version,
                                       plan.merged if ctx.node_facts.reports() else None)
         if not ours and release["up_to_date"]:  # adopt: one upgrade records that the release is now ours
@@ -339,6 +344,13 @@ class GpuOperator(Step):
             if patch:
                 changes.append(Change(Verb.PATCH, Ref.node(configured.name), labels_render.describe(patch),
                                       "remove the labels gpu-operator set", patch))
+        for configured in ctx.config.nodes:  # the labels the operator and NFD left behind (not the user's)
+            node = ctx.kube.get("v1", "Node", configured.name)
+            keep = set(labels_render.read_record(node or {}).get("labels") or {})  # node-prep's own undo
+            patch = labels_render.operator_labels_undo(node, BEFORE_ANNOTATION, keep) if node else None
+            if patch:
+                changes.append(Change(Verb.PATCH, Ref.node(configured.name), labels_render.describe(patch),
+                                      "remove the labels the gpu-operator added", patch))
         if ctx.options.purge_crds:
             changes += self._crd_deletions(ctx)
         return changes
