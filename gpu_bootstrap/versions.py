@@ -2,13 +2,12 @@
 catalogues that say which release of a chart fits which Kubernetes version (data/<chart>-versions.yaml), with the one
 rule every chart's version choice follows: the newest release line whose row admits the cluster's version, and a
 refusal naming the nearest lines on both sides and the two ways out when none does.
-Pure: no cluster, no helm. `python -m gpu_bootstrap.versions --markdown` prints the README's "Supported versions".
+Pure: no cluster, no helm.
 """
 from __future__ import annotations
 
 import functools
 import re
-import sys
 from dataclasses import dataclass
 
 import yaml
@@ -68,7 +67,7 @@ def constraint_allows(constraint: str, kube_version: str) -> bool:
 MINORS = range(100)  # the Kubernetes 1.x minors a catalogue is scanned over (nearest lines, the README table)
 
 
-def _minor_text(minor: tuple[int, int]) -> str:
+def minor_text(minor: tuple[int, int]) -> str:
     return f"{minor[0]}.{minor[1]}"
 
 
@@ -103,7 +102,7 @@ class Release:
         """'1.33-1.37', or the constraint ('>=1.25.0-0')."""
         if self.constraint:
             return self.constraint
-        return f"{_minor_text(self.kube_min)}-{_minor_text(self.kube_max)}"
+        return f"{minor_text(self.kube_min)}-{minor_text(self.kube_max)}"
 
     def describe(self) -> str:
         """For lists of releases: 'validated for 1.23-1.30' / 'kubeVersion >=1.19.0-0'."""
@@ -200,7 +199,7 @@ def catalogue(chart: str) -> Catalogue:
 def choose(cat: Catalogue, kube_version: str, skip_check: bool = False) -> Choice:
     """The default release for a cluster: the newest line that admits its Kubernetes version. When none does, a
     refusal; with skip_check the nearest line instead, flagged as not validated."""
-    kube = _minor_text(minor_of(kube_version))
+    kube = minor_text(minor_of(kube_version))
     fits = cat.fitting(kube_version)
     if fits:
         scope = fits[0].range if not fits[0].constraint else f"kubeVersion {fits[0].constraint}"
@@ -230,7 +229,7 @@ def check_pin(cat: Catalogue, version: str, kube_version: str, constraint: str |
     """A release the config names (a pinned version, or a local chart's version; `constraint` is its chart's own
     kubeVersion when known) against the cluster: accepted with the reason, or refused naming the releases that fit."""
     pinned_by = pinned_by or f"pinned by {cat.section}.version"
-    kube = _minor_text(minor_of(kube_version))
+    kube = minor_text(minor_of(kube_version))
     row = cat.line_of(version)
     if row is not None and row.admits(kube_version):
         return Choice(row, version, f"{pinned_by}; {row.label}: {row.describe()}")
@@ -280,45 +279,3 @@ def _nearest_text(cat: Catalogue, kube_version: str) -> str:
     older = f"{below.label} ({below.describe()})" if below else "none"
     newer = f"{above.label} ({above.describe()})" if above else "none"
     return f"the nearest lines are {older} for older Kubernetes and {newer} for newer"
-
-
-# --- the README's "Supported versions" section ------------------------------------------------------------------------
-def markdown() -> str:
-    """The catalogues as tables, and what `up` chooses for each Kubernetes minor (README, between its markers)."""
-    from .render.scheduler import config_api_version  # the scheduler's own rule (render imports this module)
-    out = []
-    for chart in CATALOGUES:
-        cat = catalogue(chart)
-        out += [f"`{chart}` (`gpu_bootstrap/data/{cat.file}`):", "",
-                "| line | installs | Kubernetes | source |", "|---|---|---|---|"]
-        out += [f"| {r.label} | {r.version} | {r.range} | {r.source} |" for r in cat.releases]
-        out.append("")
-    operator, monitoring = catalogue("gpu-operator"), catalogue("kube-prometheus-stack")
-    admitted = sorted({m for r in operator.releases for m in r.minors()})
-    minors = [(1, admitted[0][1] - 1), *admitted, (1, admitted[-1][1] + 1)]
-    out += ["What is chosen by default for each Kubernetes minor (the scheduler's image is always",
-            "`kube-scheduler:v<the API server's version>`; kube-prometheus-stack is for the coming monitoring step):", "",
-            "| Kubernetes | gpu-operator | scheduler config | kube-prometheus-stack |", "|---|---|---|---|"]
-    for minor in minors:
-        kube = f"{_minor_text(minor)}.0"
-        cells = [_cell(operator, kube), _scheduler_cell(config_api_version, kube), _cell(monitoring, kube)]
-        out.append(f"| {_minor_text(minor)} | " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
-
-
-def _cell(cat: Catalogue, kube: str) -> str:
-    fits = cat.fitting(kube)
-    return f"{fits[0].label} ({fits[0].version})" if fits else "refused"
-
-
-def _scheduler_cell(config_api_version, kube: str) -> str:
-    try:
-        return f"`{config_api_version(kube).rsplit('/', 1)[-1]}`"
-    except ConfigError:
-        return "refused"
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m gpu_bootstrap.versions --markdown`
-    if sys.argv[1:] != ["--markdown"]:
-        sys.exit("usage: python -m gpu_bootstrap.versions --markdown")
-    sys.stdout.write(markdown())

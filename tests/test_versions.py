@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpu_bootstrap import versions
+from gpu_bootstrap.render import versions_table
 from gpu_bootstrap.cli import app
 from gpu_bootstrap.errors import EXIT_USAGE, ConfigError
 from gpu_bootstrap.paths import PACKAGE
@@ -246,7 +247,8 @@ def test_the_readme_tables_are_generated_from_the_data_files():
     text = README.read_text()
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     section = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
-    assert section == versions.markdown(), "README drifted: paste `python -m gpu_bootstrap.versions --markdown`"
+    assert section == versions_table.markdown(), \
+        "README drifted: paste `python -m gpu_bootstrap.render.versions_table`"
     for release in OPERATOR.releases + KPS.releases:
         assert f"| {release.label} | {release.version} | {release.range} | {release.source} |" in section
 
@@ -261,9 +263,6 @@ def test_the_readme_shows_the_plan_line_and_the_refusal_as_they_are():
 
 
 def test_the_markdown_command():
-    done = subprocess.run([sys.executable, "-m", "gpu_bootstrap.versions", "--markdown"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "gpu_bootstrap.render.versions_table"], capture_output=True,
                           text=True, cwd=README.parent, timeout=60)
-    assert done.returncode == 0 and done.stdout == versions.markdown()
-    wrong = subprocess.run([sys.executable, "-m", "gpu_bootstrap.versions"], capture_output=True, text=True,
-                           cwd=README.parent, timeout=60)
-    assert wrong.returncode == 1 and "usage" in wrong.stderr
+    assert done.returncode == 0 and done.stdout == versions_table.markdown()
