@@ -12,7 +12,7 @@ REGISTRY: dict[str, str | None] = {
     "gpu-operator": "gpu_bootstrap.steps.gpu_operator:GpuOperator",
     "binpack-scheduler": "gpu_bootstrap.steps.binpack_scheduler:BinpackScheduler",
     "admission": None,
-    "monitoring": None,
+    "monitoring": "gpu_bootstrap.steps.monitoring:Monitoring",
     "validate": "gpu_bootstrap.steps.validate:Validate",
 }
 
