@@ -26,10 +26,15 @@ OWNED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap,app.kubernetes.io/p
 # keeps managing it instead of attaching to its Prometheus.
 MARKER = {"gpuBootstrap": {"installedBy": "gpu-bootstrap"}}
 DEFAULT_DASHBOARD_LABEL = ("grafana_dashboard", "1")  # kube-prometheus-stack's Grafana sidecar default
-# The node every DCGM series belongs to. The operator's ServiceMonitor only takes target relabelings (its CRD has no
-# metricRelabelings), which cannot read the exporter's own `Hostname` label (renamed `hostname` on dcgm-exporter
-# HEAD); the node the exporter pod runs on is the same name under either version, so every series gets `node`.
-NODE_RELABELING = {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+# Target relabelings for the operator's DCGM ServiceMonitor (its CRD takes no metricRelabelings):
+# 1. `node` on every series, from the node the exporter pod runs on. Target relabelings cannot read the exporter's
+#    own `Hostname` label (renamed `hostname` on dcgm-exporter HEAD); the pod's node is the same name under either.
+# 2. Drop the target's own namespace/pod/container (the exporter's pod): with honorLabels: true, Prometheus fills a
+#    label the sample lacks from the target, so a GPU no pod holds would otherwise look held by the exporter pod.
+RELABELINGS = (
+    {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"},
+    {"regex": "^(namespace|pod|container)$", "action": "labeldrop"},
+)
 
 
 # --- the DCGM exporter's ServiceMonitor: one source --------------------------------------------------------------------
@@ -38,7 +43,7 @@ def dcgm_service_monitor(interval: str, labels: dict[str, str]) -> dict:
     selects it, with the exporter's own namespace/pod/container labels kept (honorLabels: true, else they arrive as
     exported_namespace/exported_pod: dcgm-exporter#85) and a `node` label on every series."""
     return {"enabled": True, "interval": interval, "honorLabels": True, "additionalLabels": dict(sorted(labels.items())),
-            "relabelings": [dict(NODE_RELABELING)]}
+            "relabelings": [dict(r) for r in RELABELINGS]}
 
 
 # --- label selectors -----------------------------------------------------------------------------------------------------
