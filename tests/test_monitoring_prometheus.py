@@ -6,71 +6,15 @@ are checked against what the scenario holds, so a query that returns the wrong t
 """
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import time
-import urllib.parse
-import urllib.request
-from pathlib import Path
-
 import pytest
 
 from gpu_bootstrap.render import gpu_dashboards
 from tests.monitoring import scenario
+from tests.monitoring.live import LocalPrometheus
 from tests.tools import run, tool
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow]
 VARIABLES = {"$namespace": ".*", "$pod": ".*", "$node": ".*"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class LocalPrometheus:
-    """A real prometheus server on 127.0.0.1 (stopped by the fixture that started it)."""
-
-    def __init__(self, folder: Path, config: str, data: Path | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        (folder / "prometheus.yml").write_text(config)
-        self.log = (folder / "prometheus.log").open("w")
-        self.process = subprocess.Popen(
-            [tool("prometheus"), f"--config.file={folder / 'prometheus.yml'}",
-             f"--storage.tsdb.path={data or folder / 'data'}", "--storage.tsdb.retention.time=100y",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.url}/-/ready", timeout=2).read()
-                return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise AssertionError(f"prometheus did not start: {(folder / 'prometheus.log').read_text()}")
-                time.sleep(0.2)
-
-    def query(self, expr: str, at: float | None = None) -> list[dict]:
-        params = {"query": expr}
-        if at is not None:
-            params["time"] = str(at)
-        with urllib.request.urlopen(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=30) as r:
-            answer = json.loads(r.read())
-        assert answer["status"] == "success", answer
-        return answer["data"]["result"]
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")

@@ -470,14 +470,13 @@ class Monitoring(Step):
                                   f"uninstall {section.release}", "teardown: gpu-bootstrap installed it",
                                   {"release": section.release, "namespace": section.namespace,
                                    "timeout": f"{section.wait_timeout}s"}))
-            if ctx.options.purge_crds:
-                chart, _meta, _choice = self.chart(ctx)
-                for crd in ctx.helm.show_crds(chart):
-                    name = crd["metadata"]["name"]
-                    if _crd(ctx, name):
+            if ctx.options.purge_crds:  # the chart's CRDs are the Prometheus Operator's, group monitoring.coreos.com
+                for crd in ctx.kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition"):
+                    if (crd.get("spec") or {}).get("group") == "monitoring.coreos.com":
                         changes.append(Change(Verb.DELETE, Ref("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                                                               name), "delete the CRD and every object of it",
-                                              "--purge-crds"))
+                                                               crd["metadata"]["name"]),
+                                              "delete the CRD and every object of it",
+                                              "--purge-crds (gpu-bootstrap installed the stack that brought it)"))
         return changes
 
 

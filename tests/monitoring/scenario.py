@@ -98,10 +98,10 @@ def _value(field: str, node: str, gpu: int, t: int, pods: bool = True) -> float:
     }[field]
 
 
-def _labels(node: str, gpu: int, pods: bool) -> list[tuple[str, str]]:
+def _labels(node: str, gpu: int, pods: bool, hostname: str | None = None) -> list[tuple[str, str]]:
     model, _product, host_label, _fb, bus = NODES[node]
     labels = [("gpu", str(gpu)), ("UUID", _uuid(node, gpu)), ("pci_bus_id", f"{bus}{gpu}:00.0"),
-              ("device", f"nvidia{gpu}"), ("modelName", model), (host_label, node),
+              ("device", f"nvidia{gpu}"), ("modelName", model), (host_label, hostname or node),
               ("DCGM_FI_DRIVER_VERSION", DRIVER)]
     holder = HOLDERS.get((node, gpu))
     if pods and holder is not None:
@@ -113,13 +113,14 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
 
 
-def exporter_text(node: str, t: int, pods: bool = True) -> str:
-    """/metrics of the node's dcgm-exporter at time t (pods=False: an exporter that maps no GPU to a pod)."""
+def exporter_text(node: str, t: int, pods: bool = True, hostname: str | None = None) -> str:
+    """/metrics of the node's dcgm-exporter at time t (pods=False: an exporter that maps no GPU to a pod;
+    hostname: the node name it reports, when it stands in for another node)."""
     lines = []
     for field, kind, help_text in FIELDS:
         lines += [f"# HELP {field} {help_text}", f"# TYPE {field} {kind}"]
         for gpu in range(8):
-            labels = ",".join(f'{k}="{v}"' for k, v in _labels(node, gpu, pods))
+            labels = ",".join(f'{k}="{v}"' for k, v in _labels(node, gpu, pods, hostname))
             lines.append(f"{field}{{{labels}}} {_number(_value(field, node, gpu, t))}")
     return "\n".join(lines) + "\n"
 
