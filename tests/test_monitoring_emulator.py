@@ -329,3 +329,17 @@ def test_with_the_operator_first_the_dcgm_servicemonitor_is_never_created(cluste
     cluster.emu.settle()
     assert cluster.emu.get("customresourcedefinitions", "servicemonitors.monitoring.coreos.com") is not None
     assert cluster.emu.get("servicemonitors", "nvidia-dcgm-exporter", "gpu-operator") is None
+
+
+@pytest.mark.parametrize("emulator_options", [{"kube_version": "1.33.2", "gpu_nodes": NODES, "gpu_operator": True}])
+def test_on_an_all_gpu_cluster_the_stack_tolerates_the_gpu_taint(cluster, tmp_path, stand_ins):
+    _exporters, prometheus = stand_ins
+    cluster.emu.proxy_service(STACK_NS, STACK_SERVICE, prometheus.url)
+    result, document = cli("up", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert statuses(document)["monitoring"] == "applied"
+    values = json.loads(cluster.helm("get", "values", "kube-prometheus-stack", "-n", STACK_NS, "-o", "json").stdout)
+    assert values["prometheusOperator"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                                            "effect": "NoSchedule"}]
+    pods = cluster.emu.list("pods", STACK_NS)
+    assert pods and all(p["spec"].get("nodeName") in NODES for p in pods)

@@ -128,7 +128,12 @@ def install_target(section, reason: str) -> Target:
 
 
 class AttachProblem(Exception):
-    """Attach mode cannot work with what was found; message says why and what to do."""
+    """Attach mode cannot work with what was found: `message` says why, `hint` what to do."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
 
 
 def attach_target(prometheus: dict, namespaces: dict[str, dict], sidecars: list[dict], operator_namespace: str,
@@ -232,9 +237,21 @@ def base_values() -> dict:
     return yaml.safe_load(data_path("values", "kube-prometheus-stack.yaml").read_text()) or {}
 
 
-def stack_values(section) -> ValuesPlan:
+# kube-prometheus-stack's pods that must find a node (node-exporter already tolerates every taint)
+TOLERATING = ("prometheusOperator.tolerations", "prometheusOperator.admissionWebhooks.patch.tolerations",
+              "prometheus.prometheusSpec.tolerations", "alertmanager.alertmanagerSpec.tolerations",
+              "grafana.tolerations", "kube-state-metrics.tolerations")
+
+
+def stack_values(section, no_room_toleration: dict | None = None) -> ValuesPlan:
+    """`no_room_toleration`: when tainting the GPU nodes leaves no other node, the toleration the stack's own pods
+    need to run at all (the same rule as the gpu-operator's control plane)."""
     base = base_values()
     derived = [Derived("prometheus.prometheusSpec.retention", section.retention, "monitoring.retention")]
+    if no_room_toleration is not None:
+        why = (f"no node stays untainted, schedulable and Ready once the GPU nodes carry the "
+               f"{no_room_toleration['key']} taint: the stack's pods must tolerate it")
+        derived += [Derived(path, [dict(no_room_toleration)], why) for path in TOLERATING]
     if section.storage is not None:
         claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": section.storage.size}}}
         if section.storage.storage_class:

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 from .. import versions
 from ..adapters import charts
-from ..errors import ClusterError
-from ..objects import differences, pod_ready
+from ..errors import ClusterError, GpuBootstrapError
+from ..objects import differences, pod_ready, toleration_for
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..refs import Chart
 from ..render import monitoring as render
 from ..render.gpu_operator_values import ValuesPlan
+from .node_prep import gpu_taint, no_room_warning
 
 PROMETHEUS_CRD = "prometheuses.monitoring.coreos.com"
 RULE_CRD = "prometheusrules.monitoring.coreos.com"
@@ -88,7 +89,7 @@ def decide(ctx) -> render.Target:
     try:
         return render.attach_target(chosen, namespaces, render.grafana_sidecars(workloads), operator_ns, reason)
     except render.AttachProblem as problem:
-        raise MonitoringProblem(problem.args[0], problem.args[1] if len(problem.args) > 1 else "") from None
+        raise MonitoringProblem(problem.message, problem.hint) from None
 
 
 def _choose(section, theirs: list[dict], found: list[dict] | None) -> dict:
@@ -235,7 +236,9 @@ class Monitoring(Step):
         if target.mode == "install":
             chart, meta, choice = self.chart(ctx)
             version = str((meta or {}).get("version") or chart.version or "")
-            plan = render.stack_values(section)
+            no_room = no_room_warning(ctx.kube.list("v1", "Node"), ctx.config, ctx.options.playbook)
+            plan = render.stack_values(section, toleration_for(gpu_taint(ctx.config, ctx.options.playbook))
+                                       if no_room else None)
             facts.update(chart=chart, version=version, choice=choice, values=plan,
                          release=self._release_state(ctx, chart, version, plan.merged))
         return MonitoringFacts(**facts)
@@ -411,7 +414,7 @@ class Monitoring(Step):
     def doctor(self, ctx) -> list[Check]:
         try:
             check = self.check(ctx)
-        except versions.UnsupportedVersion as error:
+        except GpuBootstrapError as error:  # a refused version, no helm, an unreadable Prometheus: one failed check
             return [Check(FAIL, error.one_line().removeprefix(f"[{self.id}] "))]
         if check.status == FAIL:
             return [check]
