@@ -67,7 +67,7 @@ def test_up_installs_waits_for_the_operands_and_validates(cluster, tmp_path):
                                   "binpack-scheduler": "applied", "validate": "applied"}
     operator = next(s for s in document["steps"] if s["id"] == "gpu-operator")
     assert operator["message"] == "operands ready on 3 GPU node(s), 24 GPU(s) advertised"
-    assert "CUDA vector-add passed on node5, node6, node7" in document["steps"][4]["message"]
+    assert "CUDA vector-add passed on node5, node6, node7" in document["steps"][5]["message"]
     [release] = releases(cluster)
     assert (release["name"], release["chart"], release["status"]) == ("gpu-operator", "gpu-operator-v26.7.0",
                                                                       "deployed")

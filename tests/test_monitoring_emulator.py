@@ -343,3 +343,39 @@ def test_on_an_all_gpu_cluster_the_stack_tolerates_the_gpu_taint(cluster, tmp_pa
                                                             "effect": "NoSchedule"}]
     pods = cluster.emu.list("pods", STACK_NS)
     assert pods and all(p["spec"].get("nodeName") in NODES for p in pods)
+
+
+def test_a_run_killed_during_the_stack_install_converges_on_rerun(cluster, tmp_path, stand_ins):
+    """SIGKILL to gpu-bootstrap and helm mid-install leaves the release pending-install, with gpu-bootstrap's marker
+    already in it: the rerun recognises the stack as its own (mode auto does not attach to it), clears the pending
+    release and converges."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    _exporters, prometheus = stand_ins
+    cluster.emu.proxy_service(STACK_NS, STACK_SERVICE, prometheus.url)
+    config = write_config(tmp_path, cluster)
+    report = write_report(tmp_path / "report.json", NODES)
+    cluster.emu.faults.add("PATCH", r"/deployments/kube-prometheus-stack-operator$", delay=3, count=1)
+    process = subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "up", "-c", str(config), "--only",
+                                "monitoring", "--preflight-report", str(report), "--log-file",
+                                str(tmp_path / "killed.log")], cwd=Path(__file__).resolve().parent.parent,
+                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    while not any(r.path.endswith("/deployments/kube-prometheus-stack-operator") and r.method == "PATCH"
+                  for r in cluster.emu.requests.all()):
+        assert time.monotonic() < deadline, "the install never reached the operator Deployment"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    time.sleep(3.2)
+    status = json.loads(cluster.helm("status", "kube-prometheus-stack", "-n", STACK_NS, "-o", "json").stdout)
+    assert status["info"]["status"] == "pending-install" and render.installed_by_us(status["config"])
+    result, document = cli("up", "-c", str(config), "--only", "monitoring", tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert statuses(document)["monitoring"] == "applied"
+    [release] = json.loads(cluster.helm("list", "-A", "-o", "json").stdout)
+    assert release["status"] == "deployed"
+    assert cluster.emu.get("prometheusrules", render.RULE_NAME, STACK_NS) is not None
