@@ -93,7 +93,8 @@ def test_attach_labels_our_objects_and_reads_the_sidecar_without_changing_the_pr
 @pytest.mark.parametrize("spec, namespaces, problem", [
     ({"serviceMonitorSelector": None}, {}, "serviceMonitorSelector is null"),
     ({"ruleSelector": None}, {}, "ruleSelector is null"),
-    ({"serviceMonitorNamespaceSelector": None}, {}, "only in its own namespace obs (selector null), not in gpu-operator"),
+    ({"serviceMonitorNamespaceSelector": None}, {},
+     "only in its own namespace obs (selector null), not in gpu-operator"),
     ({"serviceMonitorNamespaceSelector": {"matchLabels": {"monitor": "yes"}}}, {"gpu-operator": {}},
      "only in namespaces matching monitor=yes"),
     ({"ruleNamespaceSelector": {"matchLabels": {"rules": "yes"}}}, {"obs": {}},

@@ -85,7 +85,8 @@ def rules() -> list[dict]:
               "is not ready there (usually the driver or the toolkit; gpu-bootstrap doctor names which)."),
         _rule("GpuPodsUnschedulable",
               f"""max by (namespace, pod) (kube_pod_status_unschedulable == 1)
-                  and on (namespace, pod) (max by (namespace, pod) (kube_pod_container_resource_requests{{{GPU_RESOURCES}}}) > 0)""",
+                  and on (namespace, pod)
+                      (max by (namespace, pod) (kube_pod_container_resource_requests{{{GPU_RESOURCES}}}) > 0)""",
               "10m", "warning",
               "GPU pod {{ $labels.namespace }}/{{ $labels.pod }} has been unschedulable for 10 minutes",
               "The scheduler cannot place the pod: not enough free GPUs on one node, or its selectors and "

@@ -121,10 +121,11 @@ def base_values() -> dict:
 def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps: list[str],
            deployed: dict | None = None, no_room: bool = False, scrape: dict | None = None) -> ValuesPlan:
     """`scrape`: the DCGM exporter's ServiceMonitor values the monitoring step decided (steps.monitoring.dcgm_scrape:
-    labels that the Prometheus it installs or attaches to selects); None with monitoring in the playbook means
-    its install-mode values. `deployed`: the values of the release that runs now (None when none does). With a node's facts unknown, the
-    fact-dependent values of a running release are kept as they are; with no release running, that is refused.
-    `no_room`: tainting the GPU nodes leaves no other node, so the operator's own pods must tolerate the taint."""
+    labels that the Prometheus it installs or attaches to selects); None with monitoring in the playbook means its
+    install-mode values. `deployed`: the values of the release that runs now (None when none does). With a node's
+    facts unknown, the fact-dependent values of a running release are kept as they are; with no release running,
+    that is refused. `no_room`: tainting the GPU nodes leaves no other node, so the operator's own pods must
+    tolerate the taint."""
     section = config.gpu_operator
     base = base_values()
     derived: list[Derived] = []

@@ -14,7 +14,7 @@ import yaml
 
 from ..objects import deep_merge
 from ..paths import data_path
-from .gpu_operator_values import Derived, ValuesPlan, _paths, _set
+from .gpu_operator_values import Derived, ValuesPlan, _set
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
 PART_OF = {**MANAGED_BY, "app.kubernetes.io/part-of": "gpu-bootstrap-monitoring"}
@@ -42,8 +42,8 @@ def dcgm_service_monitor(interval: str, labels: dict[str, str]) -> dict:
     """`dcgmExporter.serviceMonitor` for the gpu-operator: scraped at `interval`, labelled so that the Prometheus
     selects it, with the exporter's own namespace/pod/container labels kept (honorLabels: true, else they arrive as
     exported_namespace/exported_pod: dcgm-exporter#85) and a `node` label on every series."""
-    return {"enabled": True, "interval": interval, "honorLabels": True, "additionalLabels": dict(sorted(labels.items())),
-            "relabelings": [dict(r) for r in RELABELINGS]}
+    return {"enabled": True, "interval": interval, "honorLabels": True,
+            "additionalLabels": dict(sorted(labels.items())), "relabelings": [dict(r) for r in RELABELINGS]}
 
 
 # --- label selectors -----------------------------------------------------------------------------------------------------
@@ -305,4 +305,4 @@ def objects(target: Target) -> list[dict]:
 
 __all__ = ["AttachProblem", "SelectorProblem", "Target", "attach_target", "dashboard_configmaps",
            "dcgm_service_monitor", "describe_selector", "explain", "grafana_sidecars", "install_target", "matches",
-           "objects", "prometheus_rule", "satisfying_labels", "stack_values", "_paths"]
+           "installed_by_us", "objects", "prometheus_rule", "satisfying_labels", "stack_values"]
