@@ -20,6 +20,8 @@ DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0
 HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
 POSIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")  # Prometheus' duration syntax
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 ENV_OVERRIDES = {
     "GPU_BOOTSTRAP_KUBECONFIG": ("cluster", "kubeconfig"),
@@ -168,12 +170,6 @@ class NodePrepConfig(Section):
         return labels
 
 
-class ComponentConfig(Section):
-    """Sections the later steps fill in; each can already be switched off."""
-
-    enabled: bool = True
-
-
 class SharingConfig(Section):
     """GPU sharing through the device plugin: time-slicing replicas, or MIG partitions."""
 
@@ -238,6 +234,91 @@ class GpuOperatorConfig(Section):
     def _version(cls, value):
         if value is not None and not re.fullmatch(r"v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.-]+)?", value):
             raise ValueError(f"{value!r} is not a chart version (e.g. v26.7.0)")
+        return value
+
+
+class StorageConfig(Section):
+    """A PersistentVolumeClaim for Prometheus' data (default: an emptyDir, lost when the pod moves)."""
+
+    size: str = Field("50Gi", description="the claim's size, e.g. 50Gi")
+    storage_class: str | None = Field(None, description="default: the cluster's default StorageClass")
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if not QUANTITY.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a storage size (e.g. 50Gi, 500G)")
+        return value
+
+    @field_validator("storage_class")
+    @classmethod
+    def _class(cls, value):
+        if value is not None and (len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value)):
+            raise ValueError(f"{value[:60]!r} is not a StorageClass name")
+        return value
+
+
+class GrafanaConfig(Section):
+    enabled: bool = Field(True, description="install mode: deploy the chart's Grafana with our dashboards")
+
+
+class MonitoringConfig(Section):
+    """GPU dashboards and alerts on kube-prometheus-stack, or on the Prometheus Operator already running."""
+
+    enabled: bool = True
+    mode: Literal["install", "attach", "auto"] = Field(
+        "auto", description="auto: attach when the cluster runs the Prometheus Operator with a Prometheus object "
+                            "(not one gpu-bootstrap installed), else install")
+    chart: str = Field("kube-prometheus-stack", description="a chart in `repository`, or a local .tgz or directory")
+    repository: str = "https://prometheus-community.github.io/helm-charts"
+    version: str | None = Field(None, description="default: the newest release whose kubeVersion admits the cluster")
+    release: str = "kube-prometheus-stack"
+    namespace: str = Field("monitoring", description="install mode: the stack's namespace, and where our dashboards "
+                                                     "and alerts go")
+    values: dict[str, Any] = Field(default_factory=dict, description="your overrides, applied last (install mode)")
+    retention: str = Field("15d", description="how long Prometheus keeps data (install mode)")
+    storage: StorageConfig | None = Field(None, description="null: no PVC (data is lost when Prometheus moves)")
+    grafana: GrafanaConfig = Field(default_factory=GrafanaConfig)
+    prometheus: str | None = Field(None, description="attach mode: <namespace>/<name> of the Prometheus object, "
+                                                     "needed when the cluster runs several")
+    scrape_interval: str = Field("15s", description="how often Prometheus scrapes the DCGM exporter")
+    wait_timeout: int = Field(600, ge=10, le=7200, description="seconds to wait for the stack and the DCGM targets")
+    skip_version_check: bool = Field(False, description="install a chart whose kubeVersion does not admit the "
+                                                        "cluster")
+
+    @field_validator("release", "namespace")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        return GpuOperatorConfig._dns_label(value)
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value):
+        return GpuOperatorConfig._version(value)
+
+    @field_validator("retention")
+    @classmethod
+    def _retention(cls, value: str) -> str:
+        if not DURATION.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a Prometheus duration (e.g. 15d, 12h, 2w)")
+        return value
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        if not DURATION.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a Prometheus duration (e.g. 15s, 1m)")
+        return value
+
+    @field_validator("prometheus")
+    @classmethod
+    def _prometheus(cls, value):
+        if value is None:
+            return value
+        namespace, _, name = value.partition("/")
+        if not name or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", namespace) or \
+                len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
+            raise ValueError(f"{value[:80]!r} is not <namespace>/<name> of a Prometheus object")
         return value
 
 
@@ -392,7 +473,7 @@ class Config(Section):
     gpu_operator: GpuOperatorConfig = Field(default_factory=GpuOperatorConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
-    monitoring: ComponentConfig = Field(default_factory=ComponentConfig)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")  # BaseModel owns .validate
 
     @model_validator(mode="after")
@@ -698,6 +779,21 @@ admission:                          # keep GPU pods on the bin-packing scheduler
   certificates: generated           # generated (a CA of our own, kept only in a Secret) | cert-manager
   rotate_before_days: 30
 
-monitoring:                         # GPU dashboards and alerts (coming in a later version)
+monitoring:                         # who uses which GPU: Prometheus, the DCGM exporter's metrics, dashboards, alerts
   enabled: true
+  mode: auto                        # install | attach | auto (attach to a Prometheus Operator you already run)
+  chart: kube-prometheus-stack      # install mode; or a local .tgz / directory for air-gapped clusters
+  repository: https://prometheus-community.github.io/helm-charts
+  # version: 88.5.3                 # default: the newest release whose kubeVersion admits the cluster
+  release: kube-prometheus-stack
+  namespace: monitoring             # the stack's namespace, and where the dashboards and alerts go
+  retention: 15d                    # how long Prometheus keeps data
+  storage: null                     # e.g. {size: 50Gi, storage_class: fast}; null keeps data in an emptyDir
+  grafana:
+    enabled: true
+  # prometheus: monitoring/k8s      # attach mode: which Prometheus object, when the cluster runs several
+  scrape_interval: 15s              # how often the DCGM exporter is scraped
+  wait_timeout: 600
+  skip_version_check: false
+  values: {}                        # your helm values for kube-prometheus-stack, applied last
 """

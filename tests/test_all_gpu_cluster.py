@@ -30,6 +30,7 @@ def test_up_on_an_all_gpu_cluster_completes_and_the_platform_tolerates_the_taint
     config = tmp_path / "gpu-bootstrap.yaml"
     config.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes:\n" +
                       "".join(f"  - name: {n}\n" for n in NODES) +
+                      "monitoring: {enabled: false}\n"
                       f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 30\n"
                       f"scheduler:\n  wait_timeout: 30\nvalidate:\n  timeout: 30\n")
     assert {n["metadata"]["name"] for n in cluster.emu.list("nodes")} == set(NODES)

@@ -36,6 +36,7 @@ def write_config(tmp_path: Path, cluster, chart_path: Path | None = None, extra:
     chart_path = chart_path or chart("gpu-operator-v26.7.0.tgz")
     path.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes:\n" +
                     "".join(f"  - name: {n}\n" for n in NODES) +
+                    "monitoring: {enabled: false}\n"  # tests/test_monitoring_emulator.py has the two together
                     f"gpu_operator:\n  chart: {chart_path}\n  wait_timeout: 20\n" + extra)
     return path
 
@@ -61,9 +62,9 @@ def test_up_installs_waits_for_the_operands_and_validates(cluster, tmp_path):
     config = write_config(tmp_path, cluster)
     result, document = up(config, tmp_path)
     assert result.exit_code == 0, result.output
-    assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-operator": "applied",
-                                  "binpack-scheduler": "applied", "admission-opa": "applied", "admission": "applied",
-                                  "validate": "applied"}
+    assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "monitoring": "skipped",
+                                  "gpu-operator": "applied", "binpack-scheduler": "applied", "admission-opa": "applied",
+                                  "admission": "applied", "validate": "applied"}
     operator = next(s for s in document["steps"] if s["id"] == "gpu-operator")
     assert operator["message"] == "operands ready on 3 GPU node(s), 24 GPU(s) advertised"
     validate = next(s for s in document["steps"] if s["id"] == "validate")
@@ -84,7 +85,7 @@ def test_a_second_up_runs_no_helm_upgrade_and_writes_nothing(cluster, tmp_path):
     up(config, tmp_path)
     cluster.emu.requests.clear()
     result, document = up(config, tmp_path)
-    assert result.exit_code == 0 and set(statuses(document).values()) == {"unchanged"}, result.output
+    assert result.exit_code == 0 and set(statuses(document).values()) == {"unchanged", "skipped"}, result.output
     assert cluster.emu.requests.writes() == []
     assert [r["revision"] for r in releases(cluster)] == ["1"]
 

@@ -24,11 +24,14 @@ from gpu_bootstrap.render import certificates as certs
 from gpu_bootstrap.steps.admission import Admission, AdmissionFacts, AdmissionOpa, OpaFacts, decide
 from gpu_bootstrap.steps.binpack_scheduler import BinpackScheduler, SchedulerFacts
 from gpu_bootstrap.steps.gpu_operator import GpuOperator, OperatorFacts
+from gpu_bootstrap.steps.monitoring import Monitoring, MonitoringFacts
+from gpu_bootstrap.render import monitoring as monitoring_render
 from gpu_bootstrap.steps.node_prep import NodePrep, NodePrepFacts
 from gpu_bootstrap.steps.preflight import Preflight, judge
 from gpu_bootstrap.steps.validate import Validate, ValidateFacts
 
-PLAYBOOK = ("preflight", "node-prep", "gpu-operator", "binpack-scheduler", "admission-opa", "admission", "validate")
+PLAYBOOK = ("preflight", "node-prep", "monitoring", "gpu-operator", "binpack-scheduler", "admission-opa", "admission",
+            "validate")
 RECORD = "gpu-bootstrap.io/node-prep"
 
 
@@ -269,6 +272,64 @@ def test_admission_applies_drifted_objects_and_removes_the_other_mode():
         (Verb.APPLY, refs[0], "create"), (Verb.APPLY, refs[2], "create"), (Verb.DELETE, old, "remove")]
     assert refs[0].kind == "ValidatingWebhookConfiguration"
     assert Admission().plan(context(conf), check_of(AdmissionFacts(desired, {}, []))) == []
+
+
+# --- monitoring ----------------------------------------------------------------------------------------------------------
+def monitoring_facts(conf, target, release: dict, drift=None, leftovers=()) -> MonitoringFacts:
+    desired = monitoring_render.objects(target)
+    drift = {Ref.of(o): "missing" for o in desired} if drift is None else drift
+    choice = versions.choose(versions.catalogue("kube-prometheus-stack"), "1.24.0")
+    install = target.mode == "install"
+    return MonitoringFacts(target, desired, drift, list(leftovers), target.scrape_values("15s"), "1.24.0",
+                           Chart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts",
+                                 choice.version) if install else None, choice.version if install else "",
+                           choice if install else None,
+                           monitoring_render.stack_values(conf.monitoring) if install else None, release)
+
+
+def test_monitoring_installs_the_stack_for_the_clusters_kubernetes_then_our_objects():
+    conf = config()
+    target = monitoring_render.install_target(conf.monitoring, "monitoring.mode: auto: no Prometheus Operator")
+    facts = monitoring_facts(conf, target, {"up_to_date": False, "reason": "not installed", "installed": None})
+    changes = Monitoring().plan(context(conf), check_of(facts))
+    assert [(c.verb, str(c.target)) for c in changes] == [
+        (Verb.HELM_UPGRADE, "HelmRelease monitoring/kube-prometheus-stack"),
+        (Verb.APPLY, "PrometheusRule monitoring/gpu-bootstrap-gpu-alerts"),
+        *[(Verb.APPLY, f"ConfigMap monitoring/gpu-bootstrap-dashboard-{n}")
+          for n in ("overview", "namespaces", "pods", "nodes", "allocation")]]
+    helm = changes[0]
+    assert (helm.summary, helm.reason) == ("install: kube-prometheus-stack 72.x (72.9.1)",
+                                           "newest release whose kubeVersion admits Kubernetes 1.24 "
+                                           "(kubeVersion >=1.19.0-0)")
+    assert helm.details[0] == "monitoring.mode: auto: no Prometheus Operator"
+    assert any(line.startswith("dcgmExporter.serviceMonitor=") for line in helm.details)
+    assert helm.body["values"]["gpuBootstrap"] == {"installedBy": "gpu-bootstrap"}
+
+
+def test_monitoring_attach_installs_nothing_and_says_what_it_found():
+    conf = config(monitoring={"mode": "attach"})
+    found = {"metadata": {"name": "k8s", "namespace": "obs"},
+             "spec": {"serviceMonitorSelector": {"matchLabels": {"team": "gpu"}}, "ruleSelector": {},
+                      "serviceMonitorNamespaceSelector": {}, "ruleNamespaceSelector": {}}}
+    target = monitoring_render.attach_target(found, {}, [], "gpu-operator", "monitoring.mode: attach")
+    gone = Ref("v1", "ConfigMap", "gpu-bootstrap-dashboard-old", "elsewhere")
+    facts = monitoring_facts(conf, target, {}, leftovers=[gone])
+    changes = Monitoring().plan(context(conf), check_of(facts))
+    assert Verb.HELM_UPGRADE not in {c.verb for c in changes}
+    assert changes[0].target == Ref("monitoring.coreos.com/v1", "PrometheusRule", "gpu-bootstrap-gpu-alerts", "obs")
+    assert "serviceMonitorSelector team=gpu → the DCGM ServiceMonitor gets team=gpu" in changes[0].details
+    assert changes[-1] == Change_(Verb.DELETE, gone, "remove", "no longer wanted by the config", None)
+
+
+def test_monitoring_up_to_date_plans_nothing_and_a_pending_release_is_recovered_first():
+    conf = config()
+    target = monitoring_render.install_target(conf.monitoring, "why")
+    done = monitoring_facts(conf, target, {"up_to_date": True, "reason": "up to date", "installed": "72.9.1"}, {})
+    assert Monitoring().plan(context(conf), check_of(done)) == []
+    pending = monitoring_facts(conf, target, {"up_to_date": False, "reason": "release is pending-install",
+                                              "installed": "72.9.1", "pending": "pending-install"}, {})
+    assert [c.verb for c in Monitoring().plan(context(conf), check_of(pending))] == [Verb.HELM_RECOVER,
+                                                                                    Verb.HELM_UPGRADE]
 
 
 # --- helpers -----------------------------------------------------------------------------------------------------------------

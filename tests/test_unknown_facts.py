@@ -41,7 +41,8 @@ def config(farm, cluster, tmp_path) -> Path:
         farm.add(name, scenarios.healthy_h100)  # driver and toolkit pre-installed: the operator installs neither
     path = farm.config_yaml(tmp_path / "gpu-bootstrap.yaml", farm.known_hosts(tmp_path / "known_hosts"),
                             kubeconfig=cluster.kubeconfig)
-    path.write_text(path.read_text() + f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n"
+    path.write_text(path.read_text() + "monitoring: {enabled: false}\n"
+                    f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n"
                                        f"  wait_timeout: 30\nvalidate:\n  enabled: false\n")
     return path
 

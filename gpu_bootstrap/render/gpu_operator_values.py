@@ -119,10 +119,13 @@ def base_values() -> dict:
 
 
 def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps: list[str],
-           deployed: dict | None = None, no_room: bool = False) -> ValuesPlan:
-    """`deployed`: the values of the release that runs now (None when none does). With a node's facts unknown, the
-    fact-dependent values of a running release are kept as they are; with no release running, that is refused.
-    `no_room`: tainting the GPU nodes leaves no other node, so the operator's own pods must tolerate the taint."""
+           deployed: dict | None = None, no_room: bool = False, scrape: dict | None = None) -> ValuesPlan:
+    """`scrape`: the DCGM exporter's ServiceMonitor values the monitoring step decided (steps.monitoring.dcgm_scrape:
+    labels that the Prometheus it installs or attaches to selects); None with monitoring in the playbook means its
+    install-mode values. `deployed`: the values of the release that runs now (None when none does). With a node's
+    facts unknown, the fact-dependent values of a running release are kept as they are; with no release running,
+    that is refused. `no_room`: tainting the GPU nodes leaves no other node, so the operator's own pods must
+    tolerate the taint."""
     section = config.gpu_operator
     base = base_values()
     derived: list[Derived] = []
@@ -137,15 +140,30 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
         _toolkit(facts, section, operator_version, derived, warnings)
     _placement(config, base, playbook_steps, derived, no_room)
     _sharing(facts, config, derived, labels, warnings)
-    monitoring = "monitoring" in playbook_steps and config.monitoring.enabled
-    derived.append(Derived("dcgmExporter.serviceMonitor.enabled", monitoring,
-                           "the monitoring step is in the playbook" if monitoring else
-                           "no monitoring step in the playbook, so no Prometheus to scrape it"))
+    _dcgm_scrape(config, playbook_steps, scrape, derived)
     tree: dict = {}
     for item in derived:
         _set(tree, item.path, item.value)
     merged = deep_merge(deep_merge(base, tree), section.values)
     return ValuesPlan(base, derived, dict(section.values), merged, labels, warnings)
+
+
+def _dcgm_scrape(config, playbook_steps, scrape: dict | None, derived: list) -> None:
+    """dcgmExporter.serviceMonitor: the monitoring step's values (one source: render.monitoring.dcgm_service_monitor),
+    or off when no monitoring step runs."""
+    from .monitoring import dcgm_service_monitor
+    monitoring = "monitoring" in playbook_steps and config.monitoring.enabled
+    if not monitoring:
+        derived.append(Derived("dcgmExporter.serviceMonitor.enabled", False,
+                               "no monitoring step in the playbook, so no Prometheus to scrape it"))
+        return
+    section = config.monitoring
+    values = scrape or dcgm_service_monitor(section.scrape_interval, {"release": section.release})
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(values["additionalLabels"].items())) or "none"
+    derived.append(Derived("dcgmExporter.serviceMonitor", values,
+                           f"the monitoring step: scraped every {values['interval']}, labels {labels} so the "
+                           f"Prometheus selects it, honorLabels keeps the exporter's namespace/pod, every series "
+                           f"gets node"))
 
 
 def _keep_deployed(unknown: list[NodeFacts], deployed: dict | None, derived: list) -> str:

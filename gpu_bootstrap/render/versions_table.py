@@ -22,7 +22,7 @@ def markdown() -> str:
     admitted = sorted({m for r in operator.releases for m in r.minors()})
     minors = [(1, admitted[0][1] - 1), *admitted, (1, admitted[-1][1] + 1)]
     out += ["What is chosen by default for each Kubernetes minor (the scheduler's image is always",
-            "`kube-scheduler:v<the API server's version>`; kube-prometheus-stack is for the coming monitoring step):", "",
+            "`kube-scheduler:v<the API server's version>`; kube-prometheus-stack is what the monitoring step installs):", "",
             "| Kubernetes | gpu-operator | scheduler config | kube-prometheus-stack |", "|---|---|---|---|"]
     for minor in minors:
         kube = f"{versions.minor_text(minor)}.0"

@@ -13,7 +13,7 @@ REGISTRY: dict[str, str | None] = {
     "binpack-scheduler": "gpu_bootstrap.steps.binpack_scheduler:BinpackScheduler",
     "admission-opa": "gpu_bootstrap.steps.admission:AdmissionOpa",
     "admission": "gpu_bootstrap.steps.admission:Admission",
-    "monitoring": None,
+    "monitoring": "gpu_bootstrap.steps.monitoring:Monitoring",
     "validate": "gpu_bootstrap.steps.validate:Validate",
 }
 

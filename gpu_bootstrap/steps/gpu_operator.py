@@ -157,8 +157,13 @@ class GpuOperator(Step):
         if self._values is None:
             chart, meta = self.chart(ctx)
             facts = values_render.facts_from_reports(ctx.node_facts.reports())
+            from .monitoring import MonitoringProblem, dcgm_scrape
+            try:
+                scrape = dcgm_scrape(ctx)  # the monitoring step's DCGM ServiceMonitor values (one source)
+            except MonitoringProblem as problem:
+                raise values_render.Refusal(f"monitoring: {problem.message}", problem.hint) from None
             self._values = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
-                                                list(ctx.options.playbook), deployed, no_room)
+                                                list(ctx.options.playbook), deployed, no_room, scrape)
         return self._values
 
     def inputs(self, ctx) -> dict:

@@ -51,6 +51,7 @@ class Emulator:
         self.openapi = OpenAPI(self.table, self.schemas, self._crd_for)
         self.faults = Faults()
         self.admission = AdmissionChain(self)
+        self.service_proxies: dict[tuple[str, str], str] = {}  # (namespace, service) -> URL the proxy forwards to
         self.requests = RequestLog()
         self.pki = certs.generate()
         self.store.ca_pem = self.pki.ca_pem
@@ -177,6 +178,11 @@ class Emulator:
 
     def delete(self, resource: str, name: str, namespace: str | None = None) -> None:
         self.store.delete(self.resource(resource), namespace, name)
+
+    def proxy_service(self, namespace: str, name: str, url: str) -> None:
+        """Make /api/v1/namespaces/{namespace}/services/{name}[:port]/proxy/... forward to `url` (e.g. a local
+        Prometheus): the Service's one ready endpoint, as far as the API server's service proxy is concerned."""
+        self.service_proxies[(namespace, name)] = url
 
     def register_scheduler(self, name: str) -> None:
         self.controllers.register_scheduler(name)

@@ -13,6 +13,7 @@ import yaml
 from .util import jcopy
 
 GPUS_ANNOTATION = "kubeapi.emulator/gpus"
+DCGM = "nvidia-dcgm-exporter"
 PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 OPERANDS = (
     # (ClusterPolicy spec key, DaemonSet name, deploy label suffix)
@@ -30,6 +31,7 @@ class GpuOperatorSim:
     def __init__(self, manager):
         self.manager = manager
         self.store = manager.store
+        self._scrape_seen: tuple | None = None  # (ClusterPolicy uid, generation) whose ServiceMonitor was decided
 
     def wants(self, key: tuple) -> bool:
         group, plural = key[0], key[1]
@@ -54,6 +56,7 @@ class GpuOperatorSim:
                 existing = self.store.objects.get(("apps", "daemonsets"), {}).get((namespace, name))
                 if existing is not None:
                     self.manager._delete("apps", "daemonsets", existing)
+        self._dcgm_scrape(policy, namespace, spec, any(key == "dcgmExporter" for key, _n, _s in enabled))
         self._advertise(namespace, spec)
         self._status(policy, namespace, [name for _k, name, _s in enabled])
 
@@ -142,6 +145,62 @@ class GpuOperatorSim:
             body = jcopy(existing)
             body["spec"]["template"] = jcopy(wanted_spec["template"])
             self.manager._update("apps", "daemonsets", body, "gpu-operator")
+
+    def _dcgm_scrape(self, policy: dict, namespace: str, spec: dict, exporter: bool) -> None:
+        """The exporter's Service (port gpu-metrics 9400) and, as the operator's ServiceMonitor() control function
+        does (controllers/object_controls.go), its ServiceMonitor with the ClusterPolicy's serviceMonitor edits,
+        created only when the servicemonitors CRD exists at that moment. The real operator stops requeueing once
+        the ClusterPolicy is ready and does not watch CRDs, so CRDs that appear later are not noticed until the
+        ClusterPolicy changes: this decides once per ClusterPolicy generation, while it is not yet ready."""
+        services = self.store.objects.get(("", "services"), {})
+        if exporter and (namespace, DCGM) not in services:
+            self.manager._create("", "services", namespace, {
+                "metadata": {"name": DCGM, "labels": {"app": DCGM}, "annotations": {"prometheus.io/scrape": "true"},
+                             "ownerReferences": [self._owner(policy)]},
+                "spec": {"selector": {"app": DCGM}, "internalTrafficPolicy": "Cluster",
+                         "ports": [{"name": "gpu-metrics", "port": 9400, "targetPort": 9400, "protocol": "TCP"}]}},
+                "gpu-operator")
+        seen = (policy["metadata"]["uid"], policy["metadata"].get("generation"))
+        ready = (policy.get("status") or {}).get("state") == "ready"
+        if ready and self._scrape_seen == seen:
+            return
+        self._scrape_seen = seen
+        crd = self.store.objects.get(("apiextensions.k8s.io", "customresourcedefinitions"), {}).get(
+            ("", "servicemonitors.monitoring.coreos.com"))
+        config = (spec.get("dcgmExporter") or {}).get("serviceMonitor") or {}
+        existing = self.store.objects.get(("monitoring.coreos.com", "servicemonitors"), {}).get((namespace, DCGM))
+        if crd is None:
+            return
+        if not exporter or not config.get("enabled"):
+            if existing is not None:
+                self.manager._delete("monitoring.coreos.com", "servicemonitors", existing)
+            return
+        endpoint = {"port": "gpu-metrics", "path": "/metrics"}
+        for key in ("interval", "scrapeTimeout"):
+            if config.get(key):
+                endpoint[key] = config[key]
+        if config.get("honorLabels") is not None:
+            endpoint["honorLabels"] = config["honorLabels"]
+        if config.get("relabelings") is not None:
+            endpoint["relabelings"] = config["relabelings"]
+        body = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                "metadata": {"name": DCGM, "namespace": namespace,
+                             "labels": {"app": DCGM, **(config.get("additionalLabels") or {})},
+                             "ownerReferences": [self._owner(policy)]},
+                "spec": {"endpoints": [endpoint], "jobLabel": "app", "namespaceSelector": {"matchNames": [namespace]},
+                         "selector": {"matchLabels": {"app": DCGM}}}}
+        if existing is None:
+            self.manager._create("monitoring.coreos.com", "servicemonitors", namespace, body, "gpu-operator")
+        elif existing.get("spec") != body["spec"] or existing["metadata"].get("labels") != body["metadata"]["labels"]:
+            updated = jcopy(existing)
+            updated["metadata"]["labels"] = body["metadata"]["labels"]
+            updated["spec"] = body["spec"]
+            self.manager._update("monitoring.coreos.com", "servicemonitors", updated, "gpu-operator")
+
+    @staticmethod
+    def _owner(policy: dict) -> dict:
+        return {"apiVersion": policy["apiVersion"], "kind": "ClusterPolicy", "name": policy["metadata"]["name"],
+                "uid": policy["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
     def _advertise(self, namespace: str | None, spec: dict | None) -> None:
         replicas, resource = 1, "nvidia.com/gpu"

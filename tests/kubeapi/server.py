@@ -177,6 +177,9 @@ class Handler(BaseHTTPRequestHandler):
         segments = [s for s in path.split("/") if s]
         if method == "GET" and self._route_static(path, segments, query):
             return
+        if len(segments) >= 7 and segments[:3] == ["api", "v1", "namespaces"] and segments[4] == "services" and \
+                segments[6] == "proxy":
+            return self._proxy(method, segments[3], segments[5], "/".join(segments[7:]), body)
         if segments[:2] == ["api", "v1"]:
             group, version, rest = "", "v1", segments[2:]
         elif len(segments) >= 3 and segments[0] == "apis":
@@ -423,6 +426,44 @@ class Handler(BaseHTTPRequestHandler):
         if policy not in (None, "", "Orphan", "Background", "Foreground"):
             raise ApiError(400, f'propagationPolicy: Unsupported value: "{policy}"')
         return options
+
+    # --- the service proxy ------------------------------------------------------------------------------------------
+    def _proxy(self, method: str, namespace: str, service: str, rest: str, body: bytes) -> None:
+        """/api/v1/namespaces/{ns}/services/[scheme:]{name}[:port]/proxy/{path}: like the API server, forward to the
+        Service's endpoint. Its one endpoint is what a test registered (Emulator.proxy_service); without one, 503
+        'no endpoints available', as for a Service whose pods are not ready."""
+        import urllib.error
+        import urllib.request
+        emulator = self.server.emulator
+        self._record.verb = "proxy"
+        parts = service.split(":")
+        name, port = (parts[0], "") if len(parts) == 1 else (parts[-2], parts[-1]) if len(parts) == 3 else \
+            (parts[0], parts[1])
+        svc = emulator.store.find(emulator.table.lookup("", "v1", "services"), namespace, name)
+        if svc is None:
+            raise ApiError(404, f'services "{name}" not found', "NotFound",
+                           {"name": name, "kind": "services"})
+        ports = (svc.get("spec") or {}).get("ports") or []
+        if port and not any(port in (str(p.get("port")), p.get("name")) for p in ports):
+            raise ApiError(503, f'no endpoints available for service "{service}"', "ServiceUnavailable")
+        target = emulator.service_proxies.get((namespace, name))
+        if target is None:
+            raise ApiError(503, f'no endpoints available for service "{service}"', "ServiceUnavailable")
+        raw_query = urlsplit(self.path).query
+        url = f"{target.rstrip('/')}/{rest}" + (f"?{raw_query}" if raw_query else "")
+        headers = {"Accept": self._accept()}
+        if body:
+            headers["Content-Type"] = self.headers.get("Content-Type", "application/octet-stream")
+        request = urllib.request.Request(url, data=body or None, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                code, data, kind = response.status, response.read(), response.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as error:
+            code, data, kind = error.code, error.read(), error.headers.get("Content-Type", "")
+        except (urllib.error.URLError, OSError) as error:
+            raise ApiError(503, f"error trying to reach service: {getattr(error, 'reason', error)}",
+                           "ServiceUnavailable")
+        self._send(code, data, kind or "application/octet-stream")
 
     # --- subresources --------------------------------------------------------------------------------------------
     def _log(self, pod: dict, query: dict) -> None:

@@ -1,0 +1,103 @@
+"""The GPU alerts gpu-bootstrap installs (a PrometheusRule), each with a runbook line.
+
+Inputs: the DCGM exporter's series (with `node` from the ServiceMonitor's relabeling and the exporter's own
+namespace/pod labels kept by honorLabels) and kube-state-metrics. `tests/monitoring/alerts-test.yaml` makes every
+alert fire and keeps it silent with `promtool test rules`.
+Pure data: no cluster, no SDK.
+"""
+from __future__ import annotations
+
+# kube-state-metrics writes nvidia.com/gpu as nvidia_com_gpu; time-sliced (renamed) GPUs and MIG slices too
+GPU_RESOURCES = 'resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"'
+XID_WINDOW = "30m"
+HOT_CELSIUS = 85
+BLANK = "1e15"  # DCGM's "no value" sentinels are ~9.2e18: anything this large is not a reading
+
+
+def _rule(name: str, expr: str, duration: str, severity: str, summary: str, description: str, runbook: str) -> dict:
+    rule = {"alert": name, "expr": " ".join(expr.split()), "labels": {"severity": severity},
+            "annotations": {"summary": summary, "description": description, "runbook": runbook}}
+    if duration != "0m":
+        rule["for"] = duration
+    return rule
+
+
+def rules() -> list[dict]:
+    return [
+        _rule("GpuXidErrorReported",
+              f"""DCGM_FI_DEV_XID_ERRORS > 0 < {BLANK}
+                  and (changes(DCGM_FI_DEV_XID_ERRORS[{XID_WINDOW}]) > 0
+                       or (DCGM_FI_DEV_XID_ERRORS unless DCGM_FI_DEV_XID_ERRORS offset {XID_WINDOW}))""",
+              "0m", "warning",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }} reported XID {{ $value }}",
+              "DCGM_FI_DEV_XID_ERRORS holds the last XID the driver reported (a gauge, not a count); it changed to "
+              "{{ $value }} within the last " + XID_WINDOW + " (pod {{ $labels.namespace }}/{{ $labels.pod }}).",
+              "Look the XID up in NVIDIA's XID catalogue; 13/31/43 are usually the application's own fault; 48, "
+              "63, 64, 74, 79, 92, 94, 95 mean failing hardware or a lost GPU: cordon the node (kubectl cordon "
+              "NODE), drain its GPU pods, reset the GPU or reboot, and check `nvidia-smi -q` before uncordoning."),
+        _rule("GpuTooHot",
+              f"DCGM_FI_DEV_GPU_TEMP > {HOT_CELSIUS} < 1000", "5m", "warning",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }} is at {{ $value }} °C",
+              f"The GPU has been above {HOT_CELSIUS} °C for 5 minutes; it throttles its clocks to cool down.",
+              "Check the node's fans, airflow and inlet temperature (ipmitool sdr), and whether DCGM reports "
+              "thermal violations (DCGM_FI_DEV_THERMAL_VIOLATION); move the workload if one GPU is hotter than "
+              "its neighbours."),
+        _rule("GpuRowRemapFailure",
+              f"DCGM_FI_DEV_ROW_REMAP_FAILURE > 0 < {BLANK}", "0m", "critical",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }} failed to remap a memory row",
+              "Row remapping failed: the GPU's memory has an uncorrectable fault it can no longer hide.",
+              "Cordon the node (kubectl cordon NODE), drain its GPU pods and have the GPU replaced (RMA); "
+              "nvidia-smi -q -d ROW_REMAPPER shows the remapping state."),
+        _rule("GpuUncorrectableRowsRemapped",
+              f"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS > 0 < {BLANK}", "0m", "warning",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }} remapped {{ $value }} memory row(s) after uncorrectable "
+              "errors",
+              "Rows are remapped after uncorrectable ECC errors; a pending remap takes effect only at the next GPU "
+              "reset.",
+              "Drain the node's GPU pods, reset the GPU (nvidia-smi -r) or reboot, then check nvidia-smi -q -d "
+              "ROW_REMAPPER: 'Pending: No' and no failure. A growing count means the GPU should be replaced."),
+        _rule("GpuDcgmExporterMissing",
+              f"""(max by (node) (kube_node_labels{{label_nvidia_com_gpu_present="true"}})
+                   or max by (node) (kube_node_status_allocatable{{{GPU_RESOURCES}}} > 0))
+                  unless on (node) max by (node) (up{{job="nvidia-dcgm-exporter"}} == 1)""",
+              "10m", "warning",
+              "No DCGM exporter is scraped on GPU node {{ $labels.node }}",
+              "The node has GPUs (labelled nvidia.com/gpu.present=true or advertising them) but Prometheus has no "
+              "healthy nvidia-dcgm-exporter target there, so its GPUs are invisible to the dashboards and alerts.",
+              "kubectl -n gpu-operator get pods -o wide | grep dcgm-exporter: is the pod on that node running? If "
+              "it runs, the ServiceMonitor is not selected (gpu-bootstrap doctor names the cause); if not, check "
+              "the driver pod on that node first."),
+        _rule("GpuAllocatedButIdle",
+              'DCGM_FI_DEV_GPU_UTIL{pod!=""} < 1', "1h", "info",
+              "{{ $labels.namespace }}/{{ $labels.pod }} holds GPU {{ $labels.gpu }} on {{ $labels.node }} without "
+              "using it",
+              "The GPU has been allocated to this pod and at 0 % utilisation for an hour.",
+              "Ask the pod's owner whether it still needs the GPU (a notebook left open, a stuck job); GPUs held "
+              "idle block other pods (see the 'GPU allocation' dashboard for who waits)."),
+        _rule("GpuNodeAdvertisesNoGpus",
+              f"""max by (node) (kube_node_labels{{label_nvidia_com_gpu_present="true"}})
+                  unless on (node) (max by (node) (kube_node_status_allocatable{{{GPU_RESOURCES}}}) > 0)""",
+              "15m", "warning",
+              "GPU node {{ $labels.node }} advertises no nvidia.com/gpu",
+              "The node is labelled nvidia.com/gpu.present=true but its allocatable resources hold no GPU, so "
+              "nothing can be scheduled on its GPUs.",
+              "kubectl -n gpu-operator get pods -o wide --field-selector spec.nodeName=NODE: the device plugin pod "
+              "is not ready there (usually the driver or the toolkit; gpu-bootstrap doctor names which)."),
+        _rule("GpuPodsUnschedulable",
+              f"""max by (namespace, pod) (kube_pod_status_unschedulable == 1)
+                  and on (namespace, pod)
+                      (max by (namespace, pod) (kube_pod_container_resource_requests{{{GPU_RESOURCES}}}) > 0)""",
+              "10m", "warning",
+              "GPU pod {{ $labels.namespace }}/{{ $labels.pod }} has been unschedulable for 10 minutes",
+              "The scheduler cannot place the pod: not enough free GPUs on one node, or its selectors and "
+              "tolerations fit no GPU node.",
+              "kubectl -n NAMESPACE describe pod POD shows the scheduler's reason; the 'GPU allocation' dashboard "
+              "shows the free GPUs per node (fragmentation: enough GPUs in total but not on one node)."),
+    ]
+
+
+def groups() -> list[dict]:
+    return [{"name": "gpu-bootstrap.gpu", "rules": rules()}]
+
+
+__all__ = ["groups", "rules", "GPU_RESOURCES"]

@@ -1,0 +1,487 @@
+"""monitoring: who uses which GPU. Installs kube-prometheus-stack (install mode) or attaches to the Prometheus
+Operator the cluster already runs (attach mode, nothing installed, the user's Prometheus never changed), then keeps
+our PrometheusRule (GPU alerts) and dashboard ConfigMaps labelled so that Prometheus and Grafana pick them up.
+
+The DCGM exporter's ServiceMonitor is the gpu-operator's: its values come from `dcgm_scrape()`, which this step's
+plan shows and the gpu-operator step installs (one source). The playbook runs this step before gpu-operator, because
+the operator creates that ServiceMonitor only when the Prometheus Operator's CRDs already exist.
+
+Mode `auto` attaches when the cluster runs a Prometheus object gpu-bootstrap did not install, else installs. A
+Prometheus object that could not be read is not "none": an API error fails the check instead of choosing a mode.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .. import versions
+from ..adapters import charts
+from ..errors import ClusterError, GpuBootstrapError
+from ..objects import differences, pod_ready, toleration_for
+from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from ..refs import Chart
+from ..render import monitoring as render
+from ..render.gpu_operator_values import ValuesPlan
+from .node_prep import gpu_taint, no_room_warning
+
+PROMETHEUS_CRD = "prometheuses.monitoring.coreos.com"
+RULE_CRD = "prometheusrules.monitoring.coreos.com"
+SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
+MONITORING_API = "monitoring.coreos.com/v1"
+DCGM_SERVICE = "nvidia-dcgm-exporter"
+
+
+class MonitoringProblem(Exception):
+    """The config and the cluster rule out a working setup; message says why, hint what to do."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def text(self) -> str:
+        return f"{self.message} — {self.hint}" if self.hint else self.message
+
+
+# --- deciding the mode (read-only; the gpu-operator step asks the same question) -------------------------------------------
+def _crd(ctx, name: str) -> bool:
+    return ctx.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) is not None
+
+
+def ours(ctx, prometheus: dict) -> bool:
+    """Is this Prometheus object part of the kube-prometheus-stack release gpu-bootstrap installed?"""
+    section = ctx.config.monitoring
+    meta = prometheus["metadata"]
+    if meta.get("namespace") != section.namespace or (meta.get("labels") or {}).get("release") != section.release:
+        return False
+    status = ctx.helm.status(section.release, section.namespace)
+    return status is not None and render.installed_by_us(status.get("config"))
+
+
+def decide(ctx) -> render.Target:
+    """Install or attach, where our objects go and how they are labelled. Raises MonitoringProblem when attach mode
+    cannot work, and lets API errors through: a Prometheus we could not read is not an absent one."""
+    section = ctx.config.monitoring
+    if section.mode == "install":
+        return render.install_target(section, "monitoring.mode: install")
+    found = ctx.kube.list(MONITORING_API, "Prometheus") if _crd(ctx, PROMETHEUS_CRD) else None
+    theirs = [p for p in found or [] if not ours(ctx, p)]
+    if section.mode == "auto" and not theirs:
+        if found is None:
+            why = f"no Prometheus Operator in the cluster ({PROMETHEUS_CRD} not served; an offline plan sees a fresh " \
+                  f"cluster, so it plans install mode — set monitoring.mode: attach to plan for your own)"
+        elif found:
+            why = f"the only Prometheus is the one gpu-bootstrap installed ({section.namespace}/{section.release})"
+        else:
+            why = "the Prometheus Operator's CRDs exist but there is no Prometheus object"
+        return render.install_target(section, f"monitoring.mode: auto: {why}")
+    chosen = _choose(section, theirs, found)
+    name = f"{chosen['metadata'].get('namespace')}/{chosen['metadata']['name']}"
+    reason = ("monitoring.mode: attach" if section.mode == "attach" else "monitoring.mode: auto: the cluster runs "
+              "the Prometheus Operator") + f"; attaching to Prometheus {name} (it is not changed)"
+    operator_ns = ctx.config.gpu_operator.namespace
+    namespaces = {}
+    for namespace in {operator_ns, chosen["metadata"].get("namespace", "default")}:
+        live = ctx.kube.get("v1", "Namespace", namespace)
+        if live is not None:
+            namespaces[namespace] = (live.get("metadata") or {}).get("labels") or {}
+    workloads = ctx.kube.list("apps/v1", "Deployment") + ctx.kube.list("apps/v1", "StatefulSet")
+    try:
+        return render.attach_target(chosen, namespaces, render.grafana_sidecars(workloads), operator_ns, reason)
+    except render.AttachProblem as problem:
+        raise MonitoringProblem(problem.message, problem.hint) from None
+
+
+def _choose(section, theirs: list[dict], found: list[dict] | None) -> dict:
+    if section.prometheus:
+        namespace, _, name = section.prometheus.partition("/")
+        for prometheus in theirs:
+            if (prometheus["metadata"].get("namespace"), prometheus["metadata"]["name"]) == (namespace, name):
+                return prometheus
+        raise MonitoringProblem(f"monitoring.prometheus {section.prometheus}: no such Prometheus object",
+                                f"found: {_names(theirs) or 'none'}")
+    if not theirs:
+        where = f"{PROMETHEUS_CRD} is not served" if found is None else "no Prometheus object exists"
+        raise MonitoringProblem(f"monitoring.mode: attach, but there is no Prometheus to attach to ({where}; an "
+                                f"offline plan sees a fresh cluster)",
+                                "plan attach mode against the cluster (up --dry-run), or use monitoring.mode: install")
+    if len(theirs) > 1:
+        raise MonitoringProblem(f"the cluster runs {len(theirs)} Prometheus objects ({_names(theirs)})",
+                                "name the one to attach to in monitoring.prometheus: <namespace>/<name>")
+    return theirs[0]
+
+
+def _names(objects: list[dict]) -> str:
+    return ", ".join(f"{o['metadata'].get('namespace')}/{o['metadata']['name']}" for o in objects)
+
+
+def dcgm_scrape(ctx) -> dict | None:
+    """The gpu-operator's `dcgmExporter.serviceMonitor` values when this playbook monitors the cluster, else None.
+    The one source for those values: the monitoring plan shows them, the gpu-operator step installs them."""
+    section = ctx.config.monitoring
+    if "monitoring" not in ctx.options.playbook or not section.enabled:
+        return None
+    return decide(ctx).scrape_values(section.scrape_interval)
+
+
+# --- the step ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MonitoringFacts:
+    target: render.Target
+    desired: list  # our objects, in apply order
+    drift: dict  # Ref -> "missing" / "differs at ..."
+    leftovers: list  # Refs of our objects the config no longer wants
+    scrape: dict  # dcgmExporter.serviceMonitor, as the gpu-operator step will install it
+    kube_version: str
+    chart: Chart | None = None  # install mode
+    version: str = ""
+    choice: versions.Choice | None = None
+    values: ValuesPlan | None = None
+    release: dict = field(default_factory=dict)  # up_to_date, reason, installed, pending (install mode)
+
+
+class Monitoring(Step):
+    id = "monitoring"
+    title = "GPU monitoring: Prometheus, the DCGM exporter's metrics, dashboards and alerts"
+
+    def __init__(self):
+        self._chart: tuple[Chart, dict | None, versions.Choice] | None = None
+
+    def enabled(self, ctx) -> bool:
+        return ctx.config.monitoring.enabled
+
+    def inputs(self, ctx) -> dict:
+        return {"monitoring": ctx.config.monitoring.model_dump(mode="json"),
+                "kube": ".".join(ctx.server_version().split(".")[:2]),
+                "operator_namespace": ctx.config.gpu_operator.namespace, "nodes": [n.name for n in ctx.config.nodes]}
+
+    # --- the chart (install mode) --------------------------------------------------------------------------------------
+    def chart(self, ctx) -> tuple[Chart, dict | None, versions.Choice]:
+        """kube-prometheus-stack at the version the catalogue's rule picks (or the pinned/local one, checked)."""
+        if self._chart is not None:
+            return self._chart
+        section = ctx.config.monitoring
+        catalogue, kube = versions.catalogue("kube-prometheus-stack"), ctx.server_version()
+        try:
+            if charts.is_local(section.chart):
+                meta = charts.local_chart_metadata(section.chart)
+                if meta is None:
+                    raise MonitoringProblem(f"monitoring.chart {section.chart} is neither a chart directory nor a .tgz")
+                local_version = str(meta.get("version", ""))
+                if section.version and section.version.lstrip("v") != local_version.lstrip("v"):
+                    raise MonitoringProblem(f"monitoring.version {section.version} does not match the local chart "
+                                            f"{section.chart} (version {local_version})")
+                choice = versions.check_pin(catalogue, local_version, kube, meta.get("kubeVersion"),
+                                            section.skip_version_check,
+                                            f"the local chart {section.chart} (monitoring.chart)")
+                resolved = (Chart(section.chart, None, None), meta, choice)
+            else:
+                choice = versions.check_pin(catalogue, section.version, kube, None, section.skip_version_check) \
+                    if section.version else versions.choose(catalogue, kube, section.skip_version_check)
+                resolved = (Chart(section.chart, section.repository, choice.version), None, choice)
+        except versions.UnsupportedVersion as error:
+            error.step = self.id
+            raise
+        self._chart = resolved
+        return resolved
+
+    # --- check / plan ----------------------------------------------------------------------------------------------------
+    def check(self, ctx) -> Check:
+        section = ctx.config.monitoring
+        try:
+            target = decide(ctx)
+            facts = self._facts(ctx, target)
+        except MonitoringProblem as problem:
+            return Check(FAIL, problem.text())
+        warnings = list(target.warnings)
+        if facts.choice is not None and facts.choice.warning:
+            warnings.append(facts.choice.warning)
+        if target.mode == "attach" and not self._has_kube_state_metrics(ctx):
+            warnings.append("no kube-state-metrics found (Deployment labelled app.kubernetes.io/name="
+                            "kube-state-metrics): the allocation panels and the node and pod alerts need it")
+        if target.mode == "attach":
+            warnings.append("the 'GPU node advertises no GPUs' alert and the product-label panel need "
+                            "kube-state-metrics to export the node labels nvidia.com/gpu.present and "
+                            "nvidia.com/gpu.product (--metric-labels-allowlist=nodes=[...])")
+        todo = []
+        if target.mode == "install" and not facts.release.get("up_to_date"):
+            todo.append(f"{section.release} {facts.version}: {facts.release.get('reason')}")
+        if facts.drift or facts.leftovers:
+            missing = sum(1 for why in facts.drift.values() if why == "missing")
+            counts = [(missing, "to create"), (len(facts.drift) - missing, "to update"),
+                      (len(facts.leftovers), "to remove")]
+            todo.append(", ".join(f"{n} object(s) {what}" for n, what in counts if n))
+        where = f"{target.mode} mode ({target.prometheus})"
+        if not todo:
+            return Check(PASS, f"{where}: dashboards and alerts in place", done=True, facts=facts, warnings=warnings)
+        return Check(WARN, f"{where}: " + "; ".join(todo), facts=facts, warnings=warnings)
+
+    def _facts(self, ctx, target: render.Target) -> MonitoringFacts:
+        section = ctx.config.monitoring
+        desired = render.objects(target)
+        rules_served = _crd(ctx, RULE_CRD)
+        drift = {}
+        for obj in desired:
+            ref = Ref.of(obj)
+            live = None
+            if ref.kind != "PrometheusRule" or rules_served:
+                live = ctx.kube.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+            if live is None:
+                drift[ref] = "missing"
+            elif paths := differences(obj, live):
+                drift[ref] = "differs at " + ", ".join(paths[:3])
+        leftovers = [ref for ref in self._owned(ctx, rules_served) if ref not in {Ref.of(o) for o in desired}]
+        facts = dict(target=target, desired=desired, drift=drift, leftovers=leftovers,
+                     scrape=target.scrape_values(section.scrape_interval), kube_version=ctx.server_version())
+        if target.mode == "install":
+            chart, meta, choice = self.chart(ctx)
+            version = str((meta or {}).get("version") or chart.version or "")
+            no_room = no_room_warning(ctx.kube.list("v1", "Node"), ctx.config, ctx.options.playbook)
+            plan = render.stack_values(section, toleration_for(gpu_taint(ctx.config, ctx.options.playbook))
+                                       if no_room else None)
+            facts.update(chart=chart, version=version, choice=choice, values=plan,
+                         release=self._release_state(ctx, chart, version, plan.merged))
+        return MonitoringFacts(**facts)
+
+    def _release_state(self, ctx, chart: Chart, version: str, values: dict) -> dict:
+        section = ctx.config.monitoring
+        status = ctx.helm.status(section.release, section.namespace)
+        if status is None:
+            return {"up_to_date": False, "reason": "not installed", "installed": None}
+        if not render.installed_by_us(status.get("config")):
+            raise MonitoringProblem(f"a helm release {section.namespace}/{section.release} exists that gpu-bootstrap "
+                                    f"did not install", "use monitoring.mode: attach to use it as it is, or choose "
+                                                        "another monitoring.release / monitoring.namespace")
+        deployed = ctx.helm.deployed_chart(section.release, section.namespace) or ""
+        installed = deployed.rsplit("-", 1)[-1] if "-" in deployed else deployed
+        state = (status.get("info") or {}).get("status")
+        if state and state.startswith("pending"):
+            return {"up_to_date": False, "reason": f"release is {state} (an interrupted helm run)",
+                    "installed": installed, "pending": state}
+        if state != "deployed":
+            return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
+        if installed.lstrip("v") != version.lstrip("v"):
+            return {"up_to_date": False, "reason": f"upgrade from {installed}", "installed": installed}
+        if (status.get("config") or {}) != values:
+            return {"up_to_date": False, "reason": "values changed", "installed": installed}
+        return {"up_to_date": True, "reason": "up to date", "installed": installed}
+
+    def _owned(self, ctx, rules_served: bool) -> list[Ref]:
+        found = [Ref("v1", "ConfigMap", o["metadata"]["name"], o["metadata"].get("namespace"))
+                 for o in ctx.kube.list("v1", "ConfigMap", label_selector=render.OWNED_SELECTOR)]
+        if rules_served:
+            found += [Ref(MONITORING_API, "PrometheusRule", o["metadata"]["name"], o["metadata"].get("namespace"))
+                      for o in ctx.kube.list(MONITORING_API, "PrometheusRule", label_selector=render.OWNED_SELECTOR)]
+        return found
+
+    @staticmethod
+    def _has_kube_state_metrics(ctx) -> bool:
+        return bool(ctx.kube.list("apps/v1", "Deployment", label_selector="app.kubernetes.io/name=kube-state-metrics"))
+
+    def plan(self, ctx, check: Check) -> list[Change]:
+        facts: MonitoringFacts = check.facts
+        section = ctx.config.monitoring
+        target = facts.target
+        changes = []
+        scrape = [f"dcgmExporter.serviceMonitor={_compact(facts.scrape)}  ← installed by the gpu-operator step "
+                  f"(the same values)"]
+        if target.mode == "install":
+            release = Ref.release(section.release, section.namespace)
+            if facts.release.get("pending"):
+                changes.append(Change(Verb.HELM_RECOVER, release, f"clear the {facts.release['pending']} state",
+                                      "a helm run was interrupted; helm refuses new operations until it is cleared",
+                                      {"release": section.release, "namespace": section.namespace,
+                                       "timeout": f"{section.wait_timeout}s"}))
+            if not facts.release.get("up_to_date"):
+                plan = facts.values
+                action = "install" if facts.release.get("installed") is None else facts.release["reason"]
+                choice = facts.choice
+                shown = f"{choice.release.label} ({facts.version})" if choice and choice.release else facts.version
+                details = (target.reason, *render.explain(plan), *scrape)
+                body = {"release": section.release, "namespace": section.namespace,
+                        "chart": {"ref": facts.chart.ref, "repo": facts.chart.repo, "version": facts.chart.version},
+                        "chart_version": facts.version, "values": plan.merged, "derived": render.explain(plan),
+                        "warnings": [], "kube_version": facts.kube_version, "timeout": f"{section.wait_timeout}s"}
+                changes.append(Change(Verb.HELM_UPGRADE, release, f"{action}: kube-prometheus-stack {shown}",
+                                      choice.reason if choice else "", body, details=details))
+        for obj in facts.desired:
+            ref = Ref.of(obj)
+            why = facts.drift.get(ref)
+            if why:
+                details = (target.reason, *target.found, *scrape) if ref.kind == "PrometheusRule" else ()
+                changes.append(Change(Verb.APPLY, ref, "create" if why == "missing" else "update",
+                                      f"{why}; labelled for {target.mode} mode ({target.prometheus})", obj,
+                                      details=details))
+        for ref in facts.leftovers:
+            changes.append(Change(Verb.DELETE, ref, "remove", "no longer wanted by the config"))
+        return changes
+
+    # --- verify / doctor --------------------------------------------------------------------------------------------------
+    def verify(self, ctx) -> Check:
+        section = ctx.config.monitoring
+        deadline = time.monotonic() + section.wait_timeout
+        last_note = 0.0
+        while True:
+            state = self.health(ctx)
+            if state.status == PASS or time.monotonic() >= deadline:
+                break
+            if time.monotonic() - last_note > 10:
+                ctx.reporter.note(f"waiting for monitoring: {state.message}")
+                last_note = time.monotonic()
+            time.sleep(min(2.0, max(deadline - time.monotonic(), 0.1)))
+        if state.status != PASS:
+            return Check(FAIL, f"not ready after {section.wait_timeout}s: {state.message}")
+        return Check(PASS, state.message, done=True)
+
+    def health(self, ctx) -> Check:
+        """The stack's workloads ready (install mode), Prometheus answering through the API server's service proxy,
+        and, once the gpu-operator runs its DCGM exporter, a healthy DCGM target on every GPU node."""
+        target = decide(ctx)
+        if target.mode == "install":
+            if problems := self._workload_problems(ctx):
+                return Check(WARN, "; ".join(problems[:4]))
+        try:
+            proxy = self._prometheus_proxy(ctx, target)
+            if isinstance(proxy, str):
+                return Check(WARN, proxy)
+            answer = self._query(ctx, proxy, f'up{{job="{render.DCGM_JOB}"}}')
+        except ClusterError as error:
+            return Check(WARN, f"Prometheus does not answer through the API server's service proxy yet: "
+                               f"{error.message}")
+        if ctx.kube.get("v1", "Service", DCGM_SERVICE, ctx.config.gpu_operator.namespace) is None:
+            return Check(PASS, f"{target.mode} mode ({target.prometheus}): Prometheus answers; dashboards and "
+                               f"alerts in place; the DCGM exporter is not deployed yet (the gpu-operator step "
+                               f"deploys it; doctor then checks its targets)", done=True)
+        missing = self._missing_targets(ctx, answer)
+        if missing:
+            return Check(WARN, f"no healthy DCGM exporter target in Prometheus for {', '.join(missing)}")
+        return Check(PASS, f"{target.mode} mode ({target.prometheus}): DCGM exporter scraped on "
+                           f"{len(ctx.config.nodes)} GPU node(s); dashboards and alerts in place", done=True)
+
+    def _workload_problems(self, ctx) -> list[str]:
+        section = ctx.config.monitoring
+        problems = []
+        for kind in ("Deployment", "DaemonSet", "StatefulSet"):
+            for obj in ctx.kube.list("apps/v1", kind, section.namespace):
+                labels = obj["metadata"].get("labels") or {}
+                if section.release not in (labels.get("release"), labels.get("app.kubernetes.io/instance")):
+                    continue
+                status = obj.get("status") or {}
+                if kind == "DaemonSet":
+                    ready = status.get("numberReady", 0) >= status.get("desiredNumberScheduled", 0)
+                else:
+                    ready = status.get("readyReplicas", 0) >= (obj.get("spec") or {}).get("replicas", 1)
+                if not ready:
+                    problems.append(f"{kind} {section.namespace}/{obj['metadata']['name']} is not ready")
+        return problems
+
+    def _prometheus_proxy(self, ctx, target: render.Target) -> str | tuple[str, str, str]:
+        """(namespace, service, port) of the Service in front of the Prometheus, or why there is none yet."""
+        section = ctx.config.monitoring
+        if target.mode == "install":
+            found = [p for p in ctx.kube.list(MONITORING_API, "Prometheus", section.namespace)
+                     if (p["metadata"].get("labels") or {}).get("release") == section.release] \
+                if _crd(ctx, PROMETHEUS_CRD) else []
+            if not found:
+                return f"the chart's Prometheus object in {section.namespace} does not exist yet"
+            namespace, name = section.namespace, found[0]["metadata"]["name"]
+        else:
+            namespace, _, name = target.prometheus.partition("/")
+        services = ctx.kube.list("v1", "Service", namespace)
+        chosen = next((s for s in services if ((s.get("spec") or {}).get("selector") or {}).get(
+            "operator.prometheus.io/name") == name), None) or \
+            next((s for s in services if s["metadata"]["name"] == "prometheus-operated"), None)
+        if chosen is None:
+            return f"no Service in {namespace} selects the pods of Prometheus {name} yet"
+        ports = (chosen.get("spec") or {}).get("ports") or []
+        port = next((p for p in ports if p.get("name") in ("http-web", "web")), ports[0] if ports else {})
+        return namespace, chosen["metadata"]["name"], str(port.get("name") or port.get("port") or 9090)
+
+    @staticmethod
+    def _query(ctx, proxy: tuple[str, str, str], promql: str) -> list[dict]:
+        namespace, service, port = proxy
+        path = f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/api/v1/query"
+        answer = ctx.kube.request("GET", path, {"query": promql})
+        if answer.get("status") != "success":
+            raise ClusterError(f"Prometheus refused the query {promql}: {answer.get('error', answer)}")
+        return (answer.get("data") or {}).get("result") or []
+
+    def _missing_targets(self, ctx, up: list[dict]) -> list[str]:
+        healthy = {r["metric"].get("node") for r in up if r.get("value", [0, "0"])[1] == "1"}
+        return [n.name for n in ctx.config.nodes if n.name not in healthy]
+
+    def doctor(self, ctx) -> list[Check]:
+        try:
+            check = self.check(ctx)
+        except GpuBootstrapError as error:  # a refused version, no helm, an unreadable Prometheus: one failed check
+            return [Check(FAIL, error.one_line().removeprefix(f"[{self.id}] "))]
+        if check.status == FAIL:
+            return [check]
+        return [check, self._scrape_report(ctx, check.facts.target)]
+
+    def _scrape_report(self, ctx, target: render.Target) -> Check:
+        """Missing DCGM targets, and DCGM series without namespace/pod labels while GPU pods run."""
+        try:
+            proxy = self._prometheus_proxy(ctx, target)
+            if isinstance(proxy, str):
+                return Check(WARN, proxy)
+            up = self._query(ctx, proxy, f'up{{job="{render.DCGM_JOB}"}}')
+            missing = self._missing_targets(ctx, up)
+            problems = [f"no healthy DCGM exporter target for {', '.join(missing)} (is the ServiceMonitor "
+                        f"{ctx.config.gpu_operator.namespace}/{DCGM_SERVICE} there and labelled "
+                        f"{render._labels_text(target.service_monitor_labels)}?)"] if missing else []
+            running = self._gpu_pods(ctx)
+            if running:
+                with_pod = self._query(ctx, proxy, 'count(DCGM_FI_DEV_GPU_UTIL{pod!=""})')
+                if not with_pod:
+                    exported = self._query(ctx, proxy, 'count(DCGM_FI_DEV_GPU_UTIL{exported_pod!=""})')
+                    problems.append(
+                        f"{len(running)} GPU pod(s) run ({', '.join(running[:3])}) but no DCGM series has a pod "
+                        "label" + (": they arrive as exported_pod/exported_namespace, so the ServiceMonitor has "
+                                   "honorLabels: false (gpu-bootstrap sets true: rerun up)" if exported else
+                                   ": the exporter does not map GPUs to pods (is DCGM_EXPORTER_KUBERNETES on and the "
+                                   "kubelet's pod-resources socket mounted?)"))
+        except ClusterError as error:
+            return Check(WARN, f"Prometheus could not be queried through the API server's service proxy: "
+                               f"{error.message}")
+        if problems:
+            return Check(WARN, "; ".join(problems))
+        return Check(PASS, f"DCGM exporter scraped on every GPU node ({len(ctx.config.nodes)})" +
+                     (f"; series carry namespace/pod for the {len(running)} running GPU pod(s)" if running else ""))
+
+    @staticmethod
+    def _gpu_pods(ctx) -> list[str]:
+        out = []
+        for pod in ctx.kube.list("v1", "Pod", field_selector="status.phase=Running"):
+            containers = (pod.get("spec") or {}).get("containers") or []
+            wants = any(str(name).startswith(("nvidia.com/gpu", "nvidia.com/mig-"))
+                        for c in containers for name in ((c.get("resources") or {}).get("limits") or {}))
+            if wants and pod_ready(pod):
+                out.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+        return out
+
+    # --- undo ---------------------------------------------------------------------------------------------------------------
+    def undo_plan(self, ctx) -> list[Change]:
+        section = ctx.config.monitoring
+        rules_served = _crd(ctx, RULE_CRD)
+        changes = [Change(Verb.DELETE, ref, "remove", "teardown: made by gpu-bootstrap's monitoring step")
+                   for ref in self._owned(ctx, rules_served)]
+        status = ctx.helm.status(section.release, section.namespace)
+        if status is not None and render.installed_by_us(status.get("config")):
+            changes.append(Change(Verb.HELM_UNINSTALL, Ref.release(section.release, section.namespace),
+                                  f"uninstall {section.release}", "teardown: gpu-bootstrap installed it",
+                                  {"release": section.release, "namespace": section.namespace,
+                                   "timeout": f"{section.wait_timeout}s"}))
+            if ctx.options.purge_crds:  # the chart's CRDs are the Prometheus Operator's, group monitoring.coreos.com
+                for crd in ctx.kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition"):
+                    if (crd.get("spec") or {}).get("group") == "monitoring.coreos.com":
+                        changes.append(Change(Verb.DELETE, Ref("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                                                               crd["metadata"]["name"]),
+                                              "delete the CRD and every object of it",
+                                              "--purge-crds (gpu-bootstrap installed the stack that brought it)"))
+        return changes
+
+
+def _compact(value) -> str:
+    import json
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,86 @@
+"""The GPU alerts, proved with the real promtool: `promtool check rules` on the rendered PrometheusRule, and
+`promtool test rules` cases (tests/monitoring/alerts-test.yaml) that make every alert fire and keep it silent."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_bootstrap import config as cfg
+from gpu_bootstrap.render import gpu_alerts
+from gpu_bootstrap.render import monitoring as render
+from tests.tools import run, tool
+
+pytestmark = pytest.mark.tools
+CASES = Path(__file__).resolve().parent / "monitoring" / "alerts-test.yaml"
+
+
+def rendered_rule() -> dict:
+    section = cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}]}).monitoring
+    return render.prometheus_rule(render.install_target(section, "test"))
+
+
+def write_rules(folder: Path, annotations: bool = True) -> Path:
+    groups = rendered_rule()["spec"]["groups"]
+    if not annotations:
+        for rule in groups[0]["rules"]:
+            rule.pop("annotations")
+    path = folder / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    return path
+
+
+def test_promtool_check_rules_passes_on_the_rendered_prometheus_rule(tmp_path):
+    result = run([tool("promtool"), "check", "rules", str(write_rules(tmp_path))], {})
+    assert f"SUCCESS: {len(gpu_alerts.rules())} rules found" in result.stdout
+
+
+def test_every_alert_has_a_runbook_line_and_a_severity():
+    for rule in gpu_alerts.rules():
+        assert rule["annotations"]["runbook"].strip() and "\n" not in rule["annotations"]["runbook"], rule["alert"]
+        assert rule["labels"]["severity"] in ("info", "warning", "critical")
+    assert len({r["alert"] for r in gpu_alerts.rules()}) == 8
+
+
+def test_every_alert_has_cases_that_fire_it_and_keep_it_silent():
+    cases = yaml.safe_load(CASES.read_text())["tests"]
+    fired, silent = set(), set()
+    for case in cases:
+        for check in case["alert_rule_test"]:
+            (fired if check.get("exp_alerts") else silent).add(check["alertname"])
+    names = {r["alert"] for r in gpu_alerts.rules()}
+    assert fired == names and silent == names
+
+
+def test_promtool_test_rules_fires_and_silences_every_alert(tmp_path):
+    write_rules(tmp_path, annotations=False)
+    shutil.copy(CASES, tmp_path / "alerts-test.yaml")
+    result = run([tool("promtool"), "test", "rules", str(tmp_path / "alerts-test.yaml")], {}, check=False)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_changed_threshold_fails_the_cases(tmp_path):
+    """The cases can fail: the same rules with the hot threshold moved to 95 C no longer pass."""
+    path = write_rules(tmp_path, annotations=False)
+    path.write_text(path.read_text().replace("> 85 < 1000", "> 95 < 1000"))
+    shutil.copy(CASES, tmp_path / "alerts-test.yaml")
+    result = run([tool("promtool"), "test", "rules", str(tmp_path / "alerts-test.yaml")], {}, check=False)
+    assert result.returncode != 0 and "GpuTooHot" in result.stdout + result.stderr
+
+
+def test_annotations_render_with_the_series_labels(tmp_path):
+    write_rules(tmp_path)
+    hot = next(r for r in gpu_alerts.rules() if r["alert"] == "GpuTooHot")
+    case = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": 'DCGM_FI_DEV_GPU_TEMP{node="gpu-1",gpu="2",UUID="GPU-2"}', "values": "91x10"}],
+        "alert_rule_test": [{"eval_time": "8m", "alertname": "GpuTooHot", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "node": "gpu-1", "gpu": "2", "UUID": "GPU-2"},
+            "exp_annotations": {"summary": "GPU 2 on gpu-1 is at 91 °C",
+                                "description": hot["annotations"]["description"],
+                                "runbook": hot["annotations"]["runbook"]}}]}]}]}
+    (tmp_path / "case.yaml").write_text(yaml.safe_dump(case, allow_unicode=True))
+    result = run([tool("promtool"), "test", "rules", str(tmp_path / "case.yaml")], {}, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
