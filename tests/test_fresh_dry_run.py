@@ -27,7 +27,8 @@ def test_a_dry_run_on_a_fresh_cluster_plans_every_step(cluster, tmp_path):
     config = tmp_path / "gpu-bootstrap.yaml"
     config.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes:\n" +
                       "".join(f"  - name: {n}\n" for n in NODES) +
-                      f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n")
+                      f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n"
+                      f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n")
     report = write_report(tmp_path / "report.json", NODES)
     before = cluster.emu.snapshot()
     result = runner.invoke(app, ["up", "--dry-run", "-c", str(config), "--preflight-report", str(report), "-o", "json",
@@ -38,6 +39,7 @@ def test_a_dry_run_on_a_fresh_cluster_plans_every_step(cluster, tmp_path):
     assert steps["gpu-operator"]["status"] == "planned"
     assert "validated client-side" in steps["gpu-operator"]["message"]
     assert "ClusterPolicy" in steps["gpu-operator"]["message"]
+    assert "validated client-side" in steps["monitoring"]["message"]  # kube-prometheus-stack's Prometheus etc.
     assert cluster.emu.snapshot() == before  # a dry run stores nothing
 
 
@@ -46,7 +48,7 @@ def test_a_dry_run_rejects_a_custom_resource_its_crd_schema_refuses(cluster, tmp
     config.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes:\n" +
                       "".join(f"  - name: {n}\n" for n in NODES) +
                       f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n"
-                      f"  values: {{driver: {{enabled: 'yes please'}}}}\n")
+                      f"  values: {{driver: {{enabled: 'yes please'}}}}\nmonitoring:\n  enabled: false\n")
     report = write_report(tmp_path / "report.json", NODES)
     result = runner.invoke(app, ["up", "--dry-run", "-c", str(config), "--preflight-report", str(report), "-o", "json",
                                  "--log-file", str(tmp_path / "log")])

@@ -61,6 +61,14 @@ WAIT_RAN_OUT = re.compile(r"context deadline exceeded|timed out waiting for the 
 NOT_FOUND = re.compile(r"release: not found", re.IGNORECASE)
 
 
+class _CrdLoader(yaml.SafeLoader):
+    """CRDs as the API server reads them (YAML 1.2): a bare `=` is the string "=", not YAML 1.1's value key (which
+    PyYAML cannot construct; kube-prometheus-stack's AlertmanagerConfig CRD has one)."""
+
+
+_CrdLoader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_yaml_str)
+
+
 def find_helm() -> str:
     candidate = os.environ.get("GPU_BOOTSTRAP_HELM") or shutil.which("helm")
     if not candidate or not Path(candidate).exists():
@@ -276,8 +284,8 @@ class Helm:
         return self._run(args, values, what="helm template", retry="read")
 
     def show_crds(self, chart: Chart) -> list[dict]:
-        return [doc for doc in yaml.safe_load_all(self._run(["show", "crds", *self._chart_args(chart)],
-                                                            what="helm show crds", retry="read")) if doc]
+        return [doc for doc in yaml.load_all(self._run(["show", "crds", *self._chart_args(chart)],
+                                                       what="helm show crds", retry="read"), Loader=_CrdLoader) if doc]
 
     def dry_run_manifest(self, release: str, chart: Chart, values: dict, namespace: str) -> str:
         """What an upgrade would deploy, rendered by helm against the live cluster (server-side dry run)."""

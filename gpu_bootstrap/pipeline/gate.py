@@ -50,8 +50,10 @@ class Gate:
     def _dry_run(self, step_id: str, change: Change):
         """Server-side dry run. An object in a namespace this same plan creates cannot be validated (the dry-run
         namespace is not stored), and is said to be so rather than failing the plan."""
-        from ..errors import NotFound
-        if change.verb == Verb.HELM_UPGRADE:
+        from ..errors import ClusterError, NotFound
+        if change.verb == Verb.HELM_UPGRADE:  # helm creates the release's namespace (--create-namespace)
+            if self.kube.get("v1", "Namespace", change.body["namespace"]) is None:
+                self._dry_namespaces.add(change.body["namespace"])
             return self._helm_dry_run(step_id, change)
         if (change.verb, change.target.kind) == (Verb.APPLY, "Namespace") and \
                 self.kube.get("v1", "Namespace", change.target.name) is None:
@@ -63,6 +65,13 @@ class Gate:
                 raise
             counts = self._unvalidated.setdefault(step_id, {})
             counts[change.target.namespace] = counts.get(change.target.namespace, 0) + 1
+            return None
+        except ClusterError as error:  # a custom resource whose CRD an earlier change (a chart) brings
+            if not error.message.startswith(("the cluster does not serve", "the cluster serves no")):
+                raise
+            self.notes.setdefault(step_id, []).append(
+                f"{change.target} not validated by the API server ({error.message}; its CRD comes with an earlier "
+                f"change of this plan)")
             return None
 
     def notes_for(self, step_id: str) -> list[str]:
