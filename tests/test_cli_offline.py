@@ -46,7 +46,7 @@ def test_offline_json_document(tmp_path):
     assert document["ok"] is True
     assert [(s["id"], s["status"], s["changes"]) for s in document["steps"]] == [
         ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("monitoring", "planned", 7),
-        ("gpu-operator", "planned", 2), ("binpack-scheduler", "planned", 9), ("admission-opa", "planned", 7),
+        ("gpu-operator", "planned", 4), ("binpack-scheduler", "planned", 9), ("admission-opa", "planned", 7),
         ("admission", "planned", 3), ("validate", "planned", 3)]
     assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
                                                "saved 'gpu-bootstrap doctor -o json') to plan with them")
@@ -76,7 +76,8 @@ def test_skip_leaves_a_step_out(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--only", "nonsense"], "unknown step 'nonsense'"),
     (["--skip", "gpu-operatr"], "unknown step 'gpu-operatr'"),
-    (["--only", "admission"], "not in playbook 'default'"),
+    (["--only", "admission", "--playbook", str(ROOT / "tests" / "playbooks" / "spine.yaml")],
+     "not in playbook 'spine'"),
     (["--playbook", "nope"], "no playbook named 'nope'"),
     (["--kube-version", "one.two"], "not a Kubernetes version"),
 ])

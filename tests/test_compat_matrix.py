@@ -271,7 +271,9 @@ def test_default_config_plans_every_step_with_the_documented_versions(minor, dis
     assert (release["chart"]["version"], release["chart_version"], release["kube_version"]) == (expected, expected,
                                                                                                 server)
     line = "v" + ".".join(expected.lstrip("v").split(".")[:2]) + ".x"
-    assert (out / "04-gpu-operator" / "plan.txt").read_text() == (
+    assert (out / "04-gpu-operator" / "plan.txt").read_text() == "".join(
+        f"patch Node {node}: update the gpu-bootstrap record  ← remember which operator labels the node has before "
+        f"the first install (teardown keeps those)\n" for node in NODES) + (
         "apply Namespace gpu-operator: create  ← the release's namespace, labelled as ours so that teardown removes "
         "it\n"
         f"helm-upgrade HelmRelease gpu-operator/gpu-operator: install: gpu-operator {line} ({expected})  ← newest "
@@ -345,7 +347,7 @@ def test_operator_manifests_from_the_local_chart(minor, distribution, reports, v
     result, doc = plan(config, reports[distribution], kube_version(minor, distribution), out, tmp_path / "log")
     assert result.exit_code == 0, result.output
     assert {s["id"]: s["status"] for s in doc["steps"]}["gpu-operator"] == "planned", doc
-    assert (out / "04-gpu-operator" / "plan.txt").read_text().splitlines()[1].startswith(
+    assert (out / "04-gpu-operator" / "plan.txt").read_text().splitlines()[len(NODES) + 1].startswith(
         "helm-upgrade HelmRelease gpu-operator/gpu-operator: install: gpu-operator v26.7.x (v26.7.0)  ← the local "
         f"chart {local} (gpu_operator.chart); v26.7.x: validated for 1.33-1.37")
     manifests = [d for d in yaml.load_all((out / "04-gpu-operator" / "manifests.yaml").read_text(), Loader=Loader) if d]

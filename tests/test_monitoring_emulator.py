@@ -96,7 +96,8 @@ def test_one_up_installs_the_stack_and_the_operator_creates_the_dcgm_servicemoni
     result, document = cli("up", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "monitoring": "applied",
-                                  "gpu-operator": "applied", "binpack-scheduler": "applied", "validate": "skipped"}
+                                  "gpu-operator": "applied", "binpack-scheduler": "applied", "admission-opa": "applied",
+                                  "admission": "applied", "validate": "skipped"}
     assert "Prometheus answers; dashboards and alerts in place; the DCGM exporter is not deployed yet" in \
         message(document, "monitoring")
     releases = {r["name"]: r for r in json.loads(cluster.helm("list", "-A", "-o", "json").stdout)}

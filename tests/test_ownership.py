@@ -15,7 +15,7 @@ from tests.nodes.reports import write_report
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
 NODES = ["node5", "node6"]
-PLAYBOOK = ["--skip", "binpack-scheduler,admission-opa,admission,validate"]
+PLAYBOOK = ["--skip", "monitoring,binpack-scheduler,admission-opa,admission,validate"]
 USER_TAINT = {"key": "dedicated", "value": "ml", "effect": "PreferNoSchedule"}  # operands still fit
 
 

@@ -262,8 +262,9 @@ class GpuOperator(Step):
         release = Ref.release(section.release, section.namespace)
         changes = []
         for name, patch in sorted(facts.labels.items()):
-            changes.append(Change(Verb.PATCH, Ref.node(name), labels_render.describe(patch),
-                                  "the operator reads these node labels",
+            why = "the operator reads these node labels" if (patch.get("metadata") or {}).get("labels") else \
+                "remember which operator labels the node has before the first install (teardown keeps those)"
+            changes.append(Change(Verb.PATCH, Ref.node(name), labels_render.describe(patch), why,
                                   pin_resource_version(patch, facts.nodes[name])))
         if facts.release.get("pending"):
             changes.append(Change(Verb.HELM_RECOVER, release, f"clear the {facts.release['pending']} state",
