@@ -68,8 +68,8 @@ def decide(ctx) -> render.Target:
     theirs = [p for p in found or [] if not ours(ctx, p)]
     if section.mode == "auto" and not theirs:
         if found is None:
-            why = f"no Prometheus Operator in the cluster ({PROMETHEUS_CRD} not served; an offline plan sees a fresh " \
-                  f"cluster, so it plans install mode — set monitoring.mode: attach to plan for your own)"
+            why = f"no Prometheus Operator in the cluster ({PROMETHEUS_CRD} not served; a plan made with no cluster to " \
+                  f"read sees a fresh one, so it plans install mode — set monitoring.mode: attach to plan for your own)"
         elif found:
             why = f"the only Prometheus is the one gpu-bootstrap installed ({section.namespace}/{section.release})"
         else:
@@ -102,8 +102,8 @@ def _choose(section, theirs: list[dict], found: list[dict] | None) -> dict:
                                 f"found: {_names(theirs) or 'none'}")
     if not theirs:
         where = f"{PROMETHEUS_CRD} is not served" if found is None else "no Prometheus object exists"
-        raise MonitoringProblem(f"monitoring.mode: attach, but there is no Prometheus to attach to ({where}; an "
-                                f"offline plan sees a fresh cluster)",
+        raise MonitoringProblem(f"monitoring.mode: attach, but there is no Prometheus to attach to ({where}; a plan "
+                                f"made with no cluster to read sees a fresh one)",
                                 "plan attach mode against the cluster (up --dry-run), or use monitoring.mode: install")
     if len(theirs) > 1:
         raise MonitoringProblem(f"the cluster runs {len(theirs)} Prometheus objects ({_names(theirs)})",
