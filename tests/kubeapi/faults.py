@@ -24,6 +24,7 @@ class Fault:
     message: str = "injected fault"
     headers: dict = field(default_factory=dict)  # extra response headers with `status`, e.g. {"Retry-After": "1"}
     action: Callable[[], None] | None = None  # runs when the fault fires, before the request is handled
+    observe: Callable[[object], None] | None = None  # like action, but given the request (requestlog.Request)
     seen: int = 0
     fired: int = 0
     _pattern: re.Pattern = field(init=False, repr=False)
@@ -44,6 +45,11 @@ class Faults:
         self._rules: list[Fault] = []
         self._lock = threading.Lock()
         self._random = random.Random(seed)
+
+    def seed(self, seed: int) -> None:
+        """Restart the random draws of `probability` rules from this seed (seeded fault runs)."""
+        with self._lock:
+            self._random = random.Random(seed)
 
     def add(self, method: str = "*", path: str = ".*", **options) -> Fault:
         rule = Fault(method.upper() if method != "*" else "*", path, **options)
