@@ -55,7 +55,19 @@ def test_an_install_hit_by_a_503_is_repeated_and_lands(cluster, helm, operator_c
                            count=1, message=UNAVAILABLE)
     result = helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
     assert result["info"]["status"] == "deployed"
-    assert helm.attempts == 2 and served(cluster.emu, 503) == 1
+    assert helm.attempts == 3 and helm.retries == 1 and served(cluster.emu, 503) == 1  # + the status read back
+
+
+def test_an_install_helm_could_not_record_is_recovered_and_repeated(cluster, helm, operator_chart):
+    """helm exits 0 when the install worked but its last write, the release record's status, failed: the
+    adapter reads the status back, finds the release still pending-install, recovers it and installs once more."""
+    record = cluster.emu.faults.add("PUT", r"/secrets/sh\.helm\.release\.v1\.gpu-operator\.v1$", reset=True,
+                                    count=1)
+    result = helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
+    assert record.fired == 1
+    assert helm.attempts == 6  # upgrade, status (pending-install), history, uninstall, upgrade, status
+    assert result["info"]["status"] == "deployed"
+    assert [r["status"] for r in helm.history("gpu-operator", NS)] == ["deployed"]
 
 
 def test_a_pending_release_is_not_upgraded_again_and_again(cluster, helm, operator_chart):
