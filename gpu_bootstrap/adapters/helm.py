@@ -296,7 +296,7 @@ class Helm:
     def labelled(self, release: str, namespace: str, selector: str) -> bool:
         """Does the release (in any state) carry the labels of `selector` in its metadata (helm --labels)?"""
         rows = json.loads(self._run(["list", "--namespace", namespace, "--deployed", "--failed", "--pending",
-                                     "--filter", f"^{release}$",
+                                     "--superseded", "--uninstalling", "--filter", f"^{release}$",
                                      "--selector", selector, "--output", "json"], what="helm list",
                                     retry="read") or "[]")
         return bool(rows)
@@ -372,8 +372,12 @@ class Helm:
 
     def recover(self, release: str, namespace: str, timeout: str | None = None) -> str:
         """Clear a release left pending by an interrupted helm run: a pending install is removed, a pending upgrade
-        or rollback goes back to the last revision that was deployed. Returns what was done."""
+        or rollback goes back to the last revision that was deployed, an uninstall that could not delete the
+        release's record (it stays `uninstalling`) is finished. Returns what was done."""
         revisions = self.history(release, namespace)
+        if revisions and max(revisions, key=lambda r: r["revision"]).get("status") == "uninstalling":
+            self.uninstall(release, namespace, wait=True, timeout=timeout)
+            return "finished the interrupted uninstall"
         good = [r["revision"] for r in revisions if r.get("status") in ("deployed", "superseded")]
         if not good:
             self.uninstall(release, namespace, wait=True, timeout=timeout)
