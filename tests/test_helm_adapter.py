@@ -143,9 +143,9 @@ def test_an_upgrade_is_repeated_a_bounded_number_of_times(fake):
     fake.script({"stderr": "Error: UPGRADE FAILED: failed to create resource: Patch \"https://10.0.0.1:6443/apis/apps/"
                            "v1/namespaces/gpu-operator/deployments/gpu-operator\": read tcp 10.0.0.9:51234->10.0.0.1:"
                            "6443: read: connection reset by peer\n", "code": 1})
-    with pytest.raises(ClusterError, match=r"connection reset by peer \(after 5 attempts in \d+ s\)"):
+    with pytest.raises(ClusterError, match=r"connection reset by peer \(after 10 attempts in \d+ s\)"):
         adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="900s")
-    assert len(fake.calls()) == helm_module.UPGRADE_ATTEMPTS == 5
+    assert len(fake.calls()) == helm_module.UPGRADE_ATTEMPTS == 10
 
 
 UNREACHABLE = ("Error: kubernetes cluster unreachable: Get \"https://10.0.0.1:6443/version\": dial tcp 10.0.0.1:6443: "
@@ -155,9 +155,9 @@ UNREACHABLE = ("Error: kubernetes cluster unreachable: Get \"https://10.0.0.1:64
 def test_attempts_that_never_reached_the_cluster_do_not_count(fake):
     """helm checks that the cluster is reachable before it changes anything: an outage longer than five attempts'
     backoff is ridden out (issue 11: a 20 s outage in the middle of a run)."""
-    fake.script(*[{"stderr": UNREACHABLE, "code": 1}] * 7, {"stdout": RELEASE_JSON})
+    fake.script(*[{"stderr": UNREACHABLE, "code": 1}] * 12, {"stdout": RELEASE_JSON})
     adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="900s")
-    assert len(upgrades(fake)) == 8 > helm_module.UPGRADE_ATTEMPTS
+    assert len(upgrades(fake)) == 13 > helm_module.UPGRADE_ATTEMPTS
 
 
 def test_a_cluster_that_stays_unreachable_is_given_up_after_a_minute(fake, monkeypatch):
