@@ -311,14 +311,14 @@ def helm_releases(cluster) -> list[tuple[str, str, str]]:
 
 
 def history_problems(history: list[dict]) -> list[str]:
-    """What keeps a release's history from being clean: the latest revision must be `deployed`, and no revision
-    may be `pending-*` (that locks the release) or `failed`. A revision that failed (helm records `failed` when it
-    is cancelled by SIGTERM) and that a later upgrade repaired is shown by helm 4 as `superseded` (its description
-    still says what failed), so a failed revision in the history is a failure nobody repaired."""
+    """What "no failed or pending revision" can mean for a release whose failures a later run repaired: helm never
+    rewrites history, so the latest revision must be `deployed` and no revision may be `pending-*` (that locks the
+    release). helm 4 marks the revision right below a successful upgrade `superseded` even when it had failed (its
+    description still says why, e.g. "failed: context canceled" after SIGTERM), but older failed revisions stay
+    `failed` in the history: those are allowed below a deployed latest revision."""
     if not history:
         return ["no release"]
-    problems = [f"revision {r['revision']} is {r['status']} ({r.get('description', '')})" for r in history
-                if r["status"].startswith("pending") or r["status"] == "failed"]
+    problems = [f"revision {r['revision']} is {r['status']}" for r in history if r["status"].startswith("pending")]
     latest = max(history, key=lambda r: r["revision"])
     if latest["status"] != "deployed":
         problems.append(f"the latest revision {latest['revision']} is {latest['status']}, not deployed")
@@ -429,3 +429,51 @@ def helm_write(path_contains: str = "/"):
         return request.user_agent.startswith("Helm/") and request.method in WRITE_METHODS and \
             not request.dry_run and path_contains in request.path
     return trigger
+
+
+# --- faults like a loaded or restarting API server --------------------------------------------------------------------
+OVERLOADED = "the server is currently unable to handle the request"  # kube-apiserver's 503 message
+THROTTLED = "Too many requests, please try again later."  # its 429 message (API priority and fairness)
+
+
+def random_faults(emu, seed: int, rate: float = 0.10, retry_after: str = "1") -> list:
+    """`rate` of all requests, on every path, fail: a third each answered 503 and 429 with Retry-After (as a
+    kube-apiserver under load answers with API priority and fairness), a third with a TCP reset before the server
+    handled them. Draws are seeded; the emulator asks the rules in order, so each later rule gets the conditional
+    probability and the three shares are equal."""
+    emu.faults.seed(seed)
+    share = rate / 3
+    return [emu.faults.add("*", ".*", count=None, probability=share, status=503, message=OVERLOADED,
+                           headers={"Retry-After": retry_after}),
+            emu.faults.add("*", ".*", count=None, probability=share / (1 - share), status=429, message=THROTTLED,
+                           headers={"Retry-After": retry_after}),
+            emu.faults.add("*", ".*", count=None, probability=share / (1 - 2 * share), reset=True)]
+
+
+class Outage:
+    """From the `after`-th request on, every request is answered 503 (no Retry-After: a load balancer in front of
+    an API server that is down) for `seconds`; then the API is back."""
+
+    def __init__(self, emu, after: int, seconds: float = 20.0):
+        self.emu, self.seconds = emu, seconds
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.answered = 0
+        self._timer: threading.Timer | None = None
+        self.rule = emu.faults.add("*", ".*", count=None, after=after, status=503, message=OVERLOADED,
+                                   observe=self._observe)
+
+    def _observe(self, _request) -> None:
+        self.answered += 1
+        if self.started is None:
+            self.started = time.monotonic()
+            self._timer = threading.Timer(self.seconds, self.end)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def end(self) -> None:
+        self.emu.faults.remove(self.rule)
+        if self.ended is None and self.started is not None:
+            self.ended = time.monotonic()
+        if self._timer is not None:
+            self._timer.cancel()

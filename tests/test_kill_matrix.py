@@ -231,11 +231,12 @@ def test_the_comparison_catches_a_missing_an_extra_and_a_changed_object(cluster,
 def test_history_problems_name_what_is_not_clean():
     assert rel.history_problems([{"revision": 1, "status": "superseded", "description": "failed: context canceled"},
                                  {"revision": 2, "status": "deployed"}]) == []
-    assert rel.history_problems([{"revision": 1, "status": "failed", "description": "context canceled"}]) == [
-        "revision 1 is failed (context canceled)", "the latest revision 1 is failed, not deployed"]
-    assert rel.history_problems([{"revision": 1, "status": "deployed"},
-                                 {"revision": 2, "status": "pending-upgrade", "description": ""}]) == [
-        "revision 2 is pending-upgrade ()", "the latest revision 2 is pending-upgrade, not deployed"]
+    assert rel.history_problems([{"revision": 1, "status": "failed"}, {"revision": 2, "status": "superseded"},
+                                 {"revision": 3, "status": "deployed"}]) == []
+    assert rel.history_problems([{"revision": 1, "status": "failed"}]) == [
+        "the latest revision 1 is failed, not deployed"]
+    assert rel.history_problems([{"revision": 1, "status": "deployed"}, {"revision": 2, "status": "pending-upgrade"}]) \
+        == ["revision 2 is pending-upgrade", "the latest revision 2 is pending-upgrade, not deployed"]
     assert rel.history_problems([]) == ["no release"]
 
 
