@@ -34,6 +34,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpu_bootstrap.cli import app
+from gpu_bootstrap.pipeline.playbook import load_playbook
 from tests import reliability as rel
 from tests.conftest import chart
 from tests.kubeapi import Emulator
@@ -44,7 +45,7 @@ pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm
 
 NODES = ["node5", "node6", "node7"]
 OPTIONS = {"kube_version": "1.33.2", "gpu_nodes": NODES, "cpu_nodes": ["cpu-1"], "gpu_operator": True}
-STEPS = ["preflight", "node-prep", "gpu-operator", "binpack-scheduler", "admission-opa", "admission", "validate"]
+STEPS = list(load_playbook("default").steps)  # the boundaries follow the default playbook
 SEED = int(os.environ.get("GPU_BOOTSTRAP_KILL_SEED", "11"))
 PER_STEP = int(os.environ.get("GPU_BOOTSTRAP_KILL_MATRIX", "0"))
 SIGTERM_EXIT_WITHIN = 5.0
