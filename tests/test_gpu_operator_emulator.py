@@ -228,6 +228,23 @@ def test_doctor_shows_the_operator_state(cluster, tmp_path):
     shutil.rmtree(tmp_path / "chart", ignore_errors=True)
 
 
+def test_a_release_left_uninstalling_is_still_ours_and_up_installs_it_again(cluster, tmp_path):
+    """An uninstall that removed the objects but could not delete the release record leaves the release
+    `uninstalling` (issue 11's fault runs found this after a recovery): up must not refuse it as someone else's
+    release, but finish the uninstall and install again."""
+    config = write_config(tmp_path, cluster)
+    up(config, tmp_path)
+    cluster.emu.faults.add("DELETE", r"/secrets/sh\.helm\.release\.v1\.gpu-operator\.v1$", reset=True, count=1)
+    failed = cluster.helm("uninstall", "gpu-operator", "-n", OPERATOR_NS, check=False)
+    assert failed.returncode != 0 and "Failed to purge the release" in failed.stderr
+    status = json.loads(cluster.helm("status", "gpu-operator", "-n", OPERATOR_NS, "-o", "json").stdout)
+    assert status["info"]["status"] == "uninstalling"
+    result, document = up(config, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert statuses(document)["gpu-operator"] == "applied"
+    assert [r["status"] for r in releases(cluster)] == ["deployed"]
+
+
 def test_a_run_killed_together_with_helm_converges_on_rerun(cluster, tmp_path):
     """SIGKILL to gpu-bootstrap's whole process group (helm too, as when the machine dies) mid-install leaves the
     release pending-install; the next `up` clears that and converges."""

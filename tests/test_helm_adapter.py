@@ -78,6 +78,11 @@ def adapter(fake: FakeHelm, **options) -> Helm:
     return Helm(Path("/nonexistent/kubeconfig"), "ctx", executable=str(fake.path), **options)
 
 
+def upgrades(fake: FakeHelm) -> list[dict]:
+    """The `helm upgrade` runs (an upgrade that worked is followed by a `helm status` reading its record back)."""
+    return [c for c in fake.calls() if c["argv"][0] == "upgrade"]
+
+
 CHART = Chart("gpu-operator", "https://charts.example.invalid/nvidia", "v26.7.0")
 RELEASE_JSON = json.dumps({"name": "gpu-operator", "info": {"status": "deployed"}})
 
@@ -86,7 +91,8 @@ def test_values_travel_on_stdin_never_on_the_command_line(fake):
     fake.script({"stdout": RELEASE_JSON})
     secret = {"driver": {"licensingConfig": {"nlsEnabled": True, "secretName": "s3cr3t-t0ken"}}}
     adapter(fake).upgrade("gpu-operator", CHART, secret, "gpu-operator", timeout="300s")
-    [call] = fake.calls()
+    assert [c["argv"][0] for c in fake.calls()] == ["upgrade", "status"]
+    [call] = upgrades(fake)
     assert "s3cr3t-t0ken" not in " ".join(call["argv"])
     assert json.loads(call["stdin"]) == secret
     assert call["argv"][:2] == ["upgrade", "gpu-operator"] and "--values" in call["argv"]
@@ -127,18 +133,41 @@ def test_an_upgrade_is_repeated_after_a_transient_error_with_what_is_left_of_its
                 {"stdout": RELEASE_JSON})
     result = adapter(fake).upgrade("gpu-operator", CHART, {"a": 1}, "gpu-operator", timeout="300s")
     assert result["info"]["status"] == "deployed"
-    first, second = fake.calls()
+    first, second = upgrades(fake)
     timeout = [int(c["argv"][c["argv"].index("--timeout") + 1].rstrip("s")) for c in (first, second)]
     assert timeout[0] == 300 and timeout[1] < 300
     assert first["stdin"] == second["stdin"]
 
 
 def test_an_upgrade_is_repeated_a_bounded_number_of_times(fake):
-    fake.script({"stderr": "Error: kubernetes cluster unreachable: Get \"https://10.0.0.1:6443/version\": dial tcp "
-                           "10.0.0.1:6443: connect: connection refused\n", "code": 1})
-    with pytest.raises(ClusterError, match=r"connection refused \(after 5 attempts in \d+ s\)"):
+    fake.script({"stderr": "Error: UPGRADE FAILED: failed to create resource: Patch \"https://10.0.0.1:6443/apis/apps/"
+                           "v1/namespaces/gpu-operator/deployments/gpu-operator\": read tcp 10.0.0.9:51234->10.0.0.1:"
+                           "6443: read: connection reset by peer\n", "code": 1})
+    with pytest.raises(ClusterError, match=r"connection reset by peer \(after 10 attempts in \d+ s\)"):
         adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="900s")
-    assert len(fake.calls()) == helm_module.UPGRADE_ATTEMPTS == 5
+    assert len(fake.calls()) == helm_module.UPGRADE_ATTEMPTS == 10
+
+
+UNREACHABLE = ("Error: kubernetes cluster unreachable: Get \"https://10.0.0.1:6443/version\": dial tcp 10.0.0.1:6443: "
+               "connect: connection refused\n")
+
+
+def test_attempts_that_never_reached_the_cluster_do_not_count(fake):
+    """helm checks that the cluster is reachable before it changes anything: an outage longer than five attempts'
+    backoff is ridden out (issue 11: a 20 s outage in the middle of a run)."""
+    fake.script(*[{"stderr": UNREACHABLE, "code": 1}] * 12, {"stdout": RELEASE_JSON})
+    adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="900s")
+    assert len(upgrades(fake)) == 13 > helm_module.UPGRADE_ATTEMPTS
+
+
+def test_a_cluster_that_stays_unreachable_is_given_up_after_a_minute(fake, monkeypatch):
+    monkeypatch.setattr(helm_module, "UNREACHED_DEADLINE", 0.5)
+    fake.script({"stderr": UNREACHABLE, "code": 1, "sleep": 0.05})
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=r"kubernetes cluster unreachable: .*connection refused \(after \d+ "
+                                           r"attempts in \d+ s\)"):
+        adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="900s")
+    assert time.monotonic() - started < 10
 
 
 def test_an_upgrade_that_finds_the_release_pending_is_not_repeated(fake):
@@ -149,16 +178,60 @@ def test_an_upgrade_that_finds_the_release_pending_is_not_repeated(fake):
     assert PENDING in caught.value.message
 
 
-def test_the_first_cause_is_named_when_a_repeat_trips_over_it(fake):
-    """Attempt 1 fails on a 503 and leaves the release pending; attempt 2 only sees the lock. The error names the
-    503, and says what the repeat found."""
+def test_a_release_its_own_failed_attempt_left_pending_is_recovered_and_the_upgrade_goes_on(fake):
+    """Attempt 1 fails on a 503 and helm cannot record the failure (the release stays pending-install); attempt 2
+    finds the lock. That pending state is our own: it is cleared as the next run would (a first install that never
+    finished is uninstalled) and the upgrade goes on."""
     fake.script({"stderr": "Error: UPGRADE FAILED: failed to create resource: the server is currently unable to "
                            "handle the request\n", "code": 1},
-                {"stderr": PENDING + "\n", "code": 1})
+                {"stderr": PENDING + "\n", "code": 1},
+                {"stdout": json.dumps([{"revision": 1, "status": "pending-install"}])},
+                {"stdout": 'release "gpu-operator" uninstalled\n'},
+                {"stdout": RELEASE_JSON})
+    result = adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="300s")
+    assert result["info"]["status"] == "deployed"
+    assert [c["argv"][0] for c in fake.calls()] == ["upgrade", "upgrade", "history", "uninstall", "upgrade",
+                                                    "status"]
+
+
+def test_a_success_helm_could_not_record_is_recovered_and_repeated(fake):
+    """helm exits 0 when only its last write, the release record's status, failed ("failed to record the
+    release"): the record is read back, and a release left pending is recovered and upgraded once more."""
+    pending = json.dumps({"name": "gpu-operator", "info": {"status": "pending-install"}})
+    fake.script({"stdout": RELEASE_JSON, "stderr": 'level=ERROR msg="failed to record the release" error="Put '
+                                                   '...: read: connection reset by peer"\n'},
+                {"stdout": pending},
+                {"stdout": json.dumps([{"revision": 1, "status": "pending-install"}])},
+                {"stdout": 'release "gpu-operator" uninstalled\n'},
+                {"stdout": RELEASE_JSON})
+    result = adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="300s")
+    assert result["info"]["status"] == "deployed"
+    assert [c["argv"][0] for c in fake.calls()] == ["upgrade", "status", "history", "uninstall", "upgrade",
+                                                    "status"]
+
+
+def test_a_release_helm_cannot_record_twice_is_an_error_that_says_so(fake):
+    pending = json.dumps({"name": "gpu-operator", "info": {"status": "pending-upgrade"}})
+    fake.script({"stdout": RELEASE_JSON}, {"stdout": pending},
+                {"stdout": json.dumps([{"revision": 1, "status": "deployed"},
+                                       {"revision": 2, "status": "pending-upgrade"}])},
+                {"stdout": "Rollback was a success!\n"}, {"stdout": RELEASE_JSON}, {"stdout": pending})
+    with pytest.raises(ClusterError, match="could not record the release, which is pending-upgrade"):
+        adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="300s")
+    assert [c["argv"][0] for c in fake.calls()] == ["upgrade", "status", "history", "rollback", "upgrade", "status"]
+
+
+def test_the_first_cause_is_named_when_a_repeat_trips_over_it(fake):
+    """Attempt 1 fails on a 503 and leaves the release pending; attempt 2 only sees the lock, and clearing it fails
+    for good. The error names the 503, and says what the repeat found."""
+    fake.script({"stderr": "Error: UPGRADE FAILED: failed to create resource: the server is currently unable to "
+                           "handle the request\n", "code": 1},
+                {"stderr": PENDING + "\n", "code": 1},
+                {"stderr": 'Error: secrets is forbidden: User "ci" cannot list resource "secrets"\n', "code": 1})
     with pytest.raises(ClusterError) as caught:
         adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="300s")
     message = caught.value.message
-    assert len(fake.calls()) == 2
+    assert [c["argv"][0] for c in fake.calls()] == ["upgrade", "upgrade", "history"]
     assert message.startswith("helm upgrade --install gpu-operator failed: Error: UPGRADE FAILED: failed to create "
                               "resource: the server is currently unable to handle the request")
     assert "another operation" in message
@@ -181,7 +254,7 @@ def test_a_hook_whose_status_could_not_be_read_is_repeated(fake):
                            "upgrade-crd-hook-role not ready. status: Unknown, message: \n", "code": 1},
                 {"stdout": RELEASE_JSON})
     adapter(fake).upgrade("gpu-operator", CHART, {}, "gpu-operator", timeout="300s")
-    assert len(fake.calls()) == 2
+    assert len(upgrades(fake)) == 2
 
 
 def test_an_upgrade_whose_wait_ran_out_is_not_repeated(fake):

@@ -55,7 +55,19 @@ def test_an_install_hit_by_a_503_is_repeated_and_lands(cluster, helm, operator_c
                            count=1, message=UNAVAILABLE)
     result = helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
     assert result["info"]["status"] == "deployed"
-    assert helm.attempts == 2 and served(cluster.emu, 503) == 1
+    assert helm.attempts == 3 and helm.retries == 1 and served(cluster.emu, 503) == 1  # + the status read back
+
+
+def test_an_install_helm_could_not_record_is_recovered_and_repeated(cluster, helm, operator_chart):
+    """helm exits 0 when the install worked but its last write, the release record's status, failed: the
+    adapter reads the status back, finds the release still pending-install, recovers it and installs once more."""
+    record = cluster.emu.faults.add("PUT", r"/secrets/sh\.helm\.release\.v1\.gpu-operator\.v1$", reset=True,
+                                    count=1)
+    result = helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
+    assert record.fired == 1
+    assert helm.attempts == 6  # upgrade, status (pending-install), history, uninstall, upgrade, status
+    assert result["info"]["status"] == "deployed"
+    assert [r["status"] for r in helm.history("gpu-operator", NS)] == ["deployed"]
 
 
 def test_a_pending_release_is_not_upgraded_again_and_again(cluster, helm, operator_chart):
@@ -76,3 +88,20 @@ def test_a_pending_release_is_not_upgraded_again_and_again(cluster, helm, operat
     with pytest.raises(ClusterError, match=r"another operation \(install/upgrade/rollback\) is in progress"):
         helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
     assert helm.attempts == 1
+
+
+def test_an_uninstall_that_could_not_delete_the_record_stays_ours_and_is_finished(cluster, helm, operator_chart):
+    """helm uninstall deletes the objects, then the release record; when that last delete fails, the release stays
+    `uninstalling`. It is still ours (teardown and up must not take it for someone else's), and recovering it
+    finishes the uninstall."""
+    managed = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
+    helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s", labels=managed)
+    record = cluster.emu.faults.add("DELETE", r"/secrets/sh\.helm\.release\.v1\.gpu-operator\.v1$", reset=True,
+                                    count=1)
+    with pytest.raises(ClusterError, match="Failed to purge the release"):
+        helm.uninstall("gpu-operator", NS, wait=False, timeout="60s")
+    assert record.fired == 1
+    assert helm.status("gpu-operator", NS)["info"]["status"] == "uninstalling"
+    assert helm.labelled("gpu-operator", NS, "app.kubernetes.io/managed-by=gpu-bootstrap")
+    assert helm.recover("gpu-operator", NS, "60s") == "finished the interrupted uninstall"
+    assert helm.status("gpu-operator", NS) is None

@@ -3,6 +3,7 @@ resets are retried within a deadline; a request that is not safe to repeat is no
 connections but never answers fails within the per-request timeout, naming it."""
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -12,7 +13,7 @@ import pytest
 from gpu_bootstrap import interrupts
 from gpu_bootstrap.adapters import kube as kube_module
 from gpu_bootstrap.adapters.kube import Kube, Ref
-from gpu_bootstrap.errors import ClusterError, Unreachable
+from gpu_bootstrap.errors import ClusterError, Conflict, Unreachable
 
 UNAVAILABLE = "the server is currently unable to handle the request"
 CM = "/api/v1/namespaces/default/configmaps"
@@ -61,11 +62,62 @@ def test_resets_are_retried_for_requests_safe_to_repeat(emu, kube, quick_backoff
     assert answered(emu, "PATCH", f"{CM}/a") == [-1, -1, 201]
 
 
-def test_a_create_that_may_have_landed_is_not_repeated(emu, kube, quick_backoff):
+def test_a_generate_name_create_that_may_have_landed_is_not_repeated(emu, kube, quick_backoff):
+    """A repeat could make a second object: the error names the request and the cause instead."""
     emu.faults.add("POST", r"/configmaps$", reset=True, count=1)
-    with pytest.raises(Unreachable, match="cannot reach the Kubernetes API"):
-        kube.create(configmap("b"))
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "b-", "namespace": "default"}}
+    with pytest.raises(Unreachable, match=f"cannot reach the Kubernetes API at .*: the server closed the connection "
+                                          f"without answering \\(POST {CM}\\)"):
+        kube.create(body)
     assert answered(emu, "POST", CM) == [-1]
+
+
+def landed_then_reset(emu, path: str):
+    """A create the server carried out, whose answer was lost on the way back (the connection reset)."""
+    def store(request):
+        emu.seed(json.loads(request.body))
+    return emu.faults.add("POST", path, reset=True, count=1, observe=store)
+
+
+def test_a_named_create_is_repeated_and_an_answer_lost_after_it_landed_is_read_back(emu, kube, quick_backoff):
+    """The name makes a repeat safe: the server refuses a second object (409), and the one it holds is what was
+    sent, so it is the one the lost attempt created."""
+    landed_then_reset(emu, r"/configmaps$")
+    created = kube.create(configmap("b", k="1"))
+    assert created["metadata"]["name"] == "b" and created["data"] == {"k": "1"}
+    assert answered(emu, "POST", CM) == [-1, 409]
+    emu.faults.add("POST", r"/configmaps$", reset=True, count=1)  # this time it did not land: the repeat creates
+    kube.create(configmap("b2"))
+    assert answered(emu, "POST", CM)[-2:] == [-1, 201]
+
+
+def test_a_named_create_after_a_lost_answer_still_conflicts_with_someone_elses_object(emu, kube, quick_backoff):
+    def someone_else_creates_it(_request):
+        emu.seed(configmap("b", k="theirs"))
+    emu.faults.add("POST", r"/configmaps$", reset=True, count=1, observe=someone_else_creates_it)
+    with pytest.raises(Conflict):
+        kube.create(configmap("b", k="ours"))
+    assert emu.get("configmaps", "b", "default")["data"] == {"k": "theirs"}
+
+
+def test_a_named_create_conflicting_at_once_is_not_read_back(emu, kube):
+    emu.seed(configmap("b", k="1"))
+    with pytest.raises(Conflict):
+        kube.create(configmap("b", k="1"))  # no attempt was lost: an object that was there already is a conflict
+    assert answered(emu, "POST", CM) == [409]
+
+
+def test_the_lock_is_taken_when_the_answer_to_its_create_was_lost(cluster, emu, kube, quick_backoff):
+    from gpu_bootstrap.pipeline.lock import LEASE, Lock
+    emu.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-bootstrap"}})
+    landed_then_reset(emu, r"/leases$")
+    lock = Lock(kube)
+    lock.acquire()
+    try:
+        assert emu.get("leases", LEASE, "gpu-bootstrap")["spec"]["holderIdentity"] == lock.holder
+        assert [r.status for r in emu.requests.all() if r.method == "POST"] == [-1, 409]
+    finally:
+        lock.release()
 
 
 def test_a_create_refused_with_429_is_repeated(emu, kube, quick_backoff):
@@ -73,6 +125,28 @@ def test_a_create_refused_with_429_is_repeated(emu, kube, quick_backoff):
     emu.faults.add("POST", r"/configmaps$", status=429, count=1, message="Too many requests, please try again later.")
     kube.create(configmap("c"))
     assert answered(emu, "POST", CM) == [429, 201]
+
+
+def test_a_5xx_with_retry_after_is_repeated_whatever_the_verb(emu, kube, quick_backoff):
+    """With Retry-After the server says it did not process the request and when to come back (client-go repeats
+    these for every verb); without it, a request that is not safe to repeat is not."""
+    emu.faults.add("POST", r"/configmaps$", status=503, count=1, message=UNAVAILABLE, headers={"Retry-After": "0"})
+    kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "c-", "namespace": "default"}})
+    assert answered(emu, "POST", CM) == [503, 201]
+    emu.faults.add("POST", r"/configmaps$", status=503, count=1, message=UNAVAILABLE)
+    with pytest.raises(ClusterError, match="HTTP 503|unable to handle"):
+        kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"generateName": "c-", "namespace": "default"}})
+    assert answered(emu, "POST", CM)[-1] == 503
+
+
+def test_a_dry_run_is_repeated_after_a_reset(emu, kube, quick_backoff):
+    """A dry run stores nothing, so even a POST may go again."""
+    emu.faults.add("POST", r"/configmaps$", reset=True, count=2)
+    kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "d-", "namespace": "default"}},
+                dry_run=True)
+    assert answered(emu, "POST", CM) == [-1, -1, 201]
+    assert [c for c in emu.list("configmaps", "default") if c["metadata"]["name"].startswith("d-")] == []
 
 
 def test_an_api_that_keeps_failing_is_given_up_at_the_deadline_naming_its_answer(cluster, emu, quick_backoff):

@@ -11,9 +11,12 @@ stopped the same way (SIGTERM to the group, SIGKILL after a grace period).
 Retries: read-only commands (status, list, get, history, show, template, server-side dry runs) and
 `upgrade --install` are repeated when helm's error is a transient API failure (503, 429, reset, timeout, etcd
 leader change, ...), with exponential backoff and jitter, until a deadline (reads READ_DEADLINE; an upgrade at most
-UPGRADE_ATTEMPTS times within its --timeout, each repeat with what is left of it). An upgrade is not repeated when
-the release is locked by another operation (pending) or when its own --wait ran out. The error names the first real
-cause, not what a later attempt tripped over because of it.
+UPGRADE_ATTEMPTS times within its --timeout, each repeat with what is left of it; attempts that never reached the
+cluster do not count, but are given up after UNREACHED_DEADLINE, so an API outage of up to a minute is ridden out).
+An upgrade is not repeated when the release is locked by another operation (pending) or when its own --wait ran
+out — except that a release our own failed attempt left pending (helm could not record the failure) is recovered
+first, as the next run would. The error names the first real cause, not what a later attempt tripped over because
+of it.
 """
 from __future__ import annotations
 
@@ -38,7 +41,9 @@ log = logging.getLogger("gpu_bootstrap.helm")
 
 READ_DEADLINE = 90.0  # seconds a read-only command may take, all attempts and waits included
 READ_ATTEMPT_TIMEOUT = 60.0  # seconds one read-only attempt may run (helm has no request timeout of its own)
-UPGRADE_ATTEMPTS = 5  # an upgrade runs at most this often, within its --timeout
+UPGRADE_ATTEMPTS = 10  # an upgrade runs at most this often, within its --timeout (5 ran out within a minute of
+#                        a 300 s budget when 10 % of helm's writes failed: tests/test_fault_runs.py)
+UNREACHED_DEADLINE = 60.0  # seconds attempts that never reached the cluster are repeated (as the kube adapter's)
 CHANGE_MARGIN = 120.0  # seconds a changing command may run beyond its --timeout (CRDs, hooks) before it is stopped
 MIN_UPGRADE_RETRY = 30  # seconds of --timeout a repeated upgrade must still have, else it is not repeated
 BACKOFF_BASE = 1.0  # seconds before the 2nd attempt; doubles each time ...
@@ -54,6 +59,8 @@ TRANSIENT = re.compile("|".join([
     r"did not finish within \d+ s",  # our own attempt time limit
     r"not ready\. status: unknown",  # helm 4 waiting for a hook: kstatus could not read the object
 ]), re.IGNORECASE)
+LOCKED = re.compile(r"another operation \(install/upgrade/rollback\) is in progress", re.IGNORECASE)
+UNREACHED = re.compile(r"kubernetes cluster unreachable", re.IGNORECASE)  # helm's first check: nothing changed yet
 PENDING = re.compile(r"another operation \(install/upgrade/rollback\) is in progress|"
                      r"has no deployed releases|release: already exists", re.IGNORECASE)
 WAIT_RAN_OUT = re.compile(r"context deadline exceeded|timed out waiting for the condition|"
@@ -160,17 +167,23 @@ class Helm:
         return Attempt(process.returncode, out, err)
 
     def _run(self, args: list[str], values: dict | None = None, what: str = "helm", retry: str | None = None,
-             timeout: str | None = None) -> str:
+             timeout: str | None = None, recover=None) -> str:
         """Run helm once, or with retry="read" / "upgrade" repeat it on transient API errors until a deadline:
         reads READ_DEADLINE, an upgrade its --timeout. A changing command (timeout given) may run for its timeout
-        plus CHANGE_MARGIN before it is stopped; a read READ_ATTEMPT_TIMEOUT."""
+        plus CHANGE_MARGIN before it is stopped; a read READ_ATTEMPT_TIMEOUT. An upgrade attempt that never
+        reached the cluster ("kubernetes cluster unreachable": helm checks that before it changes anything) does
+        not count towards UPGRADE_ATTEMPTS; such attempts in a row are given up after UNREACHED_DEADLINE. When a
+        repeated upgrade finds the release locked by the attempt before it (helm could not record that attempt's
+        failure, so the release stays pending), `recover()` clears it, as the next run would, and the upgrade
+        goes on."""
         stdin = json.dumps(values).encode() if values is not None else None
         argv = self._argv(args)
         log.debug("helm %s%s", " ".join(argv[1:]), " (values on stdin)" if stdin is not None else "")
         started = time.monotonic()
         end = started + (seconds(timeout) if retry == "upgrade" else self.read_deadline)
         first_cause: str | None = None
-        number = 0
+        number = unreached = 0
+        unreached_since: float | None = None  # the first of the attempts in a row that never reached the cluster
         while True:
             number += 1
             if retry == "upgrade":
@@ -181,6 +194,7 @@ class Helm:
                 limit = max(min(self.read_attempt_timeout, end - time.monotonic()), 1.0)
             else:
                 limit = seconds(timeout) + CHANGE_MARGIN if timeout else self.read_attempt_timeout
+            started_attempt = time.monotonic()
             result = self._once(argv, stdin, limit)
             if result.returncode == 0:
                 if number > 1:
@@ -192,10 +206,33 @@ class Helm:
             transient = bool(TRANSIENT.search(text))
             if transient and first_cause is None:
                 first_cause = result.line
-            if retry and transient and self._may_repeat(retry, text, end, number) and \
+            if retry == "upgrade" and UNREACHED.search(text):
+                unreached += 1
+                unreached_since = unreached_since or started_attempt
+                if time.monotonic() - unreached_since > UNREACHED_DEADLINE:
+                    raise self._failure(what, result, first_cause, number, started)
+            else:
+                unreached_since = None
+            if retry == "upgrade" and recover is not None and first_cause is not None and LOCKED.search(text) and \
+                    self._recover(recover, what, number - unreached, end):
+                continue
+            if retry and transient and self._may_repeat(retry, text, end, number - unreached) and \
                     self._backoff(number, end, f"{what}: {result.line}"):
                 continue
             raise self._failure(what, result, first_cause, number, started)
+
+    def _recover(self, recover, what: str, changing: int, end: float) -> bool:
+        """Clear a release our own failed attempt left pending; True when the upgrade may go on."""
+        if changing >= UPGRADE_ATTEMPTS or end - time.monotonic() < MIN_UPGRADE_RETRY:
+            return False
+        log.info("%s: the failed attempt before left the release pending; recovering it", what)
+        try:
+            log.info("%s: %s", what, recover())
+        except ClusterError as error:
+            if not TRANSIENT.search(error.message):
+                return False
+            log.info("%s: recovering failed (%s); trying again", what, error.message)
+        return self._backoff(changing, end, f"{what}: recovered the release")
 
     @staticmethod
     def _may_repeat(retry: str, text: str, end: float, number: int) -> bool:
@@ -264,7 +301,7 @@ class Helm:
     def labelled(self, release: str, namespace: str, selector: str) -> bool:
         """Does the release (in any state) carry the labels of `selector` in its metadata (helm --labels)?"""
         rows = json.loads(self._run(["list", "--namespace", namespace, "--deployed", "--failed", "--pending",
-                                     "--filter", f"^{release}$",
+                                     "--superseded", "--uninstalling", "--filter", f"^{release}$",
                                      "--selector", selector, "--output", "json"], what="helm list",
                                     retry="read") or "[]")
         return bool(rows)
@@ -297,7 +334,12 @@ class Helm:
     # --- changing ---------------------------------------------------------------------------------------------------
     def upgrade(self, release: str, chart: Chart, values: dict, namespace: str, wait: bool = True,
                 timeout: str | None = None, dry_run: bool = False, labels: dict | None = None) -> dict:
-        """`labels`: kept in the release's metadata (helm --labels), e.g. who manages it."""
+        """`labels`: kept in the release's metadata (helm --labels), e.g. who manages it.
+
+        helm exits 0 when the install or upgrade worked but its last write, the release record's new status,
+        failed (it logs "failed to record the release" and goes on): the release then stays pending, and the next
+        run would have to recover it. So the status is read back after a success; a release left pending is
+        recovered and the upgrade run once more."""
         args = ["upgrade", release, *self._chart_args(chart), "--install", "--namespace", namespace,
                 "--create-namespace", "--output", "json", "--values", "-", "--timeout", timeout or self.timeout,
                 "--history-max", "10"]
@@ -307,8 +349,22 @@ class Helm:
             args += ["--wait"]
         if dry_run:
             args += ["--dry-run=server"]
-        out = self._run(args, values, what=f"helm upgrade --install {release}",
-                        retry="read" if dry_run else "upgrade", timeout=timeout or self.timeout)
+        what = f"helm upgrade --install {release}"
+        out = self._run(args, values, what=what, retry="read" if dry_run else "upgrade",
+                        timeout=timeout or self.timeout,
+                        recover=None if dry_run else lambda: self.recover(release, namespace, timeout))
+        for repeat in (False, True) if not dry_run else ():
+            state = ((self.status(release, namespace) or {}).get("info") or {}).get("status") or ""
+            if not state.startswith("pending"):
+                break
+            if repeat:
+                raise ClusterError(f"{what}: helm reported success twice but could not record the release, which "
+                                   f"is {state}", "run the same command again: the pending release is recovered")
+            log.warning("%s worked, but helm could not record it: the release is %s; recovering it and upgrading "
+                        "once more", what, state)
+            log.info("%s: %s", what, self.recover(release, namespace, timeout))
+            out = self._run(args, values, what=what, retry="upgrade", timeout=timeout or self.timeout,
+                            recover=lambda: self.recover(release, namespace, timeout))
         return json.loads(out[out.index("{"):])
 
     def history(self, release: str, namespace: str) -> list[dict]:
@@ -321,8 +377,12 @@ class Helm:
 
     def recover(self, release: str, namespace: str, timeout: str | None = None) -> str:
         """Clear a release left pending by an interrupted helm run: a pending install is removed, a pending upgrade
-        or rollback goes back to the last revision that was deployed. Returns what was done."""
+        or rollback goes back to the last revision that was deployed, an uninstall that could not delete the
+        release's record (it stays `uninstalling`) is finished. Returns what was done."""
         revisions = self.history(release, namespace)
+        if revisions and max(revisions, key=lambda r: r["revision"]).get("status") == "uninstalling":
+            self.uninstall(release, namespace, wait=True, timeout=timeout)
+            return "finished the interrupted uninstall"
         good = [r["revision"] for r in revisions if r.get("status") in ("deployed", "superseded")]
         if not good:
             self.uninstall(release, namespace, wait=True, timeout=timeout)

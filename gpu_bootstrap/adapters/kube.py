@@ -122,15 +122,27 @@ def _message(data: bytes) -> str:
         return data[:200].decode(errors="replace")
 
 
+def _carries(stored, sent) -> bool:
+    """Does the stored object hold everything that was sent? (The server adds defaults and status; a list item
+    sent must be found among the stored ones; scalars compare as text, so 1 and "1" are equal.)"""
+    if isinstance(sent, dict):
+        return isinstance(stored, dict) and all(
+            key in ("apiVersion", "kind") or (value is None and stored.get(key) is None) or
+            (key in stored and _carries(stored[key], value)) for key, value in sent.items())
+    if isinstance(sent, list):
+        return isinstance(stored, list) and all(any(_carries(item, wanted) for item in stored) for wanted in sent)
+    return stored is not None and str(stored) == str(sent)
+
+
 class Kube:
     """Talks to one cluster. Construct cheaply; the client is built on first use.
 
     Every attempt has a timeout (`request_timeout`, connect `connect_timeout`); a request that is safe to repeat
-    (GET, server-side apply, merge patch, PUT with a resourceVersion, DELETE) is retried on 429 (after its
-    Retry-After), 5xx, resets and timeouts (twice at most) with exponential backoff and jitter until `deadline`
-    seconds have passed; any request is retried when the server certainly did not see it (429, connection refused,
-    connect timeout). After SIGINT/SIGTERM the deadline shrinks to what the shutdown leaves
-    (gpu_bootstrap.interrupts)."""
+    (GET, server-side apply, merge patch, PUT with a resourceVersion, DELETE, any dry run, the create of a named
+    object) is retried on 429 (after its Retry-After), 5xx, resets and timeouts (twice at most) with exponential
+    backoff and jitter until `deadline` seconds have passed; any request is retried when the server certainly did
+    not see it (429 or a 5xx with Retry-After, connection refused, connect timeout). After SIGINT/SIGTERM the
+    deadline shrinks to what the shutdown leaves (gpu_bootstrap.interrupts)."""
 
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, field_manager: str = FIELD_MANAGER,
                  timeout: float | None = None, attempts: int = MAX_ATTEMPTS, *,
@@ -201,6 +213,7 @@ class Kube:
                 json.dumps(body).encode()
         api.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)  # token, exec plugins
         repeatable = method in ("GET", "HEAD") if idempotent is None else idempotent
+        repeatable = repeatable or query.get("dryRun") == "All"  # a dry run stores nothing: always safe to repeat
         started = time.monotonic()
         attempt, timeouts, last = 0, 0, None
         while True:
@@ -233,8 +246,12 @@ class Kube:
                 raise self._unreachable(last, method, path, attempt, started) from None
             status, data = response.status, response.data
             log.debug("%s %s -> %s in %.0f ms", method, path, status, (time.monotonic() - sent_at) * 1000)
-            if status in RETRYABLE and (repeatable or status == 429) and attempt < self.attempts:
-                asked = retry_after(response.headers) if status in (429, 503) else None
+            asked = retry_after(response.headers) if status in RETRYABLE else None
+            # 429, or a 5xx with Retry-After, is the server saying it did not process the request and when to come
+            # back (API priority and fairness, a server shutting down): safe to repeat whatever the verb, as
+            # client-go does
+            if status in RETRYABLE and (repeatable or status == 429 or asked is not None) and \
+                    attempt < self.attempts:
                 if self._wait(attempt, asked, cutoff, f"{method} {path}: HTTP {status} {_message(data)}"):
                     continue
                 log.info("%s %s: giving up after %d attempt(s) in %.1f s (HTTP %s%s)", method, path, attempt,
@@ -255,7 +272,7 @@ class Kube:
 
     def _unreachable(self, why: NoAnswer, method: str = "", path: str = "", attempts: int = 1,
                      started: float | None = None) -> Unreachable:
-        tried = ""
+        tried = f" ({method} {path})" if method else ""
         if attempts > 1 and started is not None:
             tried = f" ({method} {path}: {attempts} attempts in {time.monotonic() - started:.1f} s)"
         return Unreachable(f"cannot reach the Kubernetes API at {self._host}: {why.cause}{tried}",
@@ -354,9 +371,24 @@ class Kube:
                             patch, content, idempotent=patch_type == "merge")
 
     def create(self, obj: dict, dry_run: bool = False) -> dict:
+        """Create an object. A named one cannot be created twice (the server refuses a second with 409), so its
+        create is repeated like any safe request; when a repeat is refused with 409 after an attempt that may
+        have landed (no answer, or a 5xx), the object is read back and, if it carries everything that was sent
+        and is not being deleted, it is the one the earlier attempt created. A generateName create is not
+        repeated after an attempt that may have landed: that could make a second object."""
         ref = Ref.of(obj)
-        return self.request("POST", self.path(ref.api_version, ref.kind, namespace=ref.namespace),
-                            {"fieldManager": self.field_manager, "dryRun": "All" if dry_run else None}, obj)
+        path = self.path(ref.api_version, ref.kind, namespace=ref.namespace)
+        named = bool(ref.name)
+        status, data, headers = self._call("POST", path, {"fieldManager": self.field_manager,
+                                                          "dryRun": "All" if dry_run else None}, obj,
+                                           idempotent=named)
+        if status == 409 and named and not dry_run and ATTEMPTS_HEADER in headers:
+            existing = self.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+            if existing is not None and not existing["metadata"].get("deletionTimestamp") and _carries(existing, obj):
+                log.info("POST %s: %s %s exists as sent after a repeat: an earlier attempt created it", path,
+                         ref.kind, ref.name)
+                return existing
+        return self._decode("POST", path, status, data, headers.get(ATTEMPTS_HEADER))
 
     def update(self, obj: dict, dry_run: bool = False) -> dict:
         ref = Ref.of(obj)

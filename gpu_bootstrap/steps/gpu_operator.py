@@ -238,7 +238,7 @@ class GpuOperator(Step):
         deployed = ctx.helm.deployed_chart(section.release, section.namespace) or ""
         installed = deployed.rsplit("-", 1)[-1] if "-" in deployed else deployed
         state = (status.get("info") or {}).get("status")
-        if state and state.startswith("pending"):
+        if state and (state.startswith("pending") or state == "uninstalling"):
             return {"up_to_date": False, "reason": f"release is {state} (an interrupted helm run)",
                     "installed": installed, "pending": state}
         if state != "deployed":

@@ -24,6 +24,7 @@ class Fault:
     message: str = "injected fault"
     headers: dict = field(default_factory=dict)  # extra response headers with `status`, e.g. {"Retry-After": "1"}
     action: Callable[[], None] | None = None  # runs when the fault fires, before the request is handled
+    observe: Callable[[object], None] | None = None  # like action, but given the request (requestlog.Request)
     seen: int = 0
     fired: int = 0
     _pattern: re.Pattern = field(init=False, repr=False)
@@ -44,6 +45,16 @@ class Faults:
         self._rules: list[Fault] = []
         self._lock = threading.Lock()
         self._random = random.Random(seed)
+        self._keyed: int | None = None
+        self._occurrences: dict[tuple, int] = {}
+
+    def seed(self, seed: int) -> None:
+        """Seeded fault runs: from now on each draw of a `probability` rule is keyed by this seed, the rule, the
+        request's method and path and how often the rule has seen that method and path, so the same requests draw
+        the same faults whatever order concurrent clients send them in."""
+        with self._lock:
+            self._keyed = seed
+            self._occurrences.clear()
 
     def add(self, method: str = "*", path: str = ".*", **options) -> Fault:
         rule = Fault(method.upper() if method != "*" else "*", path, **options)
@@ -66,8 +77,15 @@ class Faults:
                 if rule.exhausted() or not rule.matches(method, path, query):
                     continue
                 rule.seen += 1
-                if rule.seen <= rule.after or self._random.random() >= rule.probability:
+                if rule.seen <= rule.after or self._draw(rule, method, path) >= rule.probability:
                     continue
                 rule.fired += 1
                 return rule
         return None
+
+    def _draw(self, rule: Fault, method: str, path: str) -> float:
+        if self._keyed is None:
+            return self._random.random()
+        key = (rule.method, rule.path, rule.status, rule.reset, rule.delay, method, path)
+        self._occurrences[key] = self._occurrences.get(key, 0) + 1
+        return random.Random(f"{self._keyed}:{key}:{self._occurrences[key]}").random()

@@ -100,6 +100,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             fault = emulator.faults.pick(method, path, split.query)
             if fault is not None:
+                if fault.observe is not None:
+                    fault.observe(record)
                 if fault.action is not None:
                     fault.action()
                 if fault.delay:
