@@ -27,6 +27,10 @@ what legitimately differs between two runs that reached the same end state norma
   caBundle and the pod template's tls-hash annotation are new in every run; they are replaced by what must hold
   between them — the serving certificate is signed by the Secret's CA, the caBundle holds that CA (and how many
   certificates it holds), the tls-hash is the serving certificate's fingerprint;
+* a Service's clusterIP(s): assigned by the server in the order Services are created, which a rerun changes;
+* Grafana's admin password in kube-prometheus-stack's Secret and the Deployment's checksum of that Secret: the chart
+  generates it when it installs (a rerun that installed the stack anew has another), and the rollout history of
+  that Deployment (a rerun that upgrades a stopped install rolls it out once more: see GRAFANA_REPLICASETS);
 * Nodes' bootID (random per emulator); helm's release Secrets (sh.helm.release.v1.*): one per revision, so their
   names and number depend on how many helm runs it took; replaced by one entry per release, the latest revision
   decoded: status, chart version, values, labels (minus helm's modifiedAt) and the manifest's documents.
@@ -50,6 +54,15 @@ FACTS_NAME = "gpu-bootstrap-node-facts"
 LOCK_NAME = "gpu-bootstrap-lock"  # pipeline/lock.py
 TLS_HASH = "gpu-bootstrap.io/tls-hash"  # render/admission.py
 HELM_RELEASE_TYPE = "helm.sh/release.v1"
+RELEASES = [("gpu-operator", "gpu-operator"), ("kube-prometheus-stack", "monitoring")]  # the default playbook's
+# the chart generates Grafana's admin password at install (randAlphaNum, kept on upgrade through lookup): a run that
+# installed the stack anew has another one, and the Deployment's checksum of that Secret differs with it
+GRAFANA_SECRET = ("monitoring", "kube-prometheus-stack-grafana")
+# ... and it renders that Secret differently when it installs (a new random value, quoted) and when it upgrades (the
+# value it looked up): a rerun that upgrades the release a stopped install left changes the checksum once, and
+# Grafana's Deployment rolls out once more. Its rollout history (revision, old ReplicaSets scaled to 0) is not compared.
+GRAFANA_REPLICASETS = ("apps/ReplicaSet", GRAFANA_SECRET[0], f"made by Deployment/{GRAFANA_SECRET[1]}")
+PROMETHEUS_SERVICE = ("monitoring", "kube-prometheus-stack-prometheus")  # the chart's Service, as values/ name it
 DONE = ("applied", "unchanged", "probed")
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 GENERATED_KINDS = ("/Pod", "apps/ReplicaSet", "discovery.k8s.io/EndpointSlice", "apps/ControllerRevision")
@@ -81,6 +94,8 @@ def view(emu) -> dict:
     if mentions is not None:
         out = {key: _names(value, mentions, generated) for key, value in out.items()}
     for key, items in made.items():
+        if key == GRAFANA_REPLICASETS:
+            items = [{"replicas": item["replicas"]} for item in items if item["replicas"]]
         out[key] = sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
     for (namespace, name), revisions in releases.items():
         out[("helm/release", namespace, name)] = _release(revisions)
@@ -169,11 +184,37 @@ def _normalise(key: tuple, obj: dict, snapshot: dict) -> dict:
         body["data"] = _certificates(body["data"])
     if kind.endswith("WebhookConfiguration"):
         body["webhooks"] = [_webhook(w, snapshot) for w in body.get("webhooks") or []]
+    if kind == "/Service" and (body.get("spec") or {}).get("clusterIP") not in (None, "None"):
+        body["spec"] = {**body["spec"], "clusterIP": "<assigned>", "clusterIPs": ["<assigned>"]}
+    body = _chart_generated(kind, (namespace, name), body)
     if kind == "apps/Deployment":
         annotations = (((body.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations")
         if annotations and TLS_HASH in annotations:
             annotations[TLS_HASH] = _tls_hash(annotations[TLS_HASH], snapshot, namespace)
     return _times(body)
+
+
+def _chart_generated(kind: str, where: tuple, body: dict) -> dict:
+    """What a chart generates at install (GRAFANA_SECRET), in a stored object or a release's manifest document."""
+    if where != GRAFANA_SECRET:
+        return body
+    if kind == "/Secret":
+        return {**body, "data": {k: "<generated>" if k == "admin-password" else v
+                                 for k, v in (body.get("data") or {}).items()}}
+    annotations = (((body.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations")
+    if kind == "apps/Deployment" and annotations and "checksum/secret" in annotations:
+        annotations["checksum/secret"] = "<checksum of the generated Secret>"
+        meta = body.get("metadata") or {}
+        if "deployment.kubernetes.io/revision" in (meta.get("annotations") or {}):
+            body["metadata"] = {**meta, "annotations": {k: v for k, v in meta["annotations"].items()
+                                                        if k != "deployment.kubernetes.io/revision"}}
+    return body
+
+
+def _manifest_document(doc: dict, namespace: str) -> dict:
+    group = doc.get("apiVersion", "").rpartition("/")[0]
+    where = ((doc.get("metadata") or {}).get("namespace") or namespace, (doc.get("metadata") or {}).get("name"))
+    return _chart_generated(f"{group}/{doc.get('kind')}", where, doc)
 
 
 def _record(text: str) -> dict:
@@ -270,7 +311,8 @@ def _release(revisions: list[dict]) -> dict:
     except (ValueError, OSError, KeyError) as error:
         return {"labels": labels, "unreadable": str(error)}
     import yaml
-    manifest = sorted((d for d in yaml.safe_load_all(release.get("manifest") or "") if d),
+    manifest = sorted((_manifest_document(d, release.get("namespace") or "")
+                       for d in yaml.safe_load_all(release.get("manifest") or "") if d),
                       key=lambda d: json.dumps(d, sort_keys=True))
     return {"labels": labels, "status": (release.get("info") or {}).get("status"),
             "chart": ((release.get("chart") or {}).get("metadata") or {}).get("version"),
@@ -301,6 +343,18 @@ def helm_history(cluster, release: str = "gpu-operator", namespace: str = "gpu-o
         assert "not found" in result.stderr, result.stderr
         return []
     return json.loads(result.stdout)
+
+
+def serve_prometheus(emu, url: str) -> None:
+    """The monitoring step verifies that Prometheus answers through the API server's service proxy: point the
+    chart's Prometheus Service at a real local Prometheus (tests/monitoring/live.LocalPrometheus, one per module)."""
+    emu.proxy_service(*PROMETHEUS_SERVICE, url)
+
+
+def all_history_problems(cluster) -> list[str]:
+    """history_problems() of every release the default playbook installs, each named."""
+    return [f"{name}: {problem}" for name, namespace in RELEASES
+            for problem in history_problems(helm_history(cluster, name, namespace))]
 
 
 def helm_releases(cluster) -> list[tuple[str, str, str]]:

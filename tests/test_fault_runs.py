@@ -47,6 +47,7 @@ import pytest
 from tests import reliability as rel
 from tests.conftest import chart
 from tests.kubeapi import Emulator
+from tests.monitoring.live import LocalPrometheus
 from tests.nodes.reports import write_report
 from tests.tools import ROOT, client_env, tool
 
@@ -92,6 +93,7 @@ class Setup:
     folder: Path
     report: Path
     playbook: Path | None
+    prometheus: str = ""  # the URL of the real Prometheus the chart's Service points at
     reference: dict | None = None
     requests: int = 0  # in the clean reference run
 
@@ -105,7 +107,8 @@ def options(helm: bool) -> dict:
 def write_config(folder: Path, kubeconfig: Path) -> Path:
     path = folder / "gpu-bootstrap.yaml"
     path.write_text(f"cluster: {{kubeconfig: {kubeconfig}}}\nnodes:\n" + "".join(f"  - name: {n}\n" for n in NODES) +
-                    f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 300\n")
+                    f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 300\n"
+                    f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n  wait_timeout: 300\n")
     return path
 
 
@@ -135,8 +138,16 @@ def error_of(result: subprocess.CompletedProcess) -> str:
         return (result.stderr.strip().splitlines() or [""])[-1]
 
 
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """A real Prometheus behind the chart's Service (the monitoring step's verify queries it), one per module."""
+    server = LocalPrometheus(tmp_path_factory.mktemp("prometheus"), "global: {scrape_interval: 15s}\n")
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="module", params=[False, True], ids=["no-helm", "full"])
-def setup(request, tmp_path_factory) -> Setup:
+def setup(request, tmp_path_factory, prometheus) -> Setup:
     """A clean run per kind: the end state every fault run must reach, and how many requests a run makes."""
     helm = request.param
     if helm:
@@ -146,8 +157,9 @@ def setup(request, tmp_path_factory) -> Setup:
     if not helm:
         playbook = folder / "no-helm.yaml"
         playbook.write_text("name: no-helm\nsteps: [" + ", ".join(NO_HELM_STEPS) + "]\n")
-    setup = Setup(helm, folder, write_report(folder / "report.json", NODES), playbook)
+    setup = Setup(helm, folder, write_report(folder / "report.json", NODES), playbook, prometheus.url)
     with Emulator(**options(helm)) as emu:
+        rel.serve_prometheus(emu, prometheus.url)
         result = up(emu, folder / "reference", setup)
         assert result.returncode == 0, result.stderr[-3000:]
         emu.settle()
@@ -161,6 +173,7 @@ def fault_run(setup: Setup, seed: int, inject) -> Run:
     run = Run(seed)
     folder = setup.folder / f"seed-{seed}-{inject.__name__}"
     with Emulator(**options(setup.helm)) as emu:
+        rel.serve_prometheus(emu, setup.prometheus)
         rules = inject(emu, seed, setup)
         started = time.monotonic()
         result = up(emu, folder, setup)
@@ -185,7 +198,7 @@ def fault_run(setup: Setup, seed: int, inject) -> Run:
         if found:
             run.problems.append("not the objects of a clean run: " + "; ".join(found))
         if setup.helm:
-            history = rel.history_problems(rel.helm_history(_Helm(folder)))
+            history = rel.all_history_problems(_Helm(folder))
             run.problems += [f"helm history: {p}" for p in history]
         if left := rel.no_helm_within(str(folder), 5):  # the run's and the rerun's kubeconfig are in there
             run.problems.append(f"helm left running: {left}")

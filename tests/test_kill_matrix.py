@@ -38,6 +38,7 @@ from gpu_bootstrap.pipeline.playbook import load_playbook
 from tests import reliability as rel
 from tests.conftest import chart
 from tests.kubeapi import Emulator
+from tests.monitoring.live import LocalPrometheus
 from tests.nodes.reports import write_report
 from tests.tools import ROOT, client_env, tool
 
@@ -85,7 +86,8 @@ def matrix() -> list[Point]:
 def write_config(folder: Path, kubeconfig: Path) -> Path:
     path = folder / "gpu-bootstrap.yaml"
     path.write_text(f"cluster: {{kubeconfig: {kubeconfig}}}\nnodes:\n" + "".join(f"  - name: {n}\n" for n in NODES) +
-                    f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 60\n")
+                    f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 60\n"
+                    f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n  wait_timeout: 60\n")
     return path
 
 
@@ -104,7 +106,7 @@ class Reference:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Reference:
+def reference(tmp_path_factory, prometheus) -> Reference:
     """One uninterrupted run on its own emulator: the end state to converge to, and each step's request count.
     The preflight report is shared by every run of this module (its path is part of preflight's record)."""
     folder = tmp_path_factory.mktemp("reference")
@@ -114,6 +116,7 @@ def reference(tmp_path_factory) -> Reference:
         for key, value in client_env(folder / "home").items():
             if key.startswith("HELM_") or key == "PATH":
                 patch.setenv(key, value)
+        rel.serve_prometheus(emu, prometheus.url)
         taken, state = rel.lock_taken(emu), {"taken": False}
 
         def count(request) -> None:
@@ -135,6 +138,21 @@ def reference(tmp_path_factory) -> Reference:
 @pytest.fixture
 def emulator_options():
     return dict(OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """A real Prometheus behind the chart's Service (the monitoring step's verify queries it), one per module."""
+    folder = tmp_path_factory.mktemp("prometheus")
+    server = LocalPrometheus(folder, "global: {scrape_interval: 15s}\n")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(cluster, prometheus):
+    rel.serve_prometheus(cluster.emu, prometheus.url)
+    return cluster
 
 
 def start_up(cluster, config: Path, report: Path, log: Path) -> subprocess.Popen:
@@ -195,9 +213,10 @@ def test_a_run_stopped_at_any_point_converges_on_rerun(cluster, tmp_path, refere
     result, document = up_in_process(config, reference.report, tmp_path / "rerun.log")
     assert result.exit_code == 0, result.output
     assert document["ok"] is True
-    assert rel.converged(emu, reference.view) == []
-    assert rel.history_problems(rel.helm_history(cluster)) == []
-    assert rel.helm_releases(cluster) == [("gpu-operator", "gpu-operator", "deployed")]
+    found = rel.converged(emu, reference.view)
+    assert found == [], "\n".join(found)
+    assert rel.all_history_problems(cluster) == []
+    assert rel.helm_releases(cluster) == sorted((name, namespace, "deployed") for name, namespace in rel.RELEASES)
     assert rel.helm_processes(marker) == []
 
 
