@@ -109,6 +109,35 @@ def test_arguments_upstream_rejects_are_refused_by_the_config(document, case):
         assert "list at least one resource" in message
 
 
+def extended_only_cases():
+    for path, document in documents():
+        for index, case in enumerate(document["cases"]):
+            if "two extended resources" in (case.get("skip") or ""):
+                yield pytest.param(document, case, id=f"{path.stem}[{index}] {case['name'].strip()}")
+
+
+@pytest.mark.parametrize("document, case", extended_only_cases())
+def test_two_extended_resources_give_upstreams_scores_through_the_same_formula(document, case):
+    """The engine holds one extended resource per node, so these cases are skipped above; the formula it scores
+    with (scoring.fit_score) still gives upstream's numbers when fed each resource's requested and allocatable."""
+    def total(containers, name):
+        return sum(trace.amount(container.get(name, 0)) for container in containers)
+
+    shape = scoring.scaled_shape(tuple(tuple(point) for point in case["shape"]))
+    scores = {}
+    for node, allocatable in case["nodes"].items():
+        weighted = []
+        for name, weight in case["resources"].items():
+            wanted = total(case["pod"], name)
+            if not wanted:
+                continue  # an extended resource the pod does not request is left out
+            used = sum(total(bound["containers"], name) for bound in case.get("existing") or []
+                       if bound["node"] == node)
+            weighted.append((used + wanted, trace.amount(allocatable.get(name, 0)), weight))
+        scores[node] = scoring.fit_score(document["strategy"], weighted, shape)
+    assert scores == case["expected"]
+
+
 @pytest.mark.parametrize("function", [pytest.param(f, id=f"points {f['points']}") for _, document in documents()
                                       for f in document.get("shape_functions") or []])
 def test_the_broken_linear_shape_matches_upstream(function):
