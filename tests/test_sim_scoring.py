@@ -9,7 +9,7 @@ import pytest
 
 from gpu_bootstrap.config import SchedulerConfig
 from gpu_bootstrap.render import scheduler as render
-from gpu_bootstrap.sim import engine, replay, scoring
+from gpu_bootstrap.sim import engine, replay, scoring, trace
 from gpu_bootstrap.sim.engine import Cluster, Node, Pod, Scheduler, Scorer
 from gpu_bootstrap.sim.scoring import GPU, Profile
 
@@ -196,3 +196,80 @@ def test_a_fragmentation_failure_is_told_apart_from_a_full_cluster():
     assert spread.first_frag_failure_pct == 100.0  # the first 8-GPU pod arrives with 16 of 16 GPUs demanded
     packed = replay.replay(nodes, arrivals, PACKER, seed=1)
     assert packed.frag_failures["8"] == 0 and packed.first_failure_pct == 150.0  # the second one: full, not frag
+
+
+# --- requests, container by container (component-helpers resource.PodRequests; KEP-753 for sidecars) ----------------
+def spec(*containers, init=()) -> dict:
+    def container(requests, restart=None):
+        entry = {"name": "c", "resources": {"requests": requests}}
+        return {**entry, "restartPolicy": restart} if restart else entry
+    return {"containers": [container(r) for r in containers],
+            "initContainers": [container(r, "Always" if sidecar else None) for r, sidecar in init]}
+
+
+@pytest.mark.parametrize("containers, plain, nonzero", [
+    ([{}, {}], (0, 0), (200, 400)),  # the defaults count per container whose request is not set
+    ([{"cpu": "0", "memory": "0"}], (0, 0), (0, 0)),  # an explicit 0 stays 0
+    ([], (0, 0), (0, 0)),  # no containers: nothing to default
+    ([{"cpu": "1"}, {"memory": "1Gi"}], (1000, 1024), (1100, 1224)),  # each container defaults what it lacks
+    ([{"cpu": "250m", "memory": "0"}, {}], (250, 0), (350, 200)),
+])
+def test_non_zero_defaults_apply_per_container_whose_request_is_missing(containers, plain, nonzero):
+    pod = trace.pod_from_spec(spec(*containers))
+    assert (pod.cpu, pod.memory) == plain
+    assert (pod.nonzero_cpu, pod.nonzero_memory) == nonzero
+
+
+def test_init_containers_set_a_floor_and_sidecars_add_to_the_app_containers():
+    # app 1000m + 1Gi; a sidecar (restartPolicy: Always) 500m + 256Mi runs beside them: 1500m, 1280Mi.
+    # The plain init container after the sidecar needs 2000m + 512Mi plus the sidecar already running: 2500m, 768Mi.
+    # Per resource the larger: cpu 2500 (init phase), memory 1280 (running phase).
+    pod = trace.pod_from_spec(spec({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                                   init=[({"cpu": "500m", "memory": "256Mi"}, True),
+                                         ({"cpu": "2", "memory": "512Mi"}, False)]))
+    assert (pod.cpu, pod.memory, pod.gpus) == (2500, 1280, 1)
+    # an init container before the sidecar does not count it
+    early = trace.pod_from_spec(spec({"cpu": "1"}, init=[({"cpu": "2"}, False), ({"cpu": "500m"}, True)]))
+    assert early.cpu == 2000  # max(1000 + 500, 2000)
+    # a sidecar without requests gets the defaults for Fit, and so do the init containers' missing ones
+    assert (early.nonzero_cpu, early.nonzero_memory) == (2000, 400)  # memory: app 200 + sidecar 200 > init's 200
+
+
+def test_the_overhead_adds_to_both_counts():
+    pod = trace.pod_from_spec({**spec({}), "overhead": {"cpu": "250m", "memory": "120Mi"}})
+    assert (pod.cpu, pod.memory, pod.nonzero_cpu, pod.nonzero_memory) == (250, 120, 350, 320)
+
+
+def test_csv_pods_count_a_zero_as_a_missing_request():
+    # the openb CSV cannot tell an explicit 0 from a missing request; its pods are one container each
+    assert (Pod(0, 0, 1).nonzero_cpu, Pod(0, 0, 1).nonzero_memory) == (100, 200)
+    assert Pod.from_containers([engine.Container(0, 0, 1)]).shape[-2:] == (0, 0)
+
+
+def test_running_pods_keep_their_own_defaults_and_merge_into_sums():
+    empty = trace.pod_from_spec(spec({}, {}))  # two containers without requests: 200m, 400Mi for Fit
+    per_pod = Cluster([Node("n", 4000, 8192, 8)], {"n": [empty, empty]})
+    merged = Cluster([Node("n", 4000, 8192, 8)], {"n": engine.merge_pods([empty, empty])})
+    assert (per_pod.nz_cpu, per_pod.nz_mem, per_pod.cpu) == ([400], [800], [0])
+    assert (merged.nz_cpu, merged.nz_mem, merged.cpu) == ([400], [800], [0])
+
+
+# --- what upstream leaves out of a score --------------------------------------------------------------------------
+def test_balanced_allocation_gives_no_score_to_a_best_effort_pod():
+    cluster = two_resource_node(cpu=3000, memory=1024, gpus=0)
+    profile = Profile("p", "MostAllocated", ((GPU, 1),), fit_weight=1, balanced_weight=1)
+    scorer = Scorer(profile, cluster)
+    best_effort = trace.pod_from_spec(spec({}, {}))
+    assert scorer.best_effort(best_effort) and scorer.score(0, best_effort) == 0
+    # before kubernetes PR #130260 it scored the node's balance: cpu 0.75, memory 0.125 -> 68
+    assert not scorer.best_effort(Pod(1, 0, 0))
+
+
+def test_a_resource_whose_allocatable_is_zero_is_left_out():
+    # a node reporting no memory: RequestedToCapacityRatio would give the missing resource the shape's score at
+    # 100 % (10 -> 100 here) and lift the node; upstream skips it, so only cpu counts: 2000/4000 -> 50
+    cluster = Cluster([Node("n", cpu=4000, memory=0, gpus=0)])
+    profile = Profile("p", "RequestedToCapacityRatio", (("cpu", 1), ("memory", 1)), ((0, 0), (100, 10)),
+                      balanced_weight=0)
+    assert Scorer(profile, cluster).score(0, Pod(2000, 0, 0, nonzero_memory=0)) == 50
+    assert scoring.fit_score("LeastAllocated", [(1000, 4000, 1), (5, 0, 3)]) == 75  # not (75 + 0) // 4

@@ -156,6 +156,35 @@ def test_from_cluster_uses_the_nodes_and_what_their_pods_already_request(cluster
     assert document["policies"][0]["alloc_pct_at_130"] <= 100 * 10 / 16
 
 
+def test_from_cluster_keeps_running_pods_apart_so_defaults_count_per_container(cluster):
+    """Two running pods of three containers, none with cpu or memory requests, and a sidecar: kube-scheduler's
+    NodeResourcesFit counts 100m / 200Mi for each of the eight containers, not once for the node."""
+    from gpu_bootstrap.adapters.kube import Kube
+    from gpu_bootstrap.sim import engine, trace
+    for name in ("worker-a", "worker-b"):
+        cluster.emu.seed({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                          "spec": {"nodeName": "gpu-1", "containers": [
+                              {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 2}}},
+                              {"name": "log", "image": "x"}, {"name": "zero", "image": "x", "resources": {
+                                  "requests": {"cpu": "0", "memory": "0"}}}],
+                              "initContainers": [{"name": "proxy", "image": "x", "restartPolicy": "Always"}]},
+                          "status": {"phase": "Running"}})
+    cluster.emu.seed({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "done", "namespace": "default"},
+                      "spec": {"nodeName": "gpu-1", "containers": [{"name": "c", "image": "x"}]},
+                      "status": {"phase": "Succeeded"}})
+    nodes, running = trace.cluster_snapshot(Kube(cluster.kubeconfig))
+    assert {n.name for n in nodes} == {"gpu-1", "gpu-2", "cpu-1"}
+    pods = running["gpu-1"]
+    assert len(pods) == 2  # one Pod per running pod; the finished one holds nothing
+    # per pod: main, log and the sidecar lack requests (3 x 100m, 3 x 200Mi); "zero" asked for 0 and counts 0
+    assert [(p.cpu, p.memory, p.gpus, p.nonzero_cpu, p.nonzero_memory) for p in pods] == [(0, 0, 2, 300, 600)] * 2
+    used = engine.Cluster(nodes, running)
+    index = [n.name for n in nodes].index("gpu-1")
+    assert (used.nz_cpu[index], used.nz_mem[index], used.gpu[index]) == (600, 1200, 4)
+    _, merged = trace.cluster_inventory(Kube(cluster.kubeconfig))
+    assert (merged["gpu-1"].nonzero_cpu, merged["gpu-1"].gpus) == (600, 4)  # the merged view keeps the sums
+
+
 def test_departures_free_gpus_as_pods_leave(tmp_path):
     nodes, pods = small_trace(tmp_path, nodes=8)
     _, still = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "3", "-o", "json")

@@ -33,7 +33,7 @@ def _reference(job: tuple) -> tuple[int, dict]:
 
 
 def run(nodes: list[Node], pods: list[dict], profiles: list[Profile], track: str = "A", seeds: int = 3,
-        tune: float = 1.3, used: dict[str, Pod] | None = None, departures: float = 0.0,
+        tune: float = 1.3, used: dict[str, Pod | list[Pod]] | None = None, departures: float = 0.0,
         workers: int | None = None, progress=None) -> dict:
     capacity = sum(n.gpus for n in nodes)
     chosen = replay.population(pods, track)

@@ -91,7 +91,7 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     kube_version = DEFAULT_KUBE_VERSION
     if options.from_cluster:
         kube_version = server_version(kube.version()) or DEFAULT_KUBE_VERSION
-        nodes, used = trace.cluster_inventory(kube)
+        nodes, used = trace.cluster_snapshot(kube)  # one Pod per running pod: defaults count per container
         source = f"cluster {kube.host}"
         if not any(n.gpus for n in nodes):
             raise ConfigError("no schedulable node of the cluster advertises nvidia.com/gpu",

@@ -4,6 +4,12 @@ Filter: the pod's cpu, memory and whole GPUs fit the node's free allocatable, th
 allows, and CPU-only pods stay off GPU nodes (node-prep taints them; such pods never tolerate the taint). Score:
 the profile's NodeResourcesFit and BalancedAllocation (scoring.py). Ties: uniform random, seeded.
 
+Requests are counted as kube-scheduler counts them (component-helpers' PodRequests): a pod is its containers, app
+containers summed, sidecars (init containers with restartPolicy: Always) added, and at least what any init container
+needs while it runs. For NodeResourcesFit a container whose cpu or memory request is not set counts 100m / 200 MiB;
+an explicit 0 stays 0 (so a pod without containers counts nothing). BalancedAllocation counts the plain requests and
+leaves out pods that request none of its resources (kubernetes PR #130260).
+
 Speed: a node's score for a pod depends only on the node's usage and the pod's requests, and traces repeat a few
 dozen request shapes. So each shape keeps its feasible nodes bucketed by score and re-scores only the nodes that
 changed since that shape was last placed. With percentageOfNodesToScore below 100 the scheduler's answer also
@@ -17,7 +23,7 @@ from dataclasses import dataclass
 from . import scoring
 from .scoring import GPU, Profile
 
-NONZERO_CPU_MILLI = 100  # kube-scheduler's defaults for containers without requests (Fit scoring only)
+NONZERO_CPU_MILLI = 100  # kube-scheduler's defaults per container without a request (Fit scoring only)
 NONZERO_MEMORY_MIB = 200
 
 
@@ -31,21 +37,92 @@ class Node:
 
 
 @dataclass(frozen=True)
+class Container:
+    """One container's requests. None: the request is not set; 0: set to zero (the difference matters to Fit)."""
+
+    cpu: int | None = None
+    memory: int | None = None
+    gpus: int = 0
+    restartable: bool = False  # an init container with restartPolicy: Always, i.e. a sidecar
+
+
+@dataclass(frozen=True)
 class Pod:
+    """A pod's requests. nonzero_cpu / nonzero_memory are what NodeResourcesFit counts (the per-container defaults
+    included); left out, the pod is taken as one container whose 0 means "not set" (the openb CSV cannot tell an
+    explicit 0 from a missing request), so they default to cpu or 100 and memory or 200."""
+
     cpu: int
     memory: int
     gpus: int
     models: frozenset | None = None  # allowed GPU models; None: any
+    nonzero_cpu: int | None = None
+    nonzero_memory: int | None = None
+
+    def __post_init__(self):
+        if self.nonzero_cpu is None:
+            object.__setattr__(self, "nonzero_cpu", self.cpu or NONZERO_CPU_MILLI)
+        if self.nonzero_memory is None:
+            object.__setattr__(self, "nonzero_memory", self.memory or NONZERO_MEMORY_MIB)
 
     @property
     def shape(self) -> tuple:
-        return self.cpu, self.memory, self.gpus, self.models
+        return self.cpu, self.memory, self.gpus, self.models, self.nonzero_cpu, self.nonzero_memory
+
+    @classmethod
+    def from_containers(cls, containers, init_containers=(), models: frozenset | None = None,
+                        overhead: tuple[int, int] = (0, 0)) -> "Pod":
+        """The pod kube-scheduler sees, from containers in the engine's units (millicores, MiB, GPUs)."""
+        cpu, memory, gpus = aggregate_requests(containers, init_containers)
+        nonzero_cpu, nonzero_memory, _ = aggregate_requests(containers, init_containers,
+                                                            (NONZERO_CPU_MILLI, NONZERO_MEMORY_MIB))
+        return cls(cpu + overhead[0], memory + overhead[1], gpus, models, nonzero_cpu + overhead[0],
+                   nonzero_memory + overhead[1])
+
+
+def aggregate_requests(containers, init_containers=(), defaults: tuple[int, int] | None = None) -> tuple[int, ...]:
+    """(cpu, memory, gpus) of a pod as resource.PodRequests adds them up: the app containers' sum plus the sidecars,
+    or, if larger, what an init container needs while it runs (itself plus the sidecars started before it).
+    `defaults` (cpu, memory) stand in, per container, for a request that is not set (NonMissingContainerRequests)."""
+    def amounts(container: Container) -> tuple[int, int, int]:
+        cpu, memory = container.cpu, container.memory
+        if defaults:
+            cpu = defaults[0] if cpu is None else cpu
+            memory = defaults[1] if memory is None else memory
+        return cpu or 0, memory or 0, container.gpus
+
+    def add(a, b):
+        return tuple(x + y for x, y in zip(a, b))
+
+    total = (0, 0, 0)
+    for container in containers:
+        total = add(total, amounts(container))
+    sidecars = peak = (0, 0, 0)
+    for container in init_containers:
+        own = amounts(container)
+        if container.restartable:  # runs on beside the app containers
+            total = add(total, own)
+            sidecars = add(sidecars, own)
+            running = sidecars
+        else:
+            running = add(own, sidecars)
+        peak = tuple(max(x, y) for x, y in zip(peak, running))
+    return tuple(max(x, y) for x, y in zip(total, peak))
+
+
+def merge_pods(pods) -> Pod:
+    """Pods on one node as one Pod: every count, the non-zero ones included, is a sum."""
+    pods = list(pods)
+    return Pod(sum(p.cpu for p in pods), sum(p.memory for p in pods), sum(p.gpus for p in pods), None,
+               sum(p.nonzero_cpu for p in pods), sum(p.nonzero_memory for p in pods))
 
 
 class Cluster:
-    """Free and requested resources per node, and a log of which nodes changed (for the score caches)."""
+    """Free and requested resources per node, and a log of which nodes changed (for the score caches).
 
-    def __init__(self, nodes: list[Node], used: dict[str, Pod] | None = None):
+    `used`: what already runs on a node, as one Pod or a list of pods (each with its own non-zero counts)."""
+
+    def __init__(self, nodes: list[Node], used: dict[str, Pod | list[Pod]] | None = None):
         self.nodes = nodes
         self.cpu_cap = [n.cpu for n in nodes]
         self.mem_cap = [n.memory for n in nodes]
@@ -61,7 +138,9 @@ class Cluster:
         self.total_gpus = sum(self.gpu_cap)
         for index, node in enumerate(nodes):
             if used and node.name in used:
-                self.add(index, used[node.name])
+                running = used[node.name]
+                for pod in (running if isinstance(running, (list, tuple)) else [running]):
+                    self.add(index, pod)
 
     def fits(self, index: int, pod: Pod) -> bool:
         if pod.gpus:
@@ -76,8 +155,8 @@ class Cluster:
     def add(self, index: int, pod: Pod, sign: int = 1) -> None:
         self.cpu[index] += sign * pod.cpu
         self.mem[index] += sign * pod.memory
-        self.nz_cpu[index] += sign * (pod.cpu or NONZERO_CPU_MILLI)
-        self.nz_mem[index] += sign * (pod.memory or NONZERO_MEMORY_MIB)
+        self.nz_cpu[index] += sign * pod.nonzero_cpu
+        self.nz_mem[index] += sign * pod.nonzero_memory
         self.gpu[index] += sign * pod.gpus
         self.changes.append(index)
 
@@ -95,21 +174,24 @@ class Scorer:
         self.shape = scoring.scaled_shape(profile.shape)
         self.fit_resources = [(name, weight) for name, weight in profile.resources if name in ("cpu", "memory", GPU)]
         self.balanced_resources = [r for r in profile.balanced_resources if r in ("cpu", "memory", GPU)]
+        self.balances_cpu = "cpu" in self.balanced_resources
+        self.balances_memory = "memory" in self.balanced_resources
+        self.balances_gpu = GPU in self.balanced_resources
 
     def score(self, index: int, pod: Pod) -> int:
         profile, c = self.profile, self.cluster
         if profile.strategy == "Random":
             return 0
-        weighted = []
+        weighted = []  # fit_score leaves out a resource whose allocatable is 0
         for name, weight in self.fit_resources:
             if name == "cpu":
-                weighted.append((c.nz_cpu[index] + (pod.cpu or NONZERO_CPU_MILLI), c.cpu_cap[index], weight))
+                weighted.append((c.nz_cpu[index] + pod.nonzero_cpu, c.cpu_cap[index], weight))
             elif name == "memory":
-                weighted.append((c.nz_mem[index] + (pod.memory or NONZERO_MEMORY_MIB), c.mem_cap[index], weight))
+                weighted.append((c.nz_mem[index] + pod.nonzero_memory, c.mem_cap[index], weight))
             elif pod.gpus and c.gpu_cap[index]:  # an extended resource the pod does not request is left out
                 weighted.append((c.gpu[index] + pod.gpus, c.gpu_cap[index], weight))
         total = profile.fit_weight * scoring.fit_score(profile.strategy, weighted, self.shape)
-        if profile.balanced_weight:
+        if profile.balanced_weight and not self.best_effort(pod):
             fractions = []
             for name in self.balanced_resources:
                 if name == "cpu" and c.cpu_cap[index]:
@@ -120,6 +202,12 @@ class Scorer:
                     fractions.append((c.gpu[index] + pod.gpus) / c.gpu_cap[index])
             total += profile.balanced_weight * scoring.balanced_score(fractions)
         return total
+
+    def best_effort(self, pod: Pod) -> bool:
+        """BalancedAllocation's PreScore skips a pod that requests none of its resources (kubernetes PR #130260):
+        otherwise every such pod would score the emptiest node best and pile onto it."""
+        return not ((self.balances_cpu and pod.cpu) or (self.balances_memory and pod.memory) or
+                    (self.balances_gpu and pod.gpus))
 
 
 class ShapeIndex:
@@ -223,7 +311,7 @@ FFD_ORDERS = (
 
 
 def first_fit_decreasing(nodes: list[Node], pods: list[Pod], pod_key, node_key,
-                         used: dict[str, Pod] | None = None) -> int:
+                         used: dict[str, Pod | list[Pod]] | None = None) -> int:
     """Offline: every pod known in advance, taken in `pod_key` order (largest GPU request first), each onto the
     first node in `node_key` order where it fits (cpu, memory, model). Returns the GPUs allocated."""
     order = sorted(range(len(nodes)), key=lambda i: (node_key(nodes[i]), i))
@@ -245,7 +333,8 @@ def first_fit_decreasing(nodes: list[Node], pods: list[Pod], pod_key, node_key,
     return allocated
 
 
-def best_offline(nodes: list[Node], pods: list[Pod], used: dict[str, Pod] | None = None) -> tuple[int, str]:
+def best_offline(nodes: list[Node], pods: list[Pod],
+                 used: dict[str, Pod | list[Pod]] | None = None) -> tuple[int, str]:
     """The best of a few first-fit-decreasing orders: an achievable offline reference, not a proven optimum."""
     return max((first_fit_decreasing(nodes, pods, pod_key, node_key, used), name)
                for name, pod_key, node_key in FFD_ORDERS)

@@ -118,10 +118,13 @@ def ratio_resource_score(shape: tuple, requested: int, capacity: int) -> int:
 
 
 def fit_score(strategy: str, weighted: list[tuple[int, int, int]], shape: tuple = ()) -> int:
-    """NodeResourcesFit over (requested, allocatable, weight) of the resources that count for this pod."""
+    """NodeResourcesFit over (requested, allocatable, weight) of the resources that count for this pod. A resource
+    whose allocatable is 0 is left out of the weighted mean, as upstream's scorers skip it."""
     node_score = weight_sum = 0
     if strategy == "RequestedToCapacityRatio":
         for requested, capacity, weight in weighted:
+            if not capacity:
+                continue
             score = ratio_resource_score(shape, requested, capacity)
             if score > 0:  # RequestedToCapacityRatio leaves zero scores out of the average
                 node_score += score * weight
@@ -129,8 +132,9 @@ def fit_score(strategy: str, weighted: list[tuple[int, int, int]], shape: tuple 
         return int(round_half_away(node_score / weight_sum)) if weight_sum else 0
     per_resource = most_requested if strategy == "MostAllocated" else least_requested
     for requested, capacity, weight in weighted:
-        node_score += per_resource(requested, capacity) * weight
-        weight_sum += weight
+        if capacity:
+            node_score += per_resource(requested, capacity) * weight
+            weight_sum += weight
     return node_score // weight_sum if weight_sum else 0
 
 

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import codecs
 import csv
+import decimal
 import io
 import math
 from pathlib import Path
 
 from ..errors import ConfigError
-from .engine import Node, Pod
+from .engine import NONZERO_CPU_MILLI, NONZERO_MEMORY_MIB, Container, Node, Pod, aggregate_requests, merge_pods
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
 MODEL_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.model")
+GPU_RESOURCE = "nvidia.com/gpu"
+MIB = 2 ** 20
 
 MAX_FILE_BYTES = 32 * 2 ** 20  # per trace file
 MAX_NODE_ROWS = 10_000
@@ -141,41 +144,82 @@ def quantity(value) -> float:
     return float(text)
 
 
+_SUFFIXES = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60,
+             "n": decimal.Decimal("1e-9"), "u": decimal.Decimal("1e-6"), "m": decimal.Decimal("1e-3"), "k": 10 ** 3,
+             "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18}
+
+
+def amount(value, milli: bool = False) -> int:
+    """A quantity as a whole number of base units (or of thousandths with `milli`), rounded up as Kubernetes'
+    Quantity.Value() and MilliValue() do. Exact: "100m" is 100 millicores, not 100.00000000000001."""
+    text = str(value).strip()
+    factor = 1
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix):  # "1E" is exa; "1E3" ends in a digit and is Decimal's exponent form
+            text, factor = text[:-len(suffix)], _SUFFIXES[suffix]
+            break
+    number = decimal.Decimal(text) * factor * (1000 if milli else 1)
+    return int(number.to_integral_value(rounding=decimal.ROUND_CEILING))
+
+
+def _container(container: dict, extended: str, restartable: bool = False) -> Container:
+    """One container's requests in millicores and bytes; None where a request is not set. A limit without a request
+    stands in for it, as the API server's defaulting does."""
+    resources = container.get("resources") or {}
+    requests = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return Container(amount(requests["cpu"], milli=True) if "cpu" in requests else None,
+                     amount(requests["memory"]) if "memory" in requests else None,
+                     amount(requests.get(extended, 0)), restartable)
+
+
+def pod_from_spec(spec: dict, memory_unit: int = MIB, extended: str = GPU_RESOURCE,
+                  models: frozenset | None = None) -> Pod:
+    """The pod as kube-scheduler counts it, container by container (engine.aggregate_requests): init containers,
+    sidecars (restartPolicy: Always) and the pod's overhead included, the non-zero defaults applied per container
+    whose cpu or memory request is not set. Memory in `memory_unit` bytes (MiB for the engine); `extended` is the
+    extended resource the engine models as its GPUs."""
+    containers = [_container(c, extended) for c in spec.get("containers") or []]
+    inits = [_container(c, extended, c.get("restartPolicy") == "Always") for c in spec.get("initContainers") or []]
+    overhead = spec.get("overhead") or {}
+    extra_cpu, extra_memory = amount(overhead.get("cpu", 0), milli=True), amount(overhead.get("memory", 0))
+    cpu, memory, gpus = aggregate_requests(containers, inits)
+    defaults = (NONZERO_CPU_MILLI, NONZERO_MEMORY_MIB * MIB)
+    nonzero_cpu, nonzero_memory, _ = aggregate_requests(containers, inits, defaults)
+    return Pod(cpu + extra_cpu, (memory + extra_memory) // memory_unit, gpus, models, nonzero_cpu + extra_cpu,
+               (nonzero_memory + extra_memory) // memory_unit)
+
+
 def pod_requests(spec: dict) -> tuple[int, int, int]:
-    """(cpu milli, memory MiB, GPUs): max(sum of containers, largest init container), as the scheduler counts."""
-    def of(containers):
-        totals = [0.0, 0.0, 0.0]
-        for container in containers or []:
-            requests = {**((container.get("resources") or {}).get("limits") or {}),
-                        **((container.get("resources") or {}).get("requests") or {})}
-            totals[0] += quantity(requests.get("cpu", 0)) * 1000
-            totals[1] += quantity(requests.get("memory", 0)) / 2 ** 20
-            totals[2] += quantity(requests.get("nvidia.com/gpu", 0))
-        return totals
-    main = of(spec.get("containers"))
-    for init in spec.get("initContainers") or []:
-        main = [max(a, b) for a, b in zip(main, of([init]))]
-    return int(main[0]), int(main[1]), int(main[2])
+    """(cpu milli, memory MiB, GPUs) as the scheduler counts them (pod_from_spec, without the non-zero defaults)."""
+    pod = pod_from_spec(spec)
+    return pod.cpu, pod.memory, pod.gpus
 
 
-def cluster_inventory(kube) -> tuple[list[Node], dict[str, Pod]]:
-    """Schedulable nodes with their allocatable resources and GPU model, and what running pods already request."""
-    nodes = []
-    for node in kube.list("v1", "Node"):
-        if (node.get("spec") or {}).get("unschedulable"):
-            continue
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        labels = node["metadata"].get("labels") or {}
-        model = next((labels[label] for label in MODEL_LABELS if labels.get(label)), "")
-        nodes.append(Node(node["metadata"]["name"], int(quantity(allocatable.get("cpu", 0)) * 1000),
-                          int(quantity(allocatable.get("memory", 0)) / 2 ** 20),
-                          int(quantity(allocatable.get("nvidia.com/gpu", 0))), model))
-    used: dict[str, list[int]] = {}
+def node_from_object(node: dict, memory_unit: int = MIB, extended: str = GPU_RESOURCE) -> Node:
+    """A Node object's allocatable cpu (millicores), memory (`memory_unit` bytes), GPUs and GPU model label."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    labels = node["metadata"].get("labels") or {}
+    model = next((labels[label] for label in MODEL_LABELS if labels.get(label)), "")
+    return Node(node["metadata"]["name"], amount(allocatable.get("cpu", 0), milli=True),
+                amount(allocatable.get("memory", 0)) // memory_unit, amount(allocatable.get(extended, 0)), model)
+
+
+def cluster_snapshot(kube) -> tuple[list[Node], dict[str, list[Pod]]]:
+    """Schedulable nodes, and the pods running (or bound) on each node, one Pod per pod: the non-zero defaults
+    count per container, as kube-scheduler's NodeInfo counts them, not once per node."""
+    nodes = [node_from_object(node) for node in kube.list("v1", "Node")
+             if not (node.get("spec") or {}).get("unschedulable")]
+    running: dict[str, list[Pod]] = {}
     for pod in kube.list("v1", "Pod"):
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        totals = used.setdefault(node, [0, 0, 0])
-        for i, amount in enumerate(pod_requests(pod["spec"])):
-            totals[i] += amount
-    return nodes, {name: Pod(*totals) for name, totals in used.items()}
+        running.setdefault(node, []).append(pod_from_spec(pod["spec"]))
+    return nodes, running
+
+
+def cluster_inventory(kube) -> tuple[list[Node], dict[str, Pod]]:
+    """Schedulable nodes with their allocatable resources and GPU model, and what running pods already request, one
+    merged Pod per node (its non-zero counts are the per-container sums; cluster_snapshot keeps the pods apart)."""
+    nodes, running = cluster_snapshot(kube)
+    return nodes, {name: merge_pods(pods) for name, pods in running.items()}
