@@ -93,7 +93,9 @@ def _cluster_adapters(options: Options, config):
     if not options.no_cluster:
         kubeconfig = check_kubeconfig(kubeconfig, config.cluster.context)
     mode = gate_module.SERVER_DRY_RUN if options.dry_run else gate_module.APPLY
-    return (Kube(kubeconfig, config.cluster.context), Helm(kubeconfig, config.cluster.context), mode, None)
+    from .adapters.relay import Relay
+    kube = Kube(kubeconfig, config.cluster.context)
+    return kube, Helm(kubeconfig, config.cluster.context, relay=Relay(kube)), mode, None
 
 
 def _node_facts(options: Options, config, kube, probe: bool):

@@ -122,8 +122,9 @@ class Attempt:
 class Helm:
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, executable: str | None = None,
                  timeout: str = "10m", read_deadline: float = READ_DEADLINE,
-                 read_attempt_timeout: float = READ_ATTEMPT_TIMEOUT):
+                 read_attempt_timeout: float = READ_ATTEMPT_TIMEOUT, relay=None):
         self.kubeconfig = kubeconfig
+        self.relay = relay  # adapters/relay.Relay: helm's requests go through it (our retry rule), else direct
         self.context = context
         self.executable = executable
         self.timeout = timeout
@@ -135,6 +136,8 @@ class Helm:
     # --- running helm ---------------------------------------------------------------------------------------------
     def _argv(self, args: list[str]) -> list[str]:
         argv = [self.executable or find_helm(), *args]
+        if self.relay is not None:
+            return argv + ["--kubeconfig", str(self.relay.kubeconfig())]
         if self.kubeconfig:
             argv += ["--kubeconfig", str(self.kubeconfig)]
         if self.context:

@@ -25,6 +25,8 @@ MAX_ATTEMPTS = 20
 MAX_TIMEOUTS = 2  # attempts that may time out: a server that hung twice in a row is not coming back in time
 BACKOFF_BASE = 0.25  # seconds before the 2nd attempt; doubles each time ...
 BACKOFF_CAP = 4.0  # ... up to this; each wait is drawn from [half, all] of it (jitter)
+REPEATABLE_PATCHES = ("application/apply-patch+yaml", "application/merge-patch+json",
+                      "application/strategic-merge-patch+json")  # the same patch twice gives the same object
 ATTEMPTS_HEADER = "X-Gpu-Bootstrap-Attempts"  # _call notes its retries here, for the error message
 # kind -> (plural, namespaced) for what the tool touches; anything else is found through discovery.
 KNOWN = {
@@ -122,6 +124,15 @@ def _message(data: bytes) -> str:
         return data[:200].decode(errors="replace")
 
 
+def _named(body: bytes | None) -> str | None:
+    """The name of the object a JSON create body carries (None for generateName, a review, or no JSON)."""
+    try:
+        meta = json.loads(body or b"").get("metadata") or {}
+    except (ValueError, AttributeError):
+        return None
+    return meta.get("name") if isinstance(meta.get("name"), str) and meta.get("name") else None
+
+
 def _carries(stored, sent) -> bool:
     """Does the stored object hold everything that was sent? (The server adds defaults and status; a list item
     sent must be found among the stored ones; scalars compare as text, so 1 and "1" are equal.)"""
@@ -197,7 +208,8 @@ class Kube:
 
     def _call(self, method: str, path: str, query: dict | None = None, body=None,
               content_type: str = "application/json", idempotent: bool | None = None,
-              accept: str = "application/json") -> tuple[int, bytes, dict]:
+              accept: str = "application/json", agent: str | None = None,
+              dry_run: bool = False) -> tuple[int, bytes, dict]:
         """One logical request: attempts with backoff until an answer that is final, the deadline, or the attempt
         limit. Returns (status, body, headers) of the last answer; raises Unreachable when there was none."""
         import urllib3
@@ -205,7 +217,7 @@ class Kube:
         api = self._api()
         query = {k: v for k, v in (query or {}).items() if v is not None}
         url = api.configuration.host + path + (f"?{urlencode(query)}" if query else "")
-        headers = {"Accept": accept, "User-Agent": "gpu-bootstrap"}
+        headers = {"Accept": accept, "User-Agent": agent or "gpu-bootstrap"}
         payload = None
         if body is not None:
             headers["Content-Type"] = content_type  # JSON is YAML too: apply-patch+yaml bodies go as JSON
@@ -213,7 +225,7 @@ class Kube:
                 json.dumps(body).encode()
         api.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)  # token, exec plugins
         repeatable = method in ("GET", "HEAD") if idempotent is None else idempotent
-        repeatable = repeatable or query.get("dryRun") == "All"  # a dry run stores nothing: always safe to repeat
+        repeatable = repeatable or dry_run or query.get("dryRun") == "All"  # a dry run stores nothing: repeatable
         started = time.monotonic()
         attempt, timeouts, last = 0, 0, None
         while True:
@@ -261,6 +273,47 @@ class Kube:
             if attempt > 1:
                 answer[ATTEMPTS_HEADER] = f"{attempt} attempts in {time.monotonic() - started:.1f} s"
             return status, data, answer
+
+    # --- another client's requests (helm, through adapters/relay.py) ------------------------------------------------
+    def forward(self, method: str, target: str, body: bytes | None, headers: dict) -> tuple[int, bytes, dict]:
+        """Send a request another client made (`target`: path and query) with our credentials and our retry rule,
+        and return the final (status, body, headers). What is safe to repeat is decided as for our own requests:
+        reads, DELETE, PUT, server-side apply, merge and strategic merge patches, dry runs and the create of a named
+        object (a 409 after a repeat of one whose first attempt may have landed is read back, as create() does);
+        anything else is repeated only when the server certainly did not see it."""
+        path, _, query = target.partition("?")
+        content_type = headers.get("Content-Type") or "application/json"
+        named = _named(body) if method == "POST" and "json" in content_type else None
+        repeatable = method in ("GET", "HEAD", "DELETE", "PUT") or named is not None or \
+            (method == "PATCH" and content_type.split(";")[0] in REPEATABLE_PATCHES)
+        status, data, answer = self._call(method, target, None, body, content_type, repeatable,
+                                          accept=headers.get("Accept") or "application/json",
+                                          agent=headers.get("User-Agent"),
+                                          dry_run="dryRun=All" in query)
+        if status == 409 and named and ATTEMPTS_HEADER in answer:
+            status2, stored, answer2 = self._call("GET", f"{path}/{quote(named, safe='')}", None, None,
+                                                  agent=headers.get("User-Agent"))
+            try:
+                found = json.loads(stored) if status2 == 200 else None
+            except ValueError:
+                found = None
+            if found and not found["metadata"].get("deletionTimestamp") and _carries(found, json.loads(body)):
+                log.info("POST %s: %s exists as sent after a repeat: an earlier attempt created it", path, named)
+                return 201, stored, answer2
+        return status, data, answer
+
+    def stream(self, method: str, target: str, headers: dict):
+        """Open a streaming request (a watch) for another client: sent once, not repeated (a watcher re-lists and
+        watches again), no read timeout. Returns the urllib3 response, its body not yet read."""
+        import urllib3
+        api = self._api()
+        sent = {"Accept": headers.get("Accept") or "application/json",
+                "User-Agent": headers.get("User-Agent") or "gpu-bootstrap"}
+        api.update_params_for_auth(sent, [], ["BearerToken"], target, method, None)
+        self.requests += 1
+        return api.rest_client.pool_manager.request(
+            method, api.configuration.host + target, headers=sent, retries=False, redirect=False,
+            preload_content=False, timeout=urllib3.Timeout(connect=self.connect_timeout, read=None))
 
     def _wait(self, attempt: int, asked: float | None, cutoff: float, what: str) -> bool:
         """Sleep before the next attempt (adapters/backoff.py), at least what Retry-After asked for. False when
