@@ -264,3 +264,36 @@ def test_defrag_text_view_says_nothing_was_evicted(fragmented, tmp_path):
     assert result.exit_code == 0, result.output
     assert "nothing was evicted" in result.stdout and "free gpu-c" in result.stdout
     assert "kubectl drain gpu-c" in result.stdout
+
+
+# --- --watch ---------------------------------------------------------------------------------------------------------------
+def test_watch_reads_again_and_shows_the_latest_state_until_ctrl_c(cluster, api, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    gpu_node(cluster, api, "gpu-a", 8)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "HOME": str(tmp_path)}
+    process = subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "status", "--watch", "--interval", "1",
+                                "--kubeconfig", str(cluster.kubeconfig), "--log-file", str(tmp_path / "log")],
+                               env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def reads() -> int:
+        return len(cluster.emu.requests.matching("GET", "/api/v1/nodes"))
+
+    try:
+        deadline = time.monotonic() + 60
+        while reads() < 1 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.1)
+        cluster.emu.seed(pod("default", "late", 3, "gpu-a"))  # arrives after the first read
+        seen = reads()
+        while reads() < seen + 2 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err.decode()
+    assert reads() >= seen + 2  # it read the cluster again, and again
+    assert "3/8 GPUs requested" in out.decode()  # the last frame shows the pod that came later
