@@ -370,7 +370,8 @@ def utilisation(kube, prometheus: str | None, window: str, idle_below: float) ->
     namespace/pod attribution); a GPU below `idle_below` percent is allocated but idle. Never fails `status`: an
     unreachable Prometheus is a note."""
     from .errors import GpuBootstrapError
-    base = {"window": window, "idle_below_pct": idle_below, "prometheus": None, "gpus": [], "idle": [], "note": ""}
+    base = {"window": window, "idle_below_pct": idle_below, "prometheus": None, "gpus": [], "idle": [], "pods": [],
+            "note": ""}
     try:
         proxy = find_prometheus(kube, prometheus)
         if proxy is None:
@@ -393,9 +394,18 @@ def utilisation(kube, prometheus: str | None, window: str, idle_below: float) ->
                                                                                   f"{labels['UUID'][:12]}".strip(),
                      "uuid": labels.get("UUID"), "mean_pct": round(mean, 2), "idle": mean < idle_below})
     rows.sort(key=lambda r: (r["namespace"], r["pod"], r["gpu"]))
-    idle = [r for r in rows if r["idle"]]
     note = "" if rows else "no DCGM_FI_DEV_GPU_UTIL series with a pod label in the window"
-    return {**base, "gpus": rows, "idle": idle, "note": note}
+    return {**base, "gpus": rows, "idle": [r for r in rows if r["idle"]], "pods": _per_pod(rows), "note": note}
+
+
+def _per_pod(rows: list[dict]) -> list[dict]:
+    """Utilisation per pod: the mean over its GPUs, and how many of them are idle."""
+    pods: dict[tuple, list[dict]] = {}
+    for row in rows:
+        pods.setdefault((row["namespace"], row["pod"]), []).append(row)
+    return [{"namespace": namespace, "pod": pod, "node": held[0]["node"], "gpus": len(held),
+             "mean_pct": round(sum(r["mean_pct"] for r in held) / len(held), 2),
+             "idle_gpus": sum(1 for r in held if r["idle"])} for (namespace, pod), held in pods.items()]
 
 
 # --- the command ------------------------------------------------------------------------------------------------------

@@ -108,16 +108,20 @@ def fragmentation_lines(document: dict) -> list[str]:
             f"{f['free_4gpu_nodes']} x 4-GPU"]
 
 
-def utilisation_table(document: dict):
+def utilisation_table(document: dict, wide: bool):
+    """Per pod (per GPU with -o wide): mean utilisation over the window, and the allocated GPUs that sat idle."""
     from rich.table import Table
     use = document["utilisation"]
-    table = Table(title=f"GPU utilisation over {use['window']} (idle: below {use['idle_below_pct']:g} %) from "
-                        f"{use['prometheus']}", title_justify="left")
-    for column in ("namespace", "pod", "node", "GPU", "mean %", "idle"):
-        table.add_column(column, justify="right" if column == "mean %" else "left")
-    for row in use["gpus"]:
+    idle = len(use["idle"])
+    table = Table(title=f"GPU utilisation over {use['window']} from {use['prometheus']}: {idle} allocated GPU(s) "
+                        f"idle (below {use['idle_below_pct']:g} %)", title_justify="left")
+    for column in ("namespace", "pod", "node", "GPU" if wide else "GPUs", "mean %", "idle"):
+        table.add_column(column, justify="right" if column in ("mean %", "GPUs") else "left")
+    for row in use["gpus"] if wide else use["pods"]:
+        idle_cell = ("[yellow]idle[/]" if row["idle"] else "") if wide else \
+            (f"[yellow]{row['idle_gpus']} idle[/]" if row["idle_gpus"] else "")
         table.add_row(escape(row["namespace"]), escape(row["pod"]), escape(row["node"] or "-"),
-                      escape(row["gpu"]), f"{row['mean_pct']:.1f}", "[yellow]idle[/]" if row["idle"] else "")
+                      escape(row["gpu"]) if wide else str(row["gpus"]), f"{row['mean_pct']:.1f}", idle_cell)
     return table
 
 
@@ -149,7 +153,7 @@ def renderable(document: dict, by: str, wide: bool):
         parts.append(pending_table(document, wide))
     parts += [Text.from_markup(line) for line in fragmentation_lines(document)]
     if document.get("utilisation"):
-        parts.append(utilisation_table(document) if document["utilisation"]["gpus"] else
+        parts.append(utilisation_table(document, wide) if document["utilisation"]["gpus"] else
                      Text(f"GPU utilisation: {document['utilisation']['note']}"))
     if document.get("defrag"):
         parts += [Text.from_markup(line) for line in defrag_lines(document["defrag"])]

@@ -67,6 +67,9 @@ def test_idle_gpus_are_found_with_namespace_and_pod(cluster, prometheus, tmp_pat
     assert held == {("ml", "train-0"), ("ml", "notebook-0"), ("vision", "infer-0"), ("vision", "train-1")}
     assert len(use["gpus"]) == 8  # train-0 x4, notebook-0, infer-0, train-1 x2
     assert [(r["namespace"], r["pod"], r["node"]) for r in use["idle"]] == [("ml", "notebook-0", "gpu-1")]
+    pods = {r["pod"]: r for r in use["pods"]}
+    assert (pods["notebook-0"]["gpus"], pods["notebook-0"]["idle_gpus"]) == (1, 1)
+    assert (pods["train-0"]["gpus"], pods["train-0"]["idle_gpus"]) == (4, 0)
     busy = {r["pod"]: r["mean_pct"] for r in use["gpus"] if not r["idle"]}
     assert 80 <= busy["train-0"] <= 90 and 35 <= busy["infer-0"] <= 45  # the scenario's 85 % and 40 % (+/- 5)
 
