@@ -31,20 +31,29 @@ class Snapshot:
 
     nodes: list[dict]
     pods: list[dict]
-    events: list[dict]
+    events: list[dict] | None  # None: they could not be read (unknown, not "no events")
     host: str = ""
+    notes: list[str] = field(default_factory=list)
     taken: _dt.datetime = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc))
 
     def list(self, api_version: str, kind: str, *_args, **_kwargs) -> list[dict]:
-        return {"Node": self.nodes, "Pod": self.pods, "Event": self.events}[kind]
+        return {"Node": self.nodes, "Pod": self.pods, "Event": self.events or []}[kind]
 
 
 def read(kube) -> Snapshot:
-    """Three list calls, paginated by the adapter (500 a page); no per-node or per-pod request."""
+    """Three list calls, paginated by the adapter (500 a page); no per-node or per-pod request. Nodes and pods are
+    the figures (without them there is no status); events only explain, so a refusal to list them is a note."""
+    from .errors import ClusterError, Unreachable
     nodes = kube.list("v1", "Node")
     pods = kube.list("v1", "Pod")
-    events = kube.list("v1", "Event", field_selector="reason=FailedScheduling")
-    return Snapshot(nodes, pods, events, kube.host)
+    try:
+        events, notes = kube.list("v1", "Event", field_selector="reason=FailedScheduling"), []
+    except Unreachable:
+        raise
+    except ClusterError as error:
+        events, notes = None, [f"scheduling events could not be read ({error.message}): pending pods show their "
+                               f"PodScheduled condition only"]
+    return Snapshot(nodes, pods, events, kube.host, notes=notes)
 
 
 # --- quantities and requests ------------------------------------------------------------------------------------------
@@ -131,7 +140,7 @@ def document(snapshot: Snapshot, settings: Settings) -> dict:
     pods = [_pod_row(p, requests[_key(p)], settings, snapshot.taken) for p in shown
             if holds(p) and nvidia(requests[_key(p)])]
     events: dict[tuple, list[dict]] = {}
-    for event in snapshot.events:
+    for event in snapshot.events or []:
         about = event.get("involvedObject") or {}
         events.setdefault((about.get("namespace"), about.get("name")), []).append(event)
     pending = [_pending_row(p, requests[_key(p)], settings, snapshot.taken, events) for p in shown
@@ -148,6 +157,8 @@ def document(snapshot: Snapshot, settings: Settings) -> dict:
         "fragmentation": fragmentation(snapshot, requests),
         "utilisation": None,
         "other_nodes_with_gpu_pods": sorted({p["node"] for p in pods} - gpu_names),
+        "events_read": snapshot.events is not None,
+        "notes": list(snapshot.notes),
     }
 
 

@@ -297,3 +297,19 @@ def test_watch_reads_again_and_shows_the_latest_state_until_ctrl_c(cluster, api,
     assert process.returncode == 0, err.decode()
     assert reads() >= seen + 2  # it read the cluster again, and again
     assert "3/8 GPUs requested" in out.decode()  # the last frame shows the pod that came later
+
+
+def test_events_it_may_not_read_are_unknown_not_absent(ground_truth, tmp_path):
+    ground_truth.emu.faults.add("GET", r"/api/v1/events$", status=403, count=None, message="events is forbidden")
+    document = status(ground_truth, tmp_path, "-o", "json")
+    assert document["events_read"] is False and "events is forbidden" in document["notes"][0]
+    assert document["totals"]["pending_gpu_pods"] == 2  # the figures do not depend on events
+    assert {p["name"]: p["reason"] for p in document["pending"]} == {"big": "Unschedulable", "picky": "Unschedulable"}
+
+
+def test_a_cluster_it_cannot_reach_is_exit_1_and_a_missing_kubeconfig_exit_2(ground_truth, tmp_path):
+    ground_truth.emu.faults.add("GET", r"/api/v1/pods$", status=403, count=None, message="pods is forbidden")
+    result = status(ground_truth, tmp_path, parse=False)
+    assert result.exit_code == 1 and "pods is forbidden" in result.output
+    missing = runner.invoke(app, ["status", "--kubeconfig", str(tmp_path / "nope"), "--log-file", str(tmp_path / "l")])
+    assert missing.exit_code == 2 and "nope" in missing.output
