@@ -103,6 +103,22 @@ def main() -> None:
         print(f"peer kubectl get nodes -o json + kubectl get pods -A -o json: {peer_s:.2f} s median "
               f"({', '.join(f'{s:.2f}' for s in peers)}), {peer_requests} API requests")
         print(f"ratio status / peer: {status_s / peer_s:.2f}")
+        read_s, document_s = in_process(kubeconfig)
+        print(f"in one process (no start-up): reading {read_s:.2f} s (the emulator serving and JSON decoding), "
+              f"building the document {document_s:.2f} s")
+
+
+def in_process(kubeconfig: Path) -> tuple[float, float]:
+    """Where the time goes: the list calls, then everything status computes from them (fragmentation included)."""
+    from gpu_bootstrap import cluster_status
+    from gpu_bootstrap.adapters.kube import Kube
+    kube = Kube(kubeconfig)
+    kube.version()  # connect first: the client's set-up is start-up, not reading
+    started = time.monotonic()
+    snapshot = cluster_status.read(kube)
+    read_done = time.monotonic()
+    cluster_status.document(snapshot, cluster_status.Settings("gpu-binpack-scheduler", "nvidia.com/gpu"))
+    return read_done - started, time.monotonic() - read_done
 
 
 if __name__ == "__main__":

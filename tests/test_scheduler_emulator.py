@@ -199,3 +199,20 @@ def test_doctor_fails_when_gpu_pods_wait_for_a_scheduler_that_is_gone(cluster, t
     assert rows[0]["status"] == "warn"
     assert rows[1]["status"] == "fail" and "default/orphan" in rows[1]["message"]
     assert "not running" in rows[1]["message"]
+
+
+def test_doctor_fails_when_the_leader_renews_its_lease_but_binds_nothing(cluster, tmp_path):
+    config = write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    cluster.emu.controllers.unregister_scheduler(NAME)  # the stand-in keeps its lease fresh, but stops scheduling
+    cluster.emu.seed(gpu_pod("ignored"))
+    assert cluster.emu.settle()
+    assert bound_node(cluster.emu, "ignored") is None
+    running, waiting = doctor_rows(config, tmp_path)
+    assert waiting["status"] == "warn"  # a pod just created may simply not have been looked at yet
+    with cluster.emu.store.lock:  # the emulator's clock cannot be moved: age the pod instead
+        stored = cluster.emu.store.objects[("", "pods")][("default", "ignored")]
+        stored["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+    running, waiting = doctor_rows(config, tmp_path)
+    assert running["status"] == "pass" and "leader" in running["message"]
+    assert waiting["status"] == "fail" and "has not looked at 1 pod(s)" in waiting["message"]

@@ -236,6 +236,7 @@ def fragmented(cluster, api):
     return cluster
 
 
+@pytest.mark.tools
 def test_defrag_plans_a_whole_node_and_replaying_it_frees_it(fragmented, tmp_path):
     emu = fragmented.emu
     before = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in emu.list("pods", "ml") if p["spec"].get("nodeName")}
@@ -267,6 +268,7 @@ def test_defrag_text_view_says_nothing_was_evicted(fragmented, tmp_path):
 
 
 # --- --watch ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_watch_reads_again_and_shows_the_latest_state_until_ctrl_c(cluster, api, tmp_path):
     import os
     import signal
