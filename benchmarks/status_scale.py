@@ -87,19 +87,21 @@ def main() -> None:
         home = Path(folder)
         kubeconfig = emu.write_kubeconfig(home / "kubeconfig")
         env = {**client_env(home), "PYTHONPATH": str(ROOT)}
-        ours, peers, counts = [], [], []
+        ours, peers, counts, served = [], [], [], []
         for _ in range(args.runs):
             emu.requests.clear()
             ours.append(timed([sys.executable, "-m", "gpu_bootstrap", "status", "-o", "json", "--kubeconfig",
                                str(kubeconfig), "--log-file", os.devnull], {**env, "HOME": str(home)}))
             counts.append(len(emu.requests.all()))
+            served.append(sum(r.duration for r in emu.requests.all()))
             emu.requests.clear()
             peers.append(timed([str(kubectl), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o", "json"], env) +
                          timed([str(kubectl), "--kubeconfig", str(kubeconfig), "get", "pods", "-A", "-o", "json"], env))
             peer_requests = len(emu.requests.all())
         status_s, peer_s = statistics.median(ours), statistics.median(peers)
         print(f"gpu-bootstrap status -o json: {status_s:.2f} s median of {args.runs} (runs: "
-              f"{', '.join(f'{s:.2f}' for s in ours)}), {counts[-1]} API requests")
+              f"{', '.join(f'{s:.2f}' for s in ours)}), {counts[-1]} API requests, of which the emulator spent "
+              f"{statistics.median(served):.2f} s serving")
         print(f"peer kubectl get nodes -o json + kubectl get pods -A -o json: {peer_s:.2f} s median "
               f"({', '.join(f'{s:.2f}' for s in peers)}), {peer_requests} API requests")
         print(f"ratio status / peer: {status_s / peer_s:.2f}")
