@@ -164,7 +164,7 @@ def test_dry_run_against_the_cluster_changes_nothing(cluster, tmp_path):
     assert all(r.query.get("dryRun") == ["All"] for r in cluster.emu.requests.writes())
 
 
-# --- day 2: doctor ---------------------------------------------------------------------------------------------------------
+# --- day 2: doctor ----------------------------------------------------------------------------------------------------
 def doctor_rows(config: Path, tmp_path: Path) -> list[dict]:
     result = runner.invoke(app, ["doctor", "-c", str(config), "--no-nodes", "-o", "json",
                                  "--log-file", str(tmp_path / "doctor-log")])

@@ -267,7 +267,7 @@ def test_defrag_text_view_says_nothing_was_evicted(fragmented, tmp_path):
     assert "kubectl drain gpu-c" in result.stdout
 
 
-# --- --watch ---------------------------------------------------------------------------------------------------------------
+# --- --watch ----------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_watch_reads_again_and_shows_the_latest_state_until_ctrl_c(cluster, api, tmp_path):
     import os
