@@ -272,6 +272,7 @@ def _namespaces(pods: list[dict], pending: list[dict]) -> list[dict]:
         row = rows.setdefault(pod["namespace"], _empty_namespace(pod["namespace"]))
         row["gpu_pods"] += 1
         row["gpus"] += pod["gpus"]
+        row["schedulers"][pod["scheduler"]] = row["schedulers"].get(pod["scheduler"], 0) + 1
         for resource, amount in pod["resources"].items():
             row["resources"][resource] = row["resources"].get(resource, 0) + amount
     for pod in pending:
@@ -282,7 +283,8 @@ def _namespaces(pods: list[dict], pending: list[dict]) -> list[dict]:
 
 
 def _empty_namespace(name: str) -> dict:
-    return {"name": name, "gpu_pods": 0, "gpus": 0, "resources": {}, "pending_pods": 0, "pending_gpus": 0}
+    return {"name": name, "gpu_pods": 0, "gpus": 0, "resources": {}, "schedulers": {}, "pending_pods": 0,
+            "pending_gpus": 0}
 
 
 # --- fragmentation, by the simulator's code ---------------------------------------------------------------------------

@@ -57,11 +57,13 @@ def nodes_table(document: dict, wide: bool):
 def namespaces_table(document: dict, wide: bool):
     from rich.table import Table
     table = Table(title="GPUs by namespace", title_justify="left")
-    for column in ("namespace", "GPU pods", "GPUs", "MIG / shared", "pending pods", "pending GPUs"):
-        table.add_column(column, justify="left" if column in ("namespace", "MIG / shared") else "right")
+    for column in ("namespace", "GPU pods", "GPUs", "MIG / shared", "pending pods", "pending GPUs", "schedulers"):
+        table.add_column(column, justify="left" if column in ("namespace", "MIG / shared", "schedulers") else "right")
     for row in document["namespaces"]:
+        schedulers = ", ".join(f"{name} {count}" for name, count in sorted(row["schedulers"].items()))
         table.add_row(escape(row["name"]), str(row["gpu_pods"]), str(row["gpus"]),
-                      escape(_extra(row["resources"]) or "-"), str(row["pending_pods"]), str(row["pending_gpus"]))
+                      escape(_extra(row["resources"]) or "-"), str(row["pending_pods"]), str(row["pending_gpus"]),
+                      escape(schedulers or "-"))
     return table
 
 

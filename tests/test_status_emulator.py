@@ -139,9 +139,10 @@ def test_every_figure_equals_the_hand_count(ground_truth, tmp_path):
     assert nodes["ts-node"]["gpus"] == {"allocatable": 4, "requested": 1, "free": 3}
 
     assert document["namespaces"] == [
-        {"name": "ml", "gpu_pods": 4, "gpus": 6, "resources": {"nvidia.com/mig-1g.10gb": 2}, "pending_pods": 1,
-         "pending_gpus": 8},
-        {"name": "vision", "gpu_pods": 2, "gpus": 9, "resources": {}, "pending_pods": 1, "pending_gpus": 2}]
+        {"name": "ml", "gpu_pods": 4, "gpus": 6, "resources": {"nvidia.com/mig-1g.10gb": 2},
+         "schedulers": {OURS: 2, "default-scheduler": 2}, "pending_pods": 1, "pending_gpus": 8},
+        {"name": "vision", "gpu_pods": 2, "gpus": 9, "resources": {}, "schedulers": {OURS: 1, "default-scheduler": 1},
+         "pending_pods": 1, "pending_gpus": 2}]
     pods = {p["name"]: p for p in document["pods"]}
     assert set(pods) == {"train-a", "infer-a", "train-b", "cpu-hog", "mig-pod", "shared-pod"}
     assert [(p["gpus"], p["node"], p["ours"]) for p in (pods["train-a"], pods["infer-a"], pods["shared-pod"])] == [
