@@ -264,3 +264,15 @@ def write_example(path: Path, force: bool) -> Path:
         raise ConfigError(f"{path} already exists", "pass --force to overwrite it")
     path.write_text(config_module.EXAMPLE)
     return path
+
+
+def status(options: Options, status_options):
+    """`status`: a function that reads the cluster once more each time it is called (--watch calls it again)."""
+    from . import cluster_status
+    cluster_status.validate(status_options)
+    sections = config_module.load_node_free_sections(options.config, overrides={
+        ("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
+        ("cluster", "context"): options.context})
+    from .adapters.kube import Kube
+    kube = Kube(check_kubeconfig(sections.cluster.kubeconfig, sections.cluster.context), sections.cluster.context)
+    return lambda: cluster_status.collect(kube, status_options, sections)

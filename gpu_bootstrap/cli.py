@@ -14,6 +14,7 @@ from typer import Option
 from . import __version__
 from .cli_common import CLUSTER, PIPELINE, Output, options_from, run
 from .cli_common import command as _command
+from .cli_status import register as register_status
 from .errors import EXIT_FAILED, GpuBootstrapError
 
 app = typer.Typer(
@@ -115,6 +116,9 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
             raise typer.Exit(EXIT_FAILED)
 
     run("doctor", common, body)
+
+
+register_status(app)  # `status` (its flags live in cli_status.py), listed after doctor
 
 
 @command(*PIPELINE)

@@ -660,22 +660,29 @@ def load(path: Path | None, environ: dict | None = None, overrides: dict | None 
 
 
 class _Sections(BaseModel):
-    """The sections a command without nodes needs (simulate); the others are not read."""
+    """The sections a command without nodes needs (simulate, status); the others are not read."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    node_prep: NodePrepConfig = Field(default_factory=NodePrepConfig)
 
 
 def load_sections(path: Path | None, environ: dict | None = None,
                   overrides: dict | None = None) -> tuple[SchedulerConfig, ClusterConfig]:
     """The scheduler and cluster sections, with the same precedence as load(); the default file is optional."""
+    sections = load_node_free_sections(path, environ, overrides)
+    return sections.scheduler, sections.cluster
+
+
+def load_node_free_sections(path: Path | None, environ: dict | None = None, overrides: dict | None = None):
+    """The cluster, scheduler and node_prep sections (no nodes needed), as load() reads them; the default file is
+    optional."""
     if path is not None and Path(path) != Path(DEFAULT_CONFIG) and not Path(path).exists():
         raise ConfigError(f"config file {path} not found")
     path = Path(path) if path else Path(DEFAULT_CONFIG)
     data, source = _read(path, environ, overrides) if path.exists() else _read(None, environ, overrides)
-    sections = validate(data, source, _Sections)
-    return sections.scheduler, sections.cluster
+    return validate(data, source, _Sections)
 
 
 def _read(path: Path | None, environ: dict | None, overrides: dict | None) -> tuple[Any, Source]:

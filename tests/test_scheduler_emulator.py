@@ -162,3 +162,57 @@ def test_dry_run_against_the_cluster_changes_nothing(cluster, tmp_path):
     assert ours(document)["status"] == "planned" and ours(document)["changes"] == 9
     assert owned(cluster.emu) == {}
     assert all(r.query.get("dryRun") == ["All"] for r in cluster.emu.requests.writes())
+
+
+# --- day 2: doctor ----------------------------------------------------------------------------------------------------
+def doctor_rows(config: Path, tmp_path: Path) -> list[dict]:
+    result = runner.invoke(app, ["doctor", "-c", str(config), "--no-nodes", "-o", "json",
+                                 "--log-file", str(tmp_path / "doctor-log")])
+    document = json.loads(result.stdout)
+    return [row for row in document["checks"] if row["id"] == "binpack-scheduler"]
+
+
+def test_doctor_reports_gpu_pods_the_running_scheduler_finds_no_room_for(cluster, tmp_path):
+    config = write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    assert [r["status"] for r in doctor_rows(config, tmp_path)] == ["pass", "pass"]  # nothing waits
+    huge = gpu_pod("huge")
+    huge["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 64
+    cluster.emu.seed(huge)
+    assert cluster.emu.settle()
+    running, waiting = doctor_rows(config, tmp_path)
+    assert running["status"] == "pass" and "leader" in running["message"]
+    assert waiting["status"] == "warn" and "default/huge" in waiting["message"]
+    assert "Insufficient nvidia.com/gpu" in waiting["message"]  # the scheduler's own reason
+
+
+def test_doctor_fails_when_gpu_pods_wait_for_a_scheduler_that_is_gone(cluster, tmp_path):
+    config = write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    deploy = cluster.emu.get("deployments", NAME, "kube-system")
+    deploy["spec"]["replicas"] = 0  # someone scaled it down: the lease goes unrenewed, nobody binds
+    cluster.emu.seed(deploy)
+    assert cluster.emu.settle()
+    cluster.emu.seed(gpu_pod("orphan"))
+    assert cluster.emu.settle()
+    rows = doctor_rows(config, tmp_path)
+    assert rows[0]["status"] == "warn"
+    assert rows[1]["status"] == "fail" and "default/orphan" in rows[1]["message"]
+    assert "not running" in rows[1]["message"]
+
+
+def test_doctor_fails_when_the_leader_renews_its_lease_but_binds_nothing(cluster, tmp_path):
+    config = write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    cluster.emu.controllers.unregister_scheduler(NAME)  # the stand-in keeps its lease fresh, but stops scheduling
+    cluster.emu.seed(gpu_pod("ignored"))
+    assert cluster.emu.settle()
+    assert bound_node(cluster.emu, "ignored") is None
+    running, waiting = doctor_rows(config, tmp_path)
+    assert waiting["status"] == "warn"  # a pod just created may simply not have been looked at yet
+    with cluster.emu.store.lock:  # the emulator's clock cannot be moved: age the pod instead
+        stored = cluster.emu.store.objects[("", "pods")][("default", "ignored")]
+        stored["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+    running, waiting = doctor_rows(config, tmp_path)
+    assert running["status"] == "pass" and "leader" in running["message"]
+    assert waiting["status"] == "fail" and "has not looked at 1 pod(s)" in waiting["message"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from ..errors import ConfigError
-from ..objects import differences, lease_fresh, toleration_for, unschedulable, waiting
+from ..objects import differences, lease_fresh, parse_time, toleration_for, unschedulable, waiting
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from ..render import scheduler as render
 from .node_prep import gpu_taint, no_room_warning
@@ -34,6 +34,13 @@ POD_FIXES = {
 
 
 SchedulerFacts = ObjectsFacts
+STUCK_AFTER = 120  # seconds a pod may wait without any word from a live scheduler
+
+
+def _age_seconds(pod: dict) -> float:
+    import datetime as _dt
+    created = parse_time(pod["metadata"].get("creationTimestamp"))
+    return 0.0 if created is None else (_dt.datetime.now(_dt.timezone.utc) - created).total_seconds()
 
 
 class BinpackScheduler(Step):
@@ -154,6 +161,34 @@ class BinpackScheduler(Step):
             if (message := unschedulable(pod)) is not None:
                 return f"; pod {pod['metadata']['name']} unschedulable: {message}"
         return ""
+
+    # --- doctor -------------------------------------------------------------------------------------------------------
+    def doctor(self, ctx) -> list[Check]:
+        """Day 2: the step's own check (Deployment rolled out, leader lease fresh), then the GPU pods that name the
+        scheduler and still wait: with no live scheduler they wait forever (fail); a live one that never looked at
+        a pod is stuck (fail); pods it found no room for are reported with its reason (warn)."""
+        check = self.check(ctx)
+        if check.status == FAIL:
+            return [check]
+        alive = check.status == PASS or self._running(ctx).status == PASS  # drift (a changed config) is not death
+        return [check, self._waiting_pods(ctx, alive)]
+
+    def _waiting_pods(self, ctx, alive: bool) -> Check:
+        name = ctx.config.scheduler.name
+        pods = [p for p in ctx.kube.list("v1", "Pod", field_selector=f"spec.schedulerName={name},status.phase=Pending")
+                if not (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+        if not pods:
+            return Check(PASS, f"no pod waits for {name}")
+        shown = ", ".join(f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in pods[:3]) + \
+            (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
+        if not alive:
+            return Check(FAIL, f"{len(pods)} pod(s) wait for {name}, which is not running: {shown}")
+        unseen = [p for p in pods if unschedulable(p) is None and _age_seconds(p) > STUCK_AFTER]
+        if unseen:
+            return Check(FAIL, f"{name} holds its lease but has not looked at {len(unseen)} pod(s) waiting over "
+                               f"{STUCK_AFTER} s (is it stuck? read its log): {shown}")
+        reason = next((unschedulable(p) for p in pods if unschedulable(p)), "")
+        return Check(WARN, f"{len(pods)} pod(s) wait for {name}: {shown}" + (f"; it says: {reason}" if reason else ""))
 
     # --- undo ---------------------------------------------------------------------------------------------------------
     def undo_plan(self, ctx) -> list[Change]:
