@@ -32,7 +32,7 @@ def no_config(tmp_path, monkeypatch):
 
 def status(cluster, tmp_path, *extra: str, parse: bool = True):
     result = runner.invoke(app, ["status", "--kubeconfig", str(cluster.kubeconfig), *extra,
-                                 "--log-file", str(tmp_path / "log")])
+                                 "--log-file", str(tmp_path / "log")], env={"COLUMNS": "240"})  # wide tables fit
     if not parse:
         return result
     assert result.exit_code == 0, result.output
