@@ -380,7 +380,9 @@ def history_problems(history: list[dict]) -> list[str]:
 
 
 def helm_processes(marker: str) -> list[str]:
-    """Live helm processes (not zombies) whose command line contains `marker` (a test's kubeconfig path)."""
+    """Live helm processes (not zombies) whose command line or environment contains `marker` (a path of the test's
+    own: its kubeconfig, or the folder its clients' HOME is in — helm that gpu-bootstrap runs is given the relay's
+    kubeconfig, but inherits the environment)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -388,10 +390,11 @@ def helm_processes(marker: str) -> list[str]:
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            environ = (entry / "environ").read_bytes() if argv and argv[0].endswith(b"helm") else b""
         except OSError:
             continue
         if argv and os.path.basename(argv[0].decode(errors="replace")) == "helm" and state != "Z" and \
-                marker.encode() in b" ".join(argv):
+                (marker.encode() in b" ".join(argv) or marker.encode() in environ):
             found.append(f"pid {entry.name}: {b' '.join(argv[:3]).decode(errors='replace')}")
     return found
 

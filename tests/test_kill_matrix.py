@@ -175,7 +175,7 @@ def hold_for(point: Point, emu, reference: Reference) -> rel.Hold:
 
 @pytest.mark.parametrize("point", matrix(), ids=lambda p: p.id)
 def test_a_run_stopped_at_any_point_converges_on_rerun(cluster, tmp_path, reference, point):
-    emu, marker = cluster.emu, str(cluster.kubeconfig)
+    emu, marker = cluster.emu, str(cluster.home)  # helm inherits HOME (its kubeconfig is the relay's)
     config = write_config(tmp_path, cluster.kubeconfig)
     hold = hold_for(point, emu, reference)
     process = start_up(cluster, config, reference.report, tmp_path / "stopped.log")

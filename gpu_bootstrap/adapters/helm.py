@@ -8,6 +8,9 @@ Processes: helm runs in its own process group with PR_SET_PDEATHSIG=SIGKILL (gpu
 Ctrl-C, SIGTERM nor `kill -9` of gpu-bootstrap leaves it running; an attempt that outlives its time limit is
 stopped the same way (SIGTERM to the group, SIGKILL after a grace period).
 
+Requests: with a relay (adapters/relay.py, as app.py builds it), helm reaches the API server through it, and each
+of its requests is repeated by gpu-bootstrap's own rule (Kube.forward) when a reset, a 429 or a 5xx stopped it.
+
 Retries: read-only commands (status, list, get, history, show, template, server-side dry runs) and
 `upgrade --install` are repeated when helm's error is a transient API failure (503, 429, reset, timeout, etcd
 leader change, ...), with exponential backoff and jitter, until a deadline (reads READ_DEADLINE; an upgrade at most

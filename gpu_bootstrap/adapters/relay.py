@@ -50,8 +50,7 @@ class Relay:
 
     def _start(self) -> None:
         self.kube.host  # noqa: B018 - load the user's kubeconfig now: its errors are ours to report, not helm's
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        server.daemon_threads = True
+        server = _Server(("127.0.0.1", 0), _handler(self))
         self._folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-relay-"))  # 0700
         cert_pem = _serve_tls(server, self._folder)
         path = self._folder / "kubeconfig"
@@ -72,6 +71,15 @@ class Relay:
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
                 self._folder = None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """helm went away mid-answer (it was stopped, or its context ended): for the log, not for the screen."""
+        import sys
+        log.debug("relay: request from %s ended: %s", client_address, sys.exc_info()[1])
 
 
 KUBECONFIG = """apiVersion: v1
