@@ -40,8 +40,7 @@ class NodePrep(Step):
 
     @staticmethod
     def wanted(config) -> tuple[dict, dict | None]:
-        section = config.node_prep
-        return section.wanted_labels(), section.taint.as_taint() if section.taint else None
+        return render.wanted(config.node_prep)
 
     def inputs(self, ctx) -> dict:
         labels, taint = self.wanted(ctx.config)

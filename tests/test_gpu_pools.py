@@ -1,0 +1,231 @@
+"""gpu-pools: Karpenter v1 NodePools and EC2NodeClasses whose nodes arrive with node-prep's taint and labels.
+
+* renders (a plan without a cluster) validate against Karpenter's released v1 CRD schemas (tests/data/karpenter,
+  see its README for version and source), for al2023 and Bottlerocket pools;
+* on the Kubernetes API emulator with those CRDs installed (applied by the real kubectl): `up` creates the pools,
+  a second `up` changes nothing, teardown removes ours and leaves a NodePool someone else made; without the CRDs
+  the step refuses, saying what to do;
+* bad `pools` input is one error naming the field and its line, exit 2.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpu_bootstrap import schemas
+from gpu_bootstrap.cli import app
+from tests.nodes.reports import write_report
+
+runner = CliRunner()
+DATA = Path(__file__).resolve().parent / "data" / "karpenter"
+CRDS = ("karpenter.sh_nodepools.yaml", "karpenter.k8s.aws_ec2nodeclasses.yaml")
+NODES = ["gpu-1", "gpu-2"]
+POOLS = """pools:
+  - name: gpu
+    role: KarpenterNodeRole-demo
+    discovery_tag: demo
+    requirements: {instance_families: [g6, p5], gpu_names: [l4, h100], capacity_types: [on-demand, spot]}
+    disruption: {consolidate_after: 30m, budgets: [{nodes: "1"}, {nodes: "0", schedule: "0 9 * * mon-fri", duration: 8h}]}
+  - name: gpu-bottlerocket
+    role: KarpenterNodeRole-demo
+    discovery_tag: demo
+    ami_family: bottlerocket
+    limits: {nvidia.com/gpu: 16, cpu: 512}
+    expire_after: Never
+"""
+ONLY_POOLS = ["--skip", "monitoring,gpu-operator,binpack-scheduler,admission-opa,admission,validate"]
+
+
+def crds() -> list[dict]:
+    return [yaml.safe_load((DATA / name).read_text()) for name in CRDS]
+
+
+def write_config(tmp_path: Path, body: str, kubeconfig: Path | None = None) -> Path:
+    path = tmp_path / "gpu-bootstrap.yaml"
+    cluster = f"cluster: {{kubeconfig: {kubeconfig}}}\n" if kubeconfig else ""
+    path.write_text(cluster + "nodes:\n" + "".join(f"  - name: {n}\n" for n in NODES) + body)
+    return path
+
+
+def invoke(*args: str, tmp_path: Path):
+    result = runner.invoke(app, [*args, "-o", "json", "--log-file", str(tmp_path / "log")])
+    return result, json.loads(result.stdout) if result.stdout.startswith("{") else None
+
+
+def step(document: dict, step_id: str) -> dict:
+    return next(s for s in document["steps"] if s["id"] == step_id)
+
+
+def render(tmp_path: Path, body: str = POOLS) -> list[dict]:
+    out = tmp_path / "out"
+    result, document = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, body)),
+                              "--only", "node-prep,gpu-pools", "--render-dir", str(out), tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert step(document, "gpu-pools")["status"] == "planned"
+    return [yaml.safe_load(p.read_text()) for p in sorted((out / "03-gpu-pools").glob("*-apply-*.yaml"))]
+
+
+# --- renders against the released CRD schemas -----------------------------------------------------------------------
+def test_rendered_pools_are_valid_karpenter_v1_objects(tmp_path):
+    documents = render(tmp_path)
+    assert [(d["kind"], d["metadata"]["name"]) for d in documents] == [
+        ("EC2NodeClass", "gpu"), ("NodePool", "gpu"), ("EC2NodeClass", "gpu-bottlerocket"),
+        ("NodePool", "gpu-bottlerocket")]
+    known = schemas.crd_schemas(crds())
+    for document in documents:
+        assert schemas.problems(document, known[(document["apiVersion"], document["kind"])]) == [], document
+    families = {d["metadata"]["name"]: d["spec"]["amiSelectorTerms"] for d in documents if d["kind"] == "EC2NodeClass"}
+    assert families == {"gpu": [{"alias": "al2023@latest"}], "gpu-bottlerocket": [{"alias": "bottlerocket@latest"}]}
+
+
+def test_the_schemas_catch_what_karpenter_refuses(tmp_path):
+    """The validation above can fail: a pool Karpenter would refuse is refused by the kept schemas too."""
+    pool = next(d for d in render(tmp_path) if d["kind"] == "NodePool")
+    known = schemas.crd_schemas(crds())[("karpenter.sh/v1", "NodePool")]
+    pool["spec"]["disruption"]["consolidationPolicy"] = "WhenUnderutilized"  # Karpenter v1beta1's value
+    pool["spec"]["template"]["spec"]["expireAfter"] = "30 days"
+    assert [p.split(":")[0] for p in schemas.problems(pool, known)] == [
+        "spec.disruption.consolidationPolicy", "spec.template.spec.expireAfter"]
+
+
+def test_node_templates_carry_exactly_what_node_prep_applies(tmp_path):
+    body = POOLS + "node_prep:\n  taint: {key: example.com/gpu, value: 'yes', effect: NoExecute}\n" \
+                   "  labels: {team: ml}\n"
+    documents = render(tmp_path, body)
+    patch = yaml.safe_load(next((tmp_path / "out" / "02-node-prep").glob("*-patch-node-gpu-1.yaml")).read_text())
+    node_prep_taint = patch["spec"]["taints"]
+    node_prep_labels = {k: v for k, v in patch["metadata"]["labels"].items()}
+    pools = {d["metadata"]["name"]: d["spec"]["template"] for d in documents if d["kind"] == "NodePool"}
+    assert pools["gpu"]["spec"]["taints"] == node_prep_taint == [
+        {"key": "example.com/gpu", "value": "yes", "effect": "NoExecute"}]
+    assert pools["gpu"]["metadata"]["labels"] == node_prep_labels == {"nvidia.com/gpu.present": "true", "team": "ml"}
+    assert pools["gpu-bottlerocket"]["metadata"]["labels"] == {
+        **node_prep_labels, "nvidia.com/gpu.deploy.driver": "false",
+        "nvidia.com/gpu.deploy.container-toolkit": "false", "nvidia.com/gpu.deploy.device-plugin": "false"}
+
+
+def test_disruption_never_consolidates_busy_gpu_nodes(tmp_path):
+    pool = next(d for d in render(tmp_path) if d["kind"] == "NodePool")
+    assert pool["spec"]["disruption"] == {
+        "consolidationPolicy": "WhenEmpty", "consolidateAfter": "30m",
+        "budgets": [{"nodes": "1"}, {"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"}]}
+    assert pool["spec"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert pool["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpu-bootstrap",
+                                          "app.kubernetes.io/component": "gpu-pools"}
+    text = (tmp_path / "out" / "03-gpu-pools" / "02-apply-nodepool-gpu.yaml").read_text()
+    assert "#   disruption WhenEmpty after 30m  ← a node running GPU pods is never consolidated" in text
+
+
+def test_no_pools_no_op(tmp_path):
+    result, document = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, "")),
+                              tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert step(document, "gpu-pools") == {"id": "gpu-pools", "status": "skipped", "changes": 0,
+                                           "message": "no pools configured"}
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("pools:\n  - name: gpu\n    role: r\n    discovery_tag: demo\n    limits: {cpu: 10}\n",
+     ":8: pools[0].limits: must cap nvidia.com/gpu"),
+    ("pools:\n  - name: gpu\n    role: r\n    discovery_tag: demo\n    expire_after: 30 days\n",
+     ":8: pools[0].expire_after: '30 days' is not a Karpenter duration"),
+    ("pools:\n  - name: gpu\n    role: r\n", ":5: pools[0].discovery_tag: required key is missing"),
+    ("pools:\n  - name: gpu\n    role: r\n    discovery_tag: d\n    ami_family: ubuntu\n",
+     ":8: pools[0].ami_family: must be 'al2023' or 'bottlerocket'"),
+    ("pools:\n  - name: gpu\n    role: r\n    discovery_tag: d\n    disruption: {budgets: [{nodes: '0', "
+     "schedule: '@daily'}]}\n", ":8: pools[0].disruption.budgets[0]: schedule and duration go together"),
+    ("node_prep: {labels: {karpenter.sh/team: ml}}\npools:\n  - name: gpu\n    role: r\n    discovery_tag: d\n",
+     ":4: node_prep.labels: 'karpenter.sh/team' cannot go on a Karpenter node template"),
+])
+def test_bad_pools_name_the_field_and_line(tmp_path, body, expected):
+    config = write_config(tmp_path, body)
+    result = runner.invoke(app, ["up", "--dry-run", "--offline", "-c", str(config), "--log-file",
+                                 str(tmp_path / "log")])
+    assert result.exit_code == 2
+    assert f"{config}{expected}" in " ".join(result.output.split()), result.output
+
+
+# --- on the emulator ----------------------------------------------------------------------------------------------------
+@pytest.fixture
+def emulator_options():
+    return {"kube_version": "1.33.2", "gpu_nodes": NODES, "cpu_nodes": ["cpu-1"]}
+
+
+def install_crds(cluster) -> None:
+    for name in CRDS:
+        cluster.kubectl("apply", "--server-side", "-f", str(DATA / name), timeout=120)
+    for name in ("nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"):
+        cluster.kubectl("wait", "--for", "condition=Established", f"crd/{name}", "--timeout", "30s")
+
+
+def up(cluster, tmp_path: Path, body: str = POOLS, *extra: str):
+    config = write_config(tmp_path, body, cluster.kubeconfig)
+    report = write_report(tmp_path / "report.json", NODES)
+    return invoke("up", "-c", str(config), "--preflight-report", str(report), *ONLY_POOLS, *extra, tmp_path=tmp_path)
+
+
+def pools_served(cluster) -> bool:
+    return cluster.kubectl("get", "nodepools", check=False).returncode == 0
+
+
+def pools(cluster) -> dict:
+    return {kind: sorted(o["metadata"]["name"] for o in cluster.emu.list(kind))
+            for kind in ("nodepools", "ec2nodeclasses")}
+
+
+@pytest.mark.tools
+def test_up_creates_the_pools_and_teardown_removes_only_ours(cluster, tmp_path):
+    install_crds(cluster)
+    theirs = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},
+              "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                                                               "name": "default"}, "requirements": []}}}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(theirs))
+    result, document = up(cluster, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert step(document, "gpu-pools")["status"] == "applied" and step(document, "gpu-pools")["changes"] == 4
+    assert pools(cluster) == {"nodepools": ["general", "gpu", "gpu-bottlerocket"],
+                              "ec2nodeclasses": ["gpu", "gpu-bottlerocket"]}
+    live = cluster.emu.get("nodepools", "gpu")
+    assert live["spec"]["template"]["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    result, document = up(cluster, tmp_path)
+    assert result.exit_code == 0 and step(document, "gpu-pools")["status"] == "unchanged", result.output
+    config = write_config(tmp_path, POOLS, cluster.kubeconfig)
+    result, document = invoke("teardown", "-c", str(config), "--yes", *ONLY_POOLS, tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert step(document, "gpu-pools")["status"] == "undone" and step(document, "gpu-pools")["changes"] == 4
+    assert pools(cluster) == {"nodepools": ["general"], "ec2nodeclasses": []}
+
+
+@pytest.mark.tools
+def test_a_pool_dropped_from_the_config_is_removed_and_a_name_clash_is_refused(cluster, tmp_path):
+    install_crds(cluster)
+    assert up(cluster, tmp_path)[0].exit_code == 0
+    result, document = up(cluster, tmp_path, POOLS.split("  - name: gpu-bottlerocket")[0])
+    assert result.exit_code == 0, result.output
+    assert pools(cluster) == {"nodepools": ["gpu"], "ec2nodeclasses": ["gpu"]}
+    cluster.kubectl("label", "nodepool", "gpu", "app.kubernetes.io/managed-by-")  # now it is someone else's
+    result, document = up(cluster, tmp_path)
+    assert result.exit_code == 1
+    assert document["error"].startswith("[gpu-pools] NodePool gpu exist(s) and gpu-bootstrap did not create them")
+    result, document = up(cluster, tmp_path, "")  # no pools: what is still ours goes, what is not stays
+    assert result.exit_code == 0 and step(document, "gpu-pools")["status"] == "applied", result.output
+    assert pools(cluster) == {"nodepools": ["gpu"], "ec2nodeclasses": []}
+
+
+@pytest.mark.tools
+def test_without_karpenter_crds_the_step_refuses_and_says_what_to_do(cluster, tmp_path):
+    result, document = up(cluster, tmp_path)
+    assert result.exit_code == 1
+    message = document["error"]
+    assert message.startswith("[gpu-pools] Karpenter's CRDs are not installed (the cluster serves no EC2NodeClass "
+                              "karpenter.k8s.aws/v1 and no NodePool karpenter.sh/v1): install Karpenter first"), message
+    assert pools_served(cluster) is False and cluster.emu.list("nodes", label_selector="nvidia.com/gpu.present") == []
+    result, document = up(cluster, tmp_path, POOLS, "--dry-run")  # a plan against this cluster says the same
+    assert result.exit_code == 1 and "install Karpenter first" in step(document, "gpu-pools")["message"]
+    result, document = up(cluster, tmp_path, "")
+    assert result.exit_code == 0 and step(document, "gpu-pools")["status"] == "skipped", result.output
