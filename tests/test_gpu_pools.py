@@ -229,3 +229,33 @@ def test_without_karpenter_crds_the_step_refuses_and_says_what_to_do(cluster, tm
     assert result.exit_code == 1 and "install Karpenter first" in step(document, "gpu-pools")["message"]
     result, document = up(cluster, tmp_path, "")
     assert result.exit_code == 0 and step(document, "gpu-pools")["status"] == "skipped", result.output
+
+
+# --- Bottlerocket: the operator leaves the driver, toolkit and device plugin to the OS -------------------------------
+def test_bottlerocket_pools_keep_the_operators_driver_and_device_plugin_off_and_the_plan_says_why(tmp_path):
+    body = POOLS + "gpu_operator: {sharing: {mode: time-slicing}}\n"
+    out = tmp_path / "out"
+    result, document = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, body)), "--only",
+                              "gpu-pools,gpu-operator", "--render-dir", str(out), tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    release = yaml.safe_load((out / "05-gpu-operator" / "release.yaml").read_text())
+    derived = [line for line in release["derived_values"] if line.startswith("pools:")]
+    template = yaml.safe_load((out / "03-gpu-pools" / "04-apply-nodepool-gpu-bottlerocket.yaml").read_text())
+    labels = template["spec"]["template"]["metadata"]["labels"]
+    assert [line.split("=")[0] for line in derived] == [
+        f"pools:gpu-bottlerocket:{key}" for key, value in labels.items() if key.startswith("nvidia.com/gpu.deploy.")]
+    assert all(line.split("  ← ")[0].endswith('="false"') for line in derived)
+    assert "bottlerocket #4309" in derived[0] and "operator skips that operand there" in derived[0]
+    values = yaml.safe_load((out / "05-gpu-operator" / "values.yaml").read_text())
+    assert "pools:gpu-bottlerocket:nvidia.com/gpu.deploy.driver" not in json.dumps(values)  # labels, not values
+    assert any("does not run on Bottlerocket pool(s) gpu-bottlerocket" in w for w in release["warnings"])
+
+
+def test_al2023_pools_leave_the_operator_values_alone(tmp_path):
+    body = POOLS.split("  - name: gpu-bottlerocket")[0]
+    out = tmp_path / "out"
+    result, _ = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, body)), "--only",
+                       "gpu-pools,gpu-operator", "--render-dir", str(out), tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    release = yaml.safe_load((out / "05-gpu-operator" / "release.yaml").read_text())
+    assert not [line for line in release["derived_values"] if line.startswith("pools:")]

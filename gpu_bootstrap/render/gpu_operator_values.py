@@ -140,6 +140,7 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
         _toolkit(facts, section, operator_version, derived, warnings)
     _placement(config, base, playbook_steps, derived, no_room)
     _sharing(facts, config, derived, labels, warnings)
+    _bottlerocket_pools(config, playbook_steps, derived, warnings)
     _dcgm_scrape(config, playbook_steps, scrape, derived)
     tree: dict = {}
     for item in derived:
@@ -358,6 +359,24 @@ def _sharing(facts, config, derived, labels, warnings) -> None:
                                 f"leave it whole")
 
 
+def _bottlerocket_pools(config, playbook_steps, derived, warnings) -> None:
+    """Bottlerocket's NVIDIA nodes bring their own driver, runtime hook and device plugin: the operator skips those
+    operands on nodes labelled nvidia.com/gpu.deploy.<operand>=false, which a Bottlerocket pool's template sets."""
+    from .gpu_pools import BOTTLEROCKET_OPERAND_LABELS, BOTTLEROCKET_REASON
+    pools = [p.name for p in config.pools if p.ami_family == "bottlerocket"]
+    if not pools or "gpu-pools" not in playbook_steps:
+        return
+    for pool in pools:
+        for label, value in BOTTLEROCKET_OPERAND_LABELS.items():
+            derived.append(Derived(f"pools:{pool}:{label}", value,
+                                   f"{BOTTLEROCKET_REASON}: NodePool {pool} labels its nodes so the operator skips "
+                                   f"that operand there"))
+    if config.gpu_operator.sharing.mode != "none":
+        warnings.append(f"sharing: {config.gpu_operator.sharing.mode} is configured through the operator's device "
+                        f"plugin, which does not run on Bottlerocket pool(s) {', '.join(pools)}: set sharing there "
+                        f"in Bottlerocket's own settings (settings.kubelet-device-plugins.nvidia)")
+
+
 def _time_slicing(sharing, replicas: int) -> str:
     return yaml.safe_dump({"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {"timeSlicing": {
         "renameByDefault": sharing.rename_by_default, "failRequestsGreaterThanOne":
@@ -367,8 +386,8 @@ def _time_slicing(sharing, replicas: int) -> str:
 
 # --- trees ------------------------------------------------------------------------------------------------------------
 def _set(tree: dict, path: str, value) -> None:
-    if path.startswith("nodes:"):
-        return  # node labels, not chart values
+    if path.startswith(("nodes:", "pools:")):
+        return  # node labels (on nodes, or on a pool's node template), not chart values
     parts = path.split(".")
     for part in parts[:-1]:
         tree = tree.setdefault(part, {})
