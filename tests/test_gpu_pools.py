@@ -259,3 +259,50 @@ def test_al2023_pools_leave_the_operator_values_alone(tmp_path):
     assert result.exit_code == 0, result.output
     release = yaml.safe_load((out / "05-gpu-operator" / "release.yaml").read_text())
     assert not [line for line in release["derived_values"] if line.startswith("pools:")]
+
+
+# --- doctor -------------------------------------------------------------------------------------------------------------
+def doctor(cluster, tmp_path: Path, body: str = POOLS) -> list[dict]:
+    playbook = tmp_path / "pools-only.yaml"
+    playbook.write_text("name: pools-only\nsteps: [gpu-pools]\n")
+    config = write_config(tmp_path, body, cluster.kubeconfig)
+    result = runner.invoke(app, ["doctor", "-c", str(config), "--no-nodes", "--playbook", str(playbook), "-o", "json",
+                                 "--log-file", str(tmp_path / "log")])
+    return [c for c in json.loads(result.stdout)["checks"] if c["id"] == "gpu-pools"]
+
+
+def mark_ready(cluster, name: str) -> None:
+    status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+    cluster.kubectl("patch", "nodepool", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+
+
+@pytest.mark.tools
+def test_doctor_reports_pool_readiness_unprepared_pool_nodes_and_pods_karpenter_cannot_see(cluster, tmp_path):
+    install_crds(cluster)
+    assert up(cluster, tmp_path)[0].exit_code == 0
+    mark_ready(cluster, "gpu")
+    cluster.emu.add_node("ip-10-0-1-5", gpus=1, labels={"karpenter.sh/nodepool": "gpu",
+                                                        "nvidia.com/gpu.present": "true"},
+                         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    cluster.emu.add_node("ip-10-0-1-6", gpus=1, labels={"karpenter.sh/nodepool": "gpu"})  # launched before the taint
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waits", "namespace": "default"},
+           "spec": {"schedulerName": "gpu-binpack-scheduler", "containers": [
+               {"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))  # no scheduler of that name runs: never marked
+    checks = doctor(cluster, tmp_path)
+    assert [c["status"] for c in checks] == ["pass", "warn", "warn", "warn"], checks
+    assert checks[1]["message"].startswith("NodePool(s) not Ready: gpu-bottlerocket (Karpenter has not reported")
+    assert checks[2]["message"].startswith("pool node(s) not prepared: ip-10-0-1-6 lacks nvidia.com/gpu.present=true, "
+                                           "taint nvidia.com/gpu=present:NoSchedule")
+    assert checks[3]["message"] == ("default/waits pending on gpu-binpack-scheduler but not marked Unschedulable, so "
+                                    "Karpenter does not see them (is the binpack-scheduler running?)")
+    mark_ready(cluster, "gpu-bottlerocket")
+    cluster.kubectl("delete", "node", "ip-10-0-1-6")
+    cluster.emu.register_scheduler("gpu-binpack-scheduler")  # now the pod is marked; it still lacks the toleration
+    cluster.emu.settle()
+    checks = doctor(cluster, tmp_path)
+    assert [c["status"] for c in checks] == ["pass", "pass", "pass", "warn"], checks
+    assert checks[2]["message"] == "1 pool node(s), all with node-prep's taint and labels"
+    assert checks[3]["message"] == ("default/waits do not tolerate nvidia.com/gpu=present:NoSchedule, so no pool node "
+                                    "can take them")
