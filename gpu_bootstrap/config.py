@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 
@@ -71,6 +71,43 @@ def check_label_value(value: str) -> str:
         raise ValueError(f"{value[:80]!r} is not a valid label or taint value (up to 63 letters, digits, '-', '_' or "
                          f"'.', starting and ending with a letter or digit)")
     return value
+
+
+SELECTOR_TERM = re.compile(r"\s*(!?)\s*([^\s=!,()]+)(?:\s*(==|=|!=)\s*([^\s,()]*)|\s+(in|notin)\s*\(([^)]*)\))?\s*")
+
+
+def selector_problem(selector: str) -> str | None:
+    """What is wrong with a Kubernetes label selector (kubectl -l syntax), or None."""
+    if not selector:
+        return "the label selector is empty"
+    rest = selector
+    while rest:
+        term = SELECTOR_TERM.match(rest)
+        if not term or not term.group(2):
+            return f"{selector[:80]!r} is not a label selector (e.g. karpenter.sh/nodepool=gpu, or gpu in (a,b))"
+        try:
+            check_label_key(term.group(2))
+            for value in [term.group(4)] if term.group(4) else (term.group(6) or "").split(","):
+                check_label_value(value.strip())
+        except ValueError as error:
+            return f"in the label selector: {error}"
+        rest = rest[term.end():]
+        if rest and not rest.startswith(","):
+            return f"{selector[:80]!r} is not a label selector (terms are separated by ',')"
+        rest = rest[1:]
+    return None
+
+
+def selector_equalities(selector: str) -> dict[str, str]:
+    """The key=value terms of a valid label selector (what a nodeSelector can express), {} when it has others."""
+    found, rest = {}, selector
+    while rest:
+        term = SELECTOR_TERM.match(rest)
+        if term.group(1) or term.group(3) not in ("=", "=="):
+            return {}
+        found[term.group(2)] = term.group(4)
+        rest = rest[term.end():].removeprefix(",")
+    return found
 
 
 # --- sections ------------------------------------------------------------------------------------------------------------
@@ -603,7 +640,8 @@ class Config(Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     ssh: SshConfig = Field(default_factory=SshConfig)
-    nodes: list[NodeConfig] = Field(min_length=1, description="the GPU nodes")
+    nodes: list[NodeConfig] = Field(description="the GPU nodes: a list, or a label selector "
+                                                                      "(e.g. karpenter.sh/nodepool=gpu)")
     node_prep: NodePrepConfig = Field(default_factory=NodePrepConfig)
     gpu_operator: GpuOperatorConfig = Field(default_factory=GpuOperatorConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
@@ -611,6 +649,49 @@ class Config(Section):
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")  # BaseModel owns .validate
     pools: list[PoolConfig] = Field(default_factory=list, description="autoscaled GPU pools (Karpenter)")
+
+    # `nodes: <label selector>`: the GPU nodes are the cluster's nodes that match, resolved when a run starts
+    # (with_selected_nodes); the ones it matched are not probed over SSH (their facts come from their pool).
+    _selector: str | None = PrivateAttr(default=None)
+    _selected: dict = PrivateAttr(default_factory=dict)  # node name -> the pool it came from (None: no pool of ours)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _nodes_selector(cls, data, handler):
+        selector = None
+        if isinstance(data, dict) and isinstance(data.get("nodes"), str):
+            selector = data["nodes"].strip()
+            problem = selector_problem(selector)
+            if problem:
+                raise ValueError(f"nodes: {problem}")
+            data = {**data, "nodes": []}
+        elif isinstance(data, dict) and "nodes" in data and not data["nodes"]:
+            raise ValueError("nodes: list at least one GPU node, or give a label selector (e.g. nodes: "
+                             "karpenter.sh/nodepool=gpu)")
+        config = handler(data)
+        if selector is not None:
+            config._selector = selector
+        return config
+
+    @property
+    def node_selector(self) -> str | None:
+        return self._selector
+
+    @property
+    def selected_nodes(self) -> dict:
+        """Nodes the selector matched that `nodes` does not list: name -> the configured pool it came from, or None."""
+        return dict(self._selected)
+
+    def with_selected_nodes(self, found: dict) -> "Config":
+        """A copy whose `nodes` adds the nodes the selector matched (`found`: name -> pool name or None)."""
+        listed = {n.name for n in self.nodes}
+        extra = {name: pool for name, pool in sorted(found.items()) if name not in listed}
+        copy = self.model_copy(update={"nodes": [*self.nodes, *(NodeConfig(name=n) for n in extra)]})
+        copy._selector, copy._selected = self._selector, extra
+        return copy
+
+    def pool(self, name: str | None):
+        return next((p for p in self.pools if p.name == name), None)
 
     @model_validator(mode="after")
     def _unique_nodes(self):
@@ -766,7 +847,7 @@ def validate(data: Any, source: Source, model: type[BaseModel] = None) -> Config
         for item in error.errors():
             loc = tuple(item["loc"])
             message = _friendly(item)
-            if message.startswith(("nodes[", "pools[", "node_prep.")) and ":" in message:  # model-level errors carry their own path
+            if message.startswith(("nodes[", "nodes:", "pools[", "node_prep.")) and ":" in message:  # model-level errors carry their own path
                 field, message = message.split(": ", 1)
                 loc = _parse_path(field)
             if item["type"] == "extra_forbidden":

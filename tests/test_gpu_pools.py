@@ -102,10 +102,11 @@ def test_node_templates_carry_exactly_what_node_prep_applies(tmp_path):
     pools = {d["metadata"]["name"]: d["spec"]["template"] for d in documents if d["kind"] == "NodePool"}
     assert pools["gpu"]["spec"]["taints"] == node_prep_taint == [
         {"key": "example.com/gpu", "value": "yes", "effect": "NoExecute"}]
-    assert pools["gpu"]["metadata"]["labels"] == node_prep_labels == {"nvidia.com/gpu.present": "true", "team": "ml"}
+    assert node_prep_labels == {"nvidia.com/gpu.present": "true", "team": "ml"}
+    operands = {"nvidia.com/gpu.deploy.driver": "false", "nvidia.com/gpu.deploy.container-toolkit": "false"}
+    assert pools["gpu"]["metadata"]["labels"] == {**node_prep_labels, **operands}
     assert pools["gpu-bottlerocket"]["metadata"]["labels"] == {
-        **node_prep_labels, "nvidia.com/gpu.deploy.driver": "false",
-        "nvidia.com/gpu.deploy.container-toolkit": "false", "nvidia.com/gpu.deploy.device-plugin": "false"}
+        **node_prep_labels, **operands, "nvidia.com/gpu.deploy.device-plugin": "false"}
 
 
 def test_disruption_never_consolidates_busy_gpu_nodes(tmp_path):
@@ -239,7 +240,7 @@ def test_bottlerocket_pools_keep_the_operators_driver_and_device_plugin_off_and_
                               "gpu-pools,gpu-operator", "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     release = yaml.safe_load((out / "05-gpu-operator" / "release.yaml").read_text())
-    derived = [line for line in release["derived_values"] if line.startswith("pools:")]
+    derived = [line for line in release["derived_values"] if line.startswith("pools:gpu-bottlerocket:")]
     template = yaml.safe_load((out / "03-gpu-pools" / "04-apply-nodepool-gpu-bottlerocket.yaml").read_text())
     labels = template["spec"]["template"]["metadata"]["labels"]
     assert [line.split("=")[0] for line in derived] == [
@@ -251,14 +252,17 @@ def test_bottlerocket_pools_keep_the_operators_driver_and_device_plugin_off_and_
     assert any("does not run on Bottlerocket pool(s) gpu-bottlerocket" in w for w in release["warnings"])
 
 
-def test_al2023_pools_leave_the_operator_values_alone(tmp_path):
+def test_al2023_pools_keep_only_the_operators_driver_and_toolkit_off(tmp_path):
     body = POOLS.split("  - name: gpu-bottlerocket")[0]
     out = tmp_path / "out"
     result, _ = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, body)), "--only",
                        "gpu-pools,gpu-operator", "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     release = yaml.safe_load((out / "05-gpu-operator" / "release.yaml").read_text())
-    assert not [line for line in release["derived_values"] if line.startswith("pools:")]
+    assert [line.split("  ← ")[0] for line in release["derived_values"] if line.startswith("pools:")] == [
+        'pools:gpu:nvidia.com/gpu.deploy.driver="false"', 'pools:gpu:nvidia.com/gpu.deploy.container-toolkit="false"']
+    template = yaml.safe_load((out / "03-gpu-pools" / "02-apply-nodepool-gpu.yaml").read_text())
+    assert "nvidia.com/gpu.deploy.device-plugin" not in template["spec"]["template"]["metadata"]["labels"]
 
 
 # --- doctor -------------------------------------------------------------------------------------------------------------
@@ -306,3 +310,64 @@ def test_doctor_reports_pool_readiness_unprepared_pool_nodes_and_pods_karpenter_
     assert checks[2]["message"] == "1 pool node(s), all with node-prep's taint and labels"
     assert checks[3]["message"] == ("default/waits do not tolerate nvidia.com/gpu=present:NoSchedule, so no pool node "
                                     "can take them")
+
+
+# --- nodes as a label selector ------------------------------------------------------------------------------------------
+@pytest.mark.tools
+def test_a_node_that_joins_from_a_pool_is_a_gpu_node_with_its_pools_facts(cluster, tmp_path):
+    """`nodes: karpenter.sh/nodepool=gpu`: the node Karpenter launched is found by its label, prepared by node-prep
+    (here it arrived without the template's taint, as if launched before the pool carried it), never probed over
+    SSH, and its facts come from the pool definition, not "absent"."""
+    install_crds(cluster)
+    cluster.emu.add_node("ip-10-0-1-7", gpus=1, labels={"karpenter.sh/nodepool": "gpu"})
+    config = tmp_path / "gpu-bootstrap.yaml"
+    config.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes: karpenter.sh/nodepool=gpu\n" + POOLS)
+    result, document = invoke("up", "-c", str(config), *ONLY_POOLS, tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert step(document, "preflight")["status"] == "probed"
+    assert "pool definitions for 1 node(s) the selector matched" in step(document, "preflight")["message"]
+    assert step(document, "node-prep")["message"] == "1 GPU node(s) tainted and labelled"
+    node = cluster.emu.get("nodes", "ip-10-0-1-7")
+    assert node["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in node["spec"]["taints"]
+    for name in NODES:  # the emulator's other GPU nodes are not selected: left alone
+        assert "nvidia.com/gpu.present" not in (cluster.emu.get("nodes", name)["metadata"].get("labels") or {})
+    result = runner.invoke(app, ["doctor", "-c", str(config), "--no-nodes", "-o", "json", "--log-file",
+                                 str(tmp_path / "log")])
+    [report] = json.loads(result.stdout)["nodes"]
+    ssh = report["checks"][0]
+    assert (report["name"], ssh["status"]) == ("ip-10-0-1-7", "skip")
+    assert ssh["message"] == ("not probed over SSH: launched by Karpenter pool gpu; facts from the pool definition "
+                              "(the EKS AL2023 NVIDIA AMI)")
+
+
+def test_a_bad_nodes_selector_names_the_field(tmp_path):
+    config = tmp_path / "gpu-bootstrap.yaml"
+    config.write_text("ssh: {user: root}\nnodes: karpenter.sh/nodepool=gpu pool\n")
+    result = runner.invoke(app, ["up", "--dry-run", "--offline", "-c", str(config), "--log-file",
+                                 str(tmp_path / "log")])
+    assert result.exit_code == 2
+    assert f"{config}:2: nodes: 'karpenter.sh/nodepool=gpu pool' is not a label selector" in " ".join(
+        result.output.split()), result.output
+
+
+def test_a_selector_no_node_matches_yet_plans_the_pools(tmp_path):
+    result, document = invoke("up", "--dry-run", "--offline", "-c", str(Path(__file__).resolve().parent.parent /
+                                                                        "examples" / "karpenter-pools.yaml"),
+                              tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert step(document, "node-prep")["message"] == (
+        "no node matches nodes: karpenter.sh/nodepool in (gpu,gpu-bottlerocket) yet (nodes launched from `pools` "
+        "arrive with the taint and labels)")
+    assert step(document, "gpu-pools")["status"] == "planned"
+
+
+def test_without_node_prep_labels_nfd_follows_an_equality_selector(tmp_path):
+    config = tmp_path / "gpu-bootstrap.yaml"
+    config.write_text("nodes: karpenter.sh/nodepool=gpu\nnode_prep: {gpu_present_label: false}\n" + POOLS)
+    out = tmp_path / "out"
+    result, _ = invoke("up", "--dry-run", "--offline", "-c", str(config), "--only", "node-prep,gpu-operator",
+                       "--render-dir", str(out), tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    values = yaml.safe_load((out / "05-gpu-operator" / "values.yaml").read_text())
+    assert values["node-feature-discovery"]["worker"]["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}

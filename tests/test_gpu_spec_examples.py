@@ -1,4 +1,4 @@
-"""examples/gpu-spec-pods.yaml: pods that select GPUs by memory, product and compute capability.
+"""examples/pods/gpu-spec-pods.yaml: pods that select GPUs by memory, product and compute capability.
 
 * every pod validates against the Kubernetes schemas (kubernetes-validate, strict), names the bin-packing scheduler
   and tolerates node-prep's default taint;
@@ -18,7 +18,7 @@ import yaml
 from gpu_bootstrap.config import NodePrepConfig, SchedulerConfig
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gpu-spec-pods.yaml"
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pods" / "gpu-spec-pods.yaml"
 TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GFD = {  # node -> the labels GPU feature discovery puts on it
     "c-h100": {"nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",

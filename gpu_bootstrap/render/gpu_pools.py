@@ -19,16 +19,22 @@ AMI_FAMILY = {"al2023": "AL2023", "bottlerocket": "Bottlerocket"}
 # The EKS AMIs pick their NVIDIA variant for GPU instance types; these are the devices each family mounts.
 ROOT_DEVICE = {"al2023": "/dev/xvda", "bottlerocket": "/dev/xvdb"}  # Bottlerocket: its data volume holds images
 
-# Bottlerocket's NVIDIA variants ship the driver, the container toolkit's runtime hook and their own device plugin
-# (bottlerocket-os/bottlerocket#4309): the gpu-operator must not deploy its own there. It skips an operand on every
-# node labelled nvidia.com/gpu.deploy.<operand>=false, so a Bottlerocket pool's node template carries these labels.
-BOTTLEROCKET_OPERAND_LABELS = {
-    "nvidia.com/gpu.deploy.driver": "false",
-    "nvidia.com/gpu.deploy.container-toolkit": "false",
-    "nvidia.com/gpu.deploy.device-plugin": "false",
+# Both images ship the NVIDIA driver and containerd set up with the NVIDIA runtime; Bottlerocket's NVIDIA variants
+# also run their own device plugin (bottlerocket-os/bottlerocket#4309). The gpu-operator must not deploy its own of
+# those there: it skips an operand on every node labelled nvidia.com/gpu.deploy.<operand>=false, so a pool's node
+# template carries these labels, whatever the operator's values do on the other GPU nodes.
+IMAGE_OPERAND_LABELS = {
+    "al2023": {"nvidia.com/gpu.deploy.driver": "false", "nvidia.com/gpu.deploy.container-toolkit": "false"},
+    "bottlerocket": {"nvidia.com/gpu.deploy.driver": "false", "nvidia.com/gpu.deploy.container-toolkit": "false",
+                     "nvidia.com/gpu.deploy.device-plugin": "false"},
 }
-BOTTLEROCKET_REASON = ("Bottlerocket's NVIDIA variant ships its own driver, runtime hook and device plugin "
-                       "(bottlerocket #4309)")
+BOTTLEROCKET_OPERAND_LABELS = IMAGE_OPERAND_LABELS["bottlerocket"]
+IMAGE_REASON = {
+    "al2023": "the EKS AL2023 NVIDIA AMI ships the driver and the NVIDIA container runtime",
+    "bottlerocket": "Bottlerocket's NVIDIA variant ships its own driver, runtime hook and device plugin "
+                    "(bottlerocket #4309)",
+}
+BOTTLEROCKET_REASON = IMAGE_REASON["bottlerocket"]
 
 
 def kinds(api_version: str = API_VERSION) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -37,11 +43,9 @@ def kinds(api_version: str = API_VERSION) -> tuple[tuple[str, str], tuple[str, s
 
 
 def template_labels(pool, node_prep_section) -> dict[str, str]:
-    """The labels a node launched from `pool` starts with: node-prep's, and on Bottlerocket the operand opt-outs."""
+    """The labels a node launched from `pool` starts with: node-prep's, and the operands its image makes redundant."""
     labels, _ = node_prep.wanted(node_prep_section)
-    if pool.ami_family == "bottlerocket":
-        labels = {**labels, **BOTTLEROCKET_OPERAND_LABELS}
-    return labels
+    return {**labels, **IMAGE_OPERAND_LABELS[pool.ami_family]}
 
 
 def node_class(pool) -> dict:
@@ -113,13 +117,12 @@ def explain(pool, node_prep_section) -> list[str]:
     """One line per choice the plan shows under a pool's NodePool."""
     labels = template_labels(pool, node_prep_section)
     _, taint = node_prep.wanted(node_prep_section)
-    lines = [f"template labels {', '.join(f'{k}={v}' for k, v in labels.items()) or '(none)'}  ← node-prep's labels"
-             + (" + the gpu-operator's opt-outs" if pool.ami_family == "bottlerocket" else ""),
+    lines = [f"template labels {', '.join(f'{k}={v}' for k, v in labels.items())}  ← node-prep's labels, and the "
+             f"gpu-operator operands the image makes redundant",
              f"template taint {node_prep.describe_taint(taint)}  ← node-prep's taint: ordinary pods stay off",
              f"disruption WhenEmpty after {pool.disruption.consolidate_after}  ← a node running GPU pods is never "
              f"consolidated",
-             f"AMI {pool.ami_family}@{pool.ami_version}  ← its NVIDIA variant on GPU instance types"]
-    if pool.ami_family == "bottlerocket":
-        lines.append(f"{', '.join(f'{k}=false' for k in BOTTLEROCKET_OPERAND_LABELS)}  ← {BOTTLEROCKET_REASON}: "
-                     f"the gpu-operator skips those operands on these nodes")
+             f"AMI {pool.ami_family}@{pool.ami_version}  ← its NVIDIA variant on GPU instance types",
+             f"{', '.join(f'{k}=false' for k in IMAGE_OPERAND_LABELS[pool.ami_family])}  ← "
+             f"{IMAGE_REASON[pool.ami_family]}: the gpu-operator skips those operands on these nodes"]
     return lines
