@@ -44,29 +44,15 @@ class GpuPools(Step):
         offline = ctx.gate.mode == RECORD
         absent = None if offline else self.karpenter(ctx)
         if not ctx.config.pools:
-            leftovers = [] if offline or absent else self._owned(ctx, exclude=set())
-            if not leftovers:
-                return Check(SKIP, "no pools configured")
-            return Check(WARN, f"{len(leftovers)} object(s) of pools no longer configured to remove",
-                         facts=ObjectsFacts([], {}, leftovers))
+            return self._without_pools(ctx, skip_reading=offline or absent is not None)
         if absent:
             return Check(FAIL, absent)
         desired = render.manifests(ctx.config)
         if offline:  # nothing to read: a fresh cluster with Karpenter v1 is assumed
-            drift = {Ref.of(obj): "missing" for obj in desired}
-            facts = ObjectsFacts(desired, drift, [])
+            facts = ObjectsFacts(desired, {Ref.of(obj): "missing" for obj in desired}, [])
             return Check(WARN, f"{len(desired)} object(s) to create ({self._names(ctx)}); Karpenter's CRDs not "
                                f"checked (no cluster): rendered for karpenter.sh/v1", facts=facts)
-        drift, theirs = {}, []
-        for obj in desired:
-            ref = Ref.of(obj)
-            live = ctx.kube.get(ref.api_version, ref.kind, ref.name)
-            if live is None:
-                drift[ref] = "missing"
-            elif not _ours(live):
-                theirs.append(str(ref))
-            elif paths := differences(obj, live):
-                drift[ref] = "differs at " + ", ".join(paths[:3])
+        drift, theirs = _drift(ctx.kube, desired)
         if theirs:
             return Check(FAIL, f"{', '.join(theirs)} exist(s) and gpu-bootstrap did not create them: give the pool "
                                f"another name in `pools` (only what gpu-bootstrap made is changed)")
@@ -75,6 +61,14 @@ class GpuPools(Step):
         if drift or leftovers:
             return Check(WARN, _summary(drift, leftovers) + f" ({self._names(ctx)})", facts=facts)
         return Check(PASS, f"{len(ctx.config.pools)} pool(s) in place ({self._names(ctx)})", done=True, facts=facts)
+
+    def _without_pools(self, ctx, skip_reading: bool) -> Check:
+        """No pools configured: nothing to do, unless pools we created earlier are still there."""
+        leftovers = [] if skip_reading else self._owned(ctx, exclude=set())
+        if not leftovers:
+            return Check(SKIP, "no pools configured")
+        return Check(WARN, f"{len(leftovers)} object(s) of pools no longer configured to remove",
+                     facts=ObjectsFacts([], {}, leftovers))
 
     @staticmethod
     def _names(ctx) -> str:
@@ -186,6 +180,21 @@ class GpuPools(Step):
         if problems:
             return Check(WARN, "; ".join(problems))
         return Check(PASS, f"{waiting} GPU pod(s) pending on {scheduler}, all visible to Karpenter", done=True)
+
+
+def _drift(kube, desired: list[dict]) -> tuple[dict, list[str]]:
+    """How each wanted object differs from the cluster (Ref -> why), and those of the same name we did not create."""
+    drift, theirs = {}, []
+    for obj in desired:
+        ref = Ref.of(obj)
+        live = kube.get(ref.api_version, ref.kind, ref.name)
+        if live is None:
+            drift[ref] = "missing"
+        elif not _ours(live):
+            theirs.append(str(ref))
+        elif paths := differences(obj, live):
+            drift[ref] = "differs at " + ", ".join(paths[:3])
+    return drift, theirs
 
 
 def _ours(obj: dict) -> bool:
