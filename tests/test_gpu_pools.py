@@ -203,6 +203,16 @@ def test_up_creates_the_pools_and_teardown_removes_only_ours(cluster, tmp_path):
 
 
 @pytest.mark.tools
+def test_a_dry_run_is_validated_by_the_api_server_and_stores_nothing(cluster, tmp_path):
+    install_crds(cluster)
+    before = pools(cluster)
+    result, document = up(cluster, tmp_path, POOLS, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert step(document, "gpu-pools")["status"] == "planned" and step(document, "gpu-pools")["changes"] == 4
+    assert pools(cluster) == before == {"nodepools": [], "ec2nodeclasses": []}
+
+
+@pytest.mark.tools
 def test_a_pool_dropped_from_the_config_is_removed_and_a_name_clash_is_refused(cluster, tmp_path):
     install_crds(cluster)
     assert up(cluster, tmp_path)[0].exit_code == 0
