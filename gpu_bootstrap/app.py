@@ -61,6 +61,8 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None):
     playbook = load_playbook(options.playbook)
     selected, skipped = select(playbook, options.only, options.skip)
     kube, helm, mode, kube_version = _cluster_adapters(options, config)
+    if not options.offline and not options.no_cluster:
+        config = resolve_selected_nodes(config, kube)
     node_facts = _node_facts(options, config, kube, probe="preflight" in selected)
     render_dir = None
     if options.render_dir is not None:
@@ -98,11 +100,32 @@ def _cluster_adapters(options: Options, config):
     return kube, Helm(kubeconfig, config.cluster.context, relay=Relay(kube)), mode, None
 
 
+def resolve_selected_nodes(config, kube):
+    """`nodes: <label selector>`: the cluster's nodes that match it join the configured ones, each with the pool of
+    ours that launched it (karpenter.sh/nodepool), so that every step treats them as GPU nodes."""
+    if config.node_selector is None:
+        return config
+    found = {}
+    for node in kube.list("v1", "Node", label_selector=config.node_selector):
+        pool = ((node.get("metadata") or {}).get("labels") or {}).get("karpenter.sh/nodepool")
+        found[node["metadata"]["name"]] = pool if config.pool(pool) else None
+    return config.with_selected_nodes(found)
+
+
 def _node_facts(options: Options, config, kube, probe: bool):
-    """Where this run's node facts come from. `probe`: preflight is part of the run (else, online, the facts the
+    """Where this run's node facts come from; nodes the `nodes` selector matched have their pool's facts."""
+    source = _reachable_facts(options, config, kube, probe)
+    if not config.selected_nodes:
+        return source
+    from .adapters.nodefacts import WithPoolNodes
+    return WithPoolNodes(source, config)
+
+
+def _reachable_facts(options: Options, config, kube, probe: bool):
+    """Where the listed nodes' facts come from. `probe`: preflight is part of the run (else, online, the facts the
     last successful preflight recorded are used, so leaving preflight out never turns facts into "absent")."""
     from .adapters.nodefacts import NoNodeFacts, ProbedNodes, RecordedNodes, ReportedNodes
-    names = [n.name for n in config.nodes]
+    names = [n.name for n in config.nodes if n.name not in config.selected_nodes]
     if options.preflight_report is not None:
         return ReportedNodes(names, options.preflight_report)
     if options.offline:
@@ -113,7 +136,7 @@ def _node_facts(options: Options, config, kube, probe: bool):
     if not probe:
         return RecordedNodes(names, kube)
     from .adapters.ssh import Ssh
-    return ProbedNodes(names, Ssh(config.ssh, config.nodes))
+    return ProbedNodes(names, Ssh(config.ssh, [n for n in config.nodes if n.name in names]))
 
 
 def check_kubeconfig(path: Path | None, context: str | None) -> Path | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 
@@ -71,6 +71,43 @@ def check_label_value(value: str) -> str:
         raise ValueError(f"{value[:80]!r} is not a valid label or taint value (up to 63 letters, digits, '-', '_' or "
                          f"'.', starting and ending with a letter or digit)")
     return value
+
+
+SELECTOR_TERM = re.compile(r"\s*(!?)\s*([^\s=!,()]+)(?:\s*(==|=|!=)\s*([^\s,()]*)|\s+(in|notin)\s*\(([^)]*)\))?\s*")
+
+
+def selector_problem(selector: str) -> str | None:
+    """What is wrong with a Kubernetes label selector (kubectl -l syntax), or None."""
+    if not selector:
+        return "the label selector is empty"
+    rest = selector
+    while rest:
+        term = SELECTOR_TERM.match(rest)
+        if not term or not term.group(2):
+            return f"{selector[:80]!r} is not a label selector (e.g. karpenter.sh/nodepool=gpu, or gpu in (a,b))"
+        try:
+            check_label_key(term.group(2))
+            for value in [term.group(4)] if term.group(4) else (term.group(6) or "").split(","):
+                check_label_value(value.strip())
+        except ValueError as error:
+            return f"in the label selector: {error}"
+        rest = rest[term.end():]
+        if rest and not rest.startswith(","):
+            return f"{selector[:80]!r} is not a label selector (terms are separated by ',')"
+        rest = rest[1:]
+    return None
+
+
+def selector_equalities(selector: str) -> dict[str, str]:
+    """The key=value terms of a valid label selector (what a nodeSelector can express), {} when it has others."""
+    found, rest = {}, selector
+    while rest:
+        term = SELECTOR_TERM.match(rest)
+        if term.group(1) or term.group(3) not in ("=", "=="):
+            return {}
+        found[term.group(2)] = term.group(4)
+        rest = rest[term.end():].removeprefix(",")
+    return found
 
 
 # --- sections ------------------------------------------------------------------------------------------------------------
@@ -464,17 +501,197 @@ class ValidateConfig(Section):
     timeout: int = Field(300, ge=10, le=3600)
 
 
+
+KARPENTER_DURATION = re.compile(r"([0-9]+(s|m|h))+|Never")  # Karpenter's own pattern for expireAfter/consolidateAfter
+BUDGET_NODES = re.compile(r"(100|[0-9]{1,2})%|[0-9]+")
+BUDGET_DURATION = re.compile(r"(([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?")
+AWS_NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.+=,@/]{0,127}")  # an IAM role name, a tag value
+KARPENTER_DOMAINS = ("karpenter.sh", "karpenter.k8s.aws")  # label domains a NodePool template may not set
+
+
+def check_karpenter_duration(value: str) -> str:
+    if not KARPENTER_DURATION.fullmatch(value):
+        raise ValueError(f"{value[:40]!r} is not a Karpenter duration (e.g. 10m, 720h, 1h30m, or Never)")
+    return value
+
+
+class PoolRequirements(Section):
+    """Which EC2 instances the pool may launch (Karpenter requirements on well-known labels)."""
+
+    gpu_count: int = Field(1, ge=1, le=16, description="at least this many GPUs per instance")
+    instance_families: list[str] = Field(default_factory=list, description="e.g. [g6, p5]; empty: any GPU family")
+    gpu_names: list[str] = Field(default_factory=list, description="karpenter.k8s.aws/instance-gpu-name, e.g. "
+                                                                   "[l4, a100, h100]")
+    capacity_types: list[Literal["on-demand", "spot", "reserved"]] = Field(
+        default_factory=lambda: ["on-demand"], min_length=1, description="karpenter.sh/capacity-type")
+    architectures: list[Literal["amd64", "arm64"]] = Field(default_factory=lambda: ["amd64"], min_length=1)
+
+    @field_validator("instance_families", "gpu_names")
+    @classmethod
+    def _values(cls, value: list) -> list:
+        for item in value:
+            if not re.fullmatch(r"[a-z0-9][-a-z0-9.]{0,62}", item):
+                raise ValueError(f"{item[:40]!r} is not an instance family or GPU name (lowercase, e.g. g6, a100)")
+        return value
+
+
+class PoolBudget(Section):
+    nodes: str = Field("10%", description="how many of the pool's nodes may be disrupted at once (a count or N%)")
+    schedule: str | None = Field(None, description="cron schedule when this budget applies (with duration)")
+    duration: str | None = Field(None, description="how long it applies after each schedule hit, e.g. 8h")
+    reasons: list[Literal["Underutilized", "Empty", "Drifted"]] | None = None
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, value: str) -> str:
+        if not BUDGET_NODES.fullmatch(str(value)):
+            raise ValueError(f"{str(value)[:40]!r} must be a node count (e.g. 1) or a percentage (e.g. 10%)")
+        return str(value)
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, value):
+        if value is not None and not BUDGET_DURATION.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a budget duration (minutes and hours only, e.g. 30m, 8h, 1h30m)")
+        return value
+
+    @model_validator(mode="after")
+    def _pair(self):
+        if (self.schedule is None) != (self.duration is None):
+            raise ValueError("schedule and duration go together: set both or neither")
+        return self
+
+
+class PoolDisruption(Section):
+    """Never consolidate a node that runs GPU pods: only empty nodes are removed, after `consolidate_after`."""
+
+    consolidate_after: str = Field("10m", description="how long a node stays empty before Karpenter removes it")
+    budgets: list[PoolBudget] = Field(default_factory=lambda: [PoolBudget()], min_length=1)
+
+    _after = field_validator("consolidate_after")(classmethod(lambda cls, v: check_karpenter_duration(v)))
+
+
+class PoolConfig(Section):
+    """An autoscaled GPU pool: a Karpenter NodePool and its EC2NodeClass, whose nodes arrive with node-prep's taint
+    and labels."""
+
+    name: str = Field(description="the NodePool's and EC2NodeClass's name")
+    provider: Literal["karpenter"] = "karpenter"
+    role: str = Field(description="the IAM role of the nodes (EC2NodeClass spec.role)")
+    discovery_tag: str = Field(description="subnets and security groups tagged karpenter.sh/discovery=<this> (usually "
+                                           "the EKS cluster's name)")
+    ami_family: Literal["al2023", "bottlerocket"] = Field(
+        "al2023", description="al2023: the EKS-optimized NVIDIA AMI; bottlerocket: Bottlerocket's NVIDIA variant")
+    ami_version: str = Field("latest", description="the AMI alias version, e.g. latest or v20250301")
+    requirements: PoolRequirements = Field(default_factory=PoolRequirements)
+    limits: dict[str, str | int] = Field(default_factory=lambda: {"nvidia.com/gpu": "8"},
+                                         description="most the pool may hold in total (nvidia.com/gpu, cpu, memory)")
+    disruption: PoolDisruption = Field(default_factory=PoolDisruption)
+    expire_after: str = Field("720h", description="replace nodes this old (Never: keep them)")
+    volume_size: str = Field("200Gi", description="root volume (al2023) or data volume (bottlerocket): CUDA images "
+                                                  "are large")
+    weight: int | None = Field(None, ge=1, le=100, description="priority among NodePools")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if len(value) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value):
+            raise ValueError(f"{value!r} must be a lowercase DNS label of at most 63 characters")
+        return value
+
+    @field_validator("role", "discovery_tag")
+    @classmethod
+    def _aws_name(cls, value: str) -> str:
+        if not AWS_NAME.fullmatch(value):
+            raise ValueError(f"{value[:60]!r} is not an IAM role name or tag value")
+        return value
+
+    @field_validator("ami_version")
+    @classmethod
+    def _ami_version(cls, value: str) -> str:
+        if not re.fullmatch(r"latest|v?[0-9][0-9A-Za-z.-]*", value):
+            raise ValueError(f"{value[:40]!r} is not an AMI alias version (latest, or e.g. v20250301)")
+        return value
+
+    @field_validator("limits")
+    @classmethod
+    def _limits(cls, value: dict) -> dict:
+        if "nvidia.com/gpu" not in value:
+            raise ValueError("must cap nvidia.com/gpu (e.g. nvidia.com/gpu: 8): an unbounded GPU pool can launch "
+                             "GPU instances without end")
+        for name, amount in value.items():
+            if not SCHEDULER_RESOURCE.fullmatch(name):
+                raise ValueError(f"{name!r} is not a resource name (e.g. cpu, memory, nvidia.com/gpu)")
+            if not QUANTITY.fullmatch(str(amount)):
+                raise ValueError(f"{name}: {str(amount)[:40]!r} is not a quantity (e.g. 8, 1000Gi)")
+        return {name: str(amount) for name, amount in value.items()}
+
+    _expire = field_validator("expire_after")(classmethod(lambda cls, v: check_karpenter_duration(v)))
+
+    @field_validator("volume_size")
+    @classmethod
+    def _volume(cls, value: str) -> str:
+        if not re.fullmatch(r"[1-9][0-9]*(Gi|Ti|G|T)", value):
+            raise ValueError(f"{value[:40]!r} is not a volume size (e.g. 200Gi)")
+        return value
+
+
 class Config(Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     ssh: SshConfig = Field(default_factory=SshConfig)
-    nodes: list[NodeConfig] = Field(min_length=1, description="the GPU nodes")
+    nodes: list[NodeConfig] = Field(description="the GPU nodes: a list, or a label selector "
+                                                                      "(e.g. karpenter.sh/nodepool=gpu)")
     node_prep: NodePrepConfig = Field(default_factory=NodePrepConfig)
     gpu_operator: GpuOperatorConfig = Field(default_factory=GpuOperatorConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")  # BaseModel owns .validate
+    pools: list[PoolConfig] = Field(default_factory=list, description="autoscaled GPU pools (Karpenter)")
+
+    # `nodes: <label selector>`: the GPU nodes are the cluster's nodes that match, resolved when a run starts
+    # (with_selected_nodes); the ones it matched are not probed over SSH (their facts come from their pool).
+    _selector: str | None = PrivateAttr(default=None)
+    _selected: dict = PrivateAttr(default_factory=dict)  # node name -> the pool it came from (None: no pool of ours)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _nodes_selector(cls, data, handler):
+        selector = None
+        if isinstance(data, dict) and isinstance(data.get("nodes"), str):
+            selector = data["nodes"].strip()
+            problem = selector_problem(selector)
+            if problem:
+                raise ValueError(f"nodes: {problem}")
+            data = {**data, "nodes": []}
+        elif isinstance(data, dict) and "nodes" in data and not data["nodes"]:
+            raise ValueError("nodes: list at least one GPU node, or give a label selector (e.g. nodes: "
+                             "karpenter.sh/nodepool=gpu)")
+        config = handler(data)
+        if selector is not None:
+            config._selector = selector
+        return config
+
+    @property
+    def node_selector(self) -> str | None:
+        return self._selector
+
+    @property
+    def selected_nodes(self) -> dict:
+        """Nodes the selector matched that `nodes` does not list: name -> the configured pool it came from, or None."""
+        return dict(self._selected)
+
+    def with_selected_nodes(self, found: dict) -> "Config":
+        """A copy whose `nodes` adds the nodes the selector matched (`found`: name -> pool name or None)."""
+        listed = {n.name for n in self.nodes}
+        extra = {name: pool for name, pool in sorted(found.items()) if name not in listed}
+        copy = self.model_copy(update={"nodes": [*self.nodes, *(NodeConfig(name=n) for n in extra)]})
+        copy._selector, copy._selected = self._selector, extra
+        return copy
+
+    def pool(self, name: str | None):
+        return next((p for p in self.pools if p.name == name), None)
 
     @model_validator(mode="after")
     def _unique_nodes(self):
@@ -483,6 +700,16 @@ class Config(Section):
             if node.name in seen:
                 raise ValueError(f"nodes[{index}].name: node {node.name!r} is listed twice")
             seen.add(node.name)
+        names = set()
+        for index, pool in enumerate(self.pools):
+            if pool.name in names:
+                raise ValueError(f"pools[{index}].name: pool {pool.name!r} is listed twice")
+            names.add(pool.name)
+        if self.pools:
+            for key in self.node_prep.labels:
+                if key.partition("/")[0].endswith(KARPENTER_DOMAINS) or key == "kubernetes.io/hostname":
+                    raise ValueError(f"node_prep.labels: {key!r} cannot go on a Karpenter node template (Karpenter "
+                                     f"owns that label); pick another key")
         return self
 
     def node(self, name: str) -> NodeConfig:
@@ -620,7 +847,7 @@ def validate(data: Any, source: Source, model: type[BaseModel] = None) -> Config
         for item in error.errors():
             loc = tuple(item["loc"])
             message = _friendly(item)
-            if message.startswith("nodes[") and ":" in message:  # model-level errors carry their own path
+            if message.startswith(("nodes[", "nodes:", "pools[", "node_prep.")) and ":" in message:  # model-level errors carry their own path
                 field, message = message.split(": ", 1)
                 loc = _parse_path(field)
             if item["type"] == "extra_forbidden":
@@ -803,4 +1030,14 @@ monitoring:                         # who uses which GPU: Prometheus, the DCGM e
   wait_timeout: 600
   skip_version_check: false
   values: {}                        # your helm values for kube-prometheus-stack, applied last
+
+pools: []                           # autoscaled GPU pools (Karpenter >= 1.0 on EKS; README: "Autoscaled GPU pools")
+# - name: gpu                       # a NodePool and an EC2NodeClass of this name; nodes get node_prep's taint/labels
+#   role: KarpenterNodeRole-my-cluster   # the nodes' IAM role
+#   discovery_tag: my-cluster       # subnets and security groups tagged karpenter.sh/discovery=<this>
+#   ami_family: al2023              # al2023 (EKS NVIDIA AMI) | bottlerocket (its NVIDIA variant)
+#   requirements: {gpu_count: 1, instance_families: [g6], gpu_names: [], capacity_types: [on-demand]}
+#   limits: {nvidia.com/gpu: 8}     # required: the most GPUs the pool may hold
+#   disruption: {consolidate_after: 10m, budgets: [{nodes: "10%"}]}   # only empty nodes are removed
+#   expire_after: 720h
 """

@@ -54,9 +54,9 @@ def node_ready(node: dict) -> bool:
 def room_for_platform(nodes: list[dict], gpu_nodes: set[str], taint: dict | None) -> list[str] | None:
     """The nodes where platform pods (the operator, NFD's master, the scheduler) can still run once the GPU nodes
     carry `taint`: Ready, schedulable, and with no NoSchedule/NoExecute taint. Empty: tainting leaves no room.
-    None: unknown (a node reports no conditions, as in an offline plan), which is not "no room"."""
+    None: unknown (no node at all, or one reports no conditions, as in an offline plan), which is not "no room"."""
     room = []
-    if any(not (node.get("status") or {}).get("conditions") for node in nodes):
+    if not nodes or any(not (node.get("status") or {}).get("conditions") for node in nodes):
         return None
     for node in nodes:
         name = node["metadata"]["name"]

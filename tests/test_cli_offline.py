@@ -45,9 +45,9 @@ def test_offline_json_document(tmp_path):
     document = json.loads(result.stdout)
     assert document["ok"] is True
     assert [(s["id"], s["status"], s["changes"]) for s in document["steps"]] == [
-        ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("monitoring", "planned", 7),
-        ("gpu-operator", "planned", 4), ("binpack-scheduler", "planned", 9), ("admission-opa", "planned", 7),
-        ("admission", "planned", 3), ("validate", "planned", 3)]
+        ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-pools", "skipped", 0),
+        ("monitoring", "planned", 7), ("gpu-operator", "planned", 4), ("binpack-scheduler", "planned", 9),
+        ("admission-opa", "planned", 7), ("admission", "planned", 3), ("validate", "planned", 3)]
     assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
                                                "saved 'gpu-bootstrap doctor -o json') to plan with them")
     assert document["steps"][1]["message"] == "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2"
@@ -60,9 +60,9 @@ def test_render_dir_is_refreshed_not_accumulated(tmp_path):
     for _ in range(2):
         invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
                tmp_path=tmp_path)
-    assert sorted(p.name for p in out.iterdir()) == ["02-node-prep", "03-monitoring", "04-gpu-operator",
-                                                    "05-binpack-scheduler", "06-admission-opa", "07-admission",
-                                                    "08-validate", "keep.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["02-node-prep", "04-monitoring", "05-gpu-operator",
+                                                    "06-binpack-scheduler", "07-admission-opa", "08-admission",
+                                                    "09-validate", "keep.txt"]
     assert (out / "02-node-prep" / "plan.txt").read_text().count("\n") == 2
 
 
@@ -136,7 +136,7 @@ def test_validation_pods_use_the_binpack_scheduler_when_the_playbook_deploys_it(
     out = tmp_path / "out"
     invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
            tmp_path=tmp_path)
-    pod = yaml.safe_load((out / "08-validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
+    pod = yaml.safe_load((out / "09-validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
     assert pod["spec"]["schedulerName"] == "gpu-binpack-scheduler"
     invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
            "--playbook", str(ROOT / "tests" / "playbooks" / "no-scheduler.yaml"), tmp_path=tmp_path)

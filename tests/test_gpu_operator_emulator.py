@@ -62,7 +62,7 @@ def test_up_installs_waits_for_the_operands_and_validates(cluster, tmp_path):
     config = write_config(tmp_path, cluster)
     result, document = up(config, tmp_path)
     assert result.exit_code == 0, result.output
-    assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "monitoring": "skipped",
+    assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-pools": "skipped", "monitoring": "skipped",
                                   "gpu-operator": "applied", "binpack-scheduler": "applied", "admission-opa": "applied",
                                   "admission": "applied", "validate": "applied"}
     operator = next(s for s in document["steps"] if s["id"] == "gpu-operator")

@@ -29,7 +29,7 @@ def plan(tmp_path: Path, kube: str, extra: str = "", report: bool = True):
     if report:
         args += ["--preflight-report", str(write_report(tmp_path / "report.json", ["node5", "node6"]))]
     result = runner.invoke(app, args)
-    return result, tmp_path / "out" / "04-gpu-operator"
+    return result, tmp_path / "out" / "05-gpu-operator"
 
 
 def crd_schemas(tmp_path: Path) -> dict[tuple[str, str], dict]:
@@ -86,7 +86,7 @@ def test_a_repository_chart_without_network_still_plans_values(tmp_path):
     result = runner.invoke(app, ["up", "--dry-run", "--offline", "--kube-version", "1.33", "-c", str(config),
                                  "--render-dir", str(tmp_path / "out"), "--log-file", str(tmp_path / "log")])
     assert result.exit_code == 0, result.output
-    folder = tmp_path / "out" / "04-gpu-operator"
+    folder = tmp_path / "out" / "05-gpu-operator"
     assert (folder / "values.yaml").exists() and (folder / "release.yaml").exists()
     note = folder / "manifests-not-rendered.txt"  # unless this machine can reach NVIDIA's chart repository
     assert (folder / "manifests.yaml").exists() or "set gpu_operator.chart to a local .tgz" in note.read_text()

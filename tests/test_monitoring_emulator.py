@@ -95,7 +95,7 @@ def test_one_up_installs_the_stack_and_the_operator_creates_the_dcgm_servicemoni
     cluster.emu.proxy_service(STACK_NS, STACK_SERVICE, prometheus.url)
     result, document = cli("up", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
-    assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "monitoring": "applied",
+    assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-pools": "skipped", "monitoring": "applied",
                                   "gpu-operator": "applied", "binpack-scheduler": "applied", "admission-opa": "applied",
                                   "admission": "applied", "validate": "skipped"}
     assert "Prometheus answers; dashboards and alerts in place; the DCGM exporter is not deployed yet" in \
@@ -238,7 +238,7 @@ def test_attach_mode_labels_our_objects_for_the_prometheus_found_and_changes_not
     result, document = cli("up", "-c", str(config), "--dry-run", "--only", "monitoring", "--render-dir", str(out),
                            tmp_path=tmp_path)  # (the gpu-operator chart cannot be dry-run before its CRDs exist)
     assert result.exit_code == 0, result.output
-    plan = (out / "03-monitoring" / "01-apply-prometheusrule-gpu-bootstrap-gpu-alerts.yaml").read_text()
+    plan = (out / "04-monitoring" / "01-apply-prometheusrule-gpu-bootstrap-gpu-alerts.yaml").read_text()
     for line in ("monitoring.mode: auto: the cluster runs the Prometheus Operator; attaching to Prometheus "
                  "observability/main (it is not changed)",
                  "serviceMonitorSelector team=gpu → the DCGM ServiceMonitor gets team=gpu",

@@ -30,8 +30,8 @@ from gpu_bootstrap.steps.node_prep import NodePrep, NodePrepFacts
 from gpu_bootstrap.steps.preflight import Preflight, judge
 from gpu_bootstrap.steps.validate import Validate, ValidateFacts
 
-PLAYBOOK = ("preflight", "node-prep", "monitoring", "gpu-operator", "binpack-scheduler", "admission-opa", "admission",
-            "validate")
+PLAYBOOK = ("preflight", "node-prep", "gpu-pools", "monitoring", "gpu-operator", "binpack-scheduler", "admission-opa",
+            "admission", "validate")
 RECORD = "gpu-bootstrap.io/node-prep"
 
 

@@ -121,3 +121,37 @@ class ProbedNodes(NodeFactsSource):
 
     def close(self) -> None:
         self.ssh.close()
+
+
+class WithPoolNodes(NodeFactsSource):
+    """`inner`'s facts for the nodes it can reach, and for nodes the `nodes` selector matched (not probed over SSH):
+    the facts of the configured pool that launched them, or unknown when no pool of ours did."""
+
+    def __init__(self, inner: NodeFactsSource, config):
+        super().__init__([*inner.names, *(n for n in config.selected_nodes if n not in inner.names)])
+        self.inner = inner
+        self.selected = config.selected_nodes
+        self.pools = {p.name: p for p in config.pools}
+        self.ssh = getattr(inner, "ssh", None)
+        self.why = getattr(inner, "why", "")
+
+    @property
+    def source(self) -> str:
+        return f"{self.inner.source}; pool definitions for {len(self.selected)} node(s) the selector matched"
+
+    def select(self, names: list[str]) -> None:
+        super().select(names)
+        self.inner.select([n for n in names if n not in self.selected])
+
+    def _read(self, names: list[str]) -> dict[str, NodeReport]:
+        from ..probes.checks import from_pool
+        found = self.inner.reports([n for n in names if n not in self.selected])
+        for name in (n for n in names if n in self.selected):
+            pool = self.pools.get(self.selected[name])
+            found[name] = from_pool(name, pool.name, pool.ami_family) if pool else unreachable(
+                name, "matched by the `nodes` selector but not launched by a pool in `pools`, and not listed with "
+                      "an SSH address: its facts are unknown (list it under nodes, or pass --preflight-report)")
+        return found
+
+    def close(self) -> None:
+        self.inner.close()

@@ -198,3 +198,26 @@ def _toolkit(sections, text, runtime: parse.Runtime) -> NodeCheck:
                                                        f"`nvidia-ctk runtime configure --runtime={runtime_name} "
                                                        f"--config={config}` and restart {runtime_name}, or let the "
                                                        f"gpu-operator's toolkit configure it", data)
+
+
+AMI_NAMES = {"al2023": "the EKS AL2023 NVIDIA AMI", "bottlerocket": "Bottlerocket's NVIDIA variant"}
+
+
+def from_pool(name: str, pool: str, ami_family: str) -> NodeReport:
+    """A node launched from one of our Karpenter pools, not reachable over SSH: its facts are what its image ships
+    (driver, containerd with the NVIDIA runtime as default), taken from the pool's definition, and say so. They are
+    known facts of another origin, never "absent"."""
+    image = AMI_NAMES[ami_family]
+    origin = {"source": f"pool definition ({pool}, {ami_family})", "pool": pool}
+    return NodeReport(name, [
+        NodeCheck("ssh", SKIP, f"not probed over SSH: launched by Karpenter pool {pool}; facts from the pool "
+                               f"definition ({image})", origin),
+        NodeCheck("nvidia-driver", PASS, f"driver ships with {image} (pool {pool})",
+                  {**origin, "driver_version": f"from {image}", "gpus": []}),
+        NodeCheck("nouveau", PASS, f"not loaded ({image})", {**origin, "loaded": False}),
+        NodeCheck("container-runtime", PASS, f"containerd ({image})", {
+            **origin, "runtime": "containerd", "version": None, "config_path": "/etc/containerd/config.toml",
+            "socket": "/run/containerd/containerd.sock", "distribution": "standard"}),
+        NodeCheck("nvidia-container-toolkit", PASS, f"NVIDIA runtime is containerd's default ({image})", {
+            **origin, "installed": True, "version": None, "runtime_configured": True, "default_runtime": True}),
+    ])

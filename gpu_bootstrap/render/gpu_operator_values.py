@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from ..config import selector_equalities
 from ..objects import deep_merge
 from ..paths import data_path
 from ..versions import version_tuple
@@ -84,6 +85,7 @@ class NodeFacts:
     toolkit_configured: bool
     toolkit_default: bool
     unknown: str = ""  # why nothing could be read from this node: its facts are unknown, not absent
+    pool: str = ""  # launched from this pool of ours: facts from its definition, operands set by its node template
 
 
 def facts_from_reports(reports: dict) -> list[NodeFacts]:
@@ -97,6 +99,7 @@ def facts_from_reports(reports: dict) -> list[NodeFacts]:
                                  unknown=(ssh.message if ssh else "no facts") or "no facts"))
             continue
         data = {c.id: c.data or {} for c in report.checks}
+        pool = str((ssh.data or {}).get("pool") or "")
         driver, runtime, toolkit = data.get("nvidia-driver", {}), data.get("container-runtime", {}), \
             data.get("nvidia-container-toolkit", {})
         out.append(NodeFacts(
@@ -104,7 +107,7 @@ def facts_from_reports(reports: dict) -> list[NodeFacts]:
             bool(data.get("nouveau", {}).get("loaded")), runtime.get("runtime"),
             runtime.get("distribution") or "standard", runtime.get("version"), runtime.get("config_path"),
             runtime.get("socket"), bool(toolkit.get("installed")), toolkit.get("version"),
-            bool(toolkit.get("runtime_configured")), bool(toolkit.get("default_runtime"))))
+            bool(toolkit.get("runtime_configured")), bool(toolkit.get("default_runtime")), pool=pool))
     return out
 
 
@@ -131,8 +134,12 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
     derived: list[Derived] = []
     labels: dict[str, dict[str, str]] = {}
     warnings: list[str] = []
+    pooled = [f for f in facts if f.pool]  # their operands follow their pool's node template, not these values
+    facts = [f for f in facts if not f.pool]
     unknown = [f for f in facts if f.unknown]
-    if unknown:
+    if pooled and not facts:
+        _only_pool_nodes(pooled, section, derived)
+    elif unknown:
         warnings.append(_keep_deployed(unknown, deployed, derived))
         facts = [f for f in facts if not f.unknown]
     else:
@@ -140,6 +147,7 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
         _toolkit(facts, section, operator_version, derived, warnings)
     _placement(config, base, playbook_steps, derived, no_room)
     _sharing(facts, config, derived, labels, warnings)
+    _pool_operands(config, playbook_steps, derived, warnings)
     _dcgm_scrape(config, playbook_steps, scrape, derived)
     tree: dict = {}
     for item in derived:
@@ -197,6 +205,13 @@ def _lookup(tree: dict, path: str):
             return None
         tree = tree[part]
     return tree
+
+
+def _only_pool_nodes(pooled, section, derived) -> None:
+    why = (f"every GPU node ({_nodes(f.name for f in pooled)}) is a pool node, whose template keeps the operator's "
+           f"driver and toolkit off it; the chart's default for GPU nodes that join otherwise")
+    derived.append(Derived("driver.enabled", section.driver_management != "host", why))
+    derived.append(Derived("toolkit.enabled", True, why))
 
 
 def _driver(facts, section, derived, labels, warnings) -> None:
@@ -322,6 +337,9 @@ def _placement(config, base, playbook_steps, derived, no_room: bool = False) -> 
     if config.node_prep.enabled and config.node_prep.gpu_present_label and "node-prep" in playbook_steps:
         derived.append(Derived("node-feature-discovery.worker.nodeSelector", {"nvidia.com/gpu.present": "true"},
                                "node-prep labels the GPU nodes, so NFD need not run on the others"))
+    elif config.node_selector and (labels := selector_equalities(config.node_selector)):
+        derived.append(Derived("node-feature-discovery.worker.nodeSelector", labels,
+                               f"nodes: {config.node_selector}: NFD runs on the selected GPU nodes only"))
 
 
 def _sharing(facts, config, derived, labels, warnings) -> None:
@@ -358,6 +376,25 @@ def _sharing(facts, config, derived, labels, warnings) -> None:
                                 f"leave it whole")
 
 
+def _pool_operands(config, playbook_steps, derived, warnings) -> None:
+    """Nodes launched from our pools bring the driver and the NVIDIA runtime (Bottlerocket: its device plugin too):
+    the operator skips those operands on nodes labelled nvidia.com/gpu.deploy.<operand>=false, which each pool's node
+    template sets. Said here, with the reason, because it shapes what the operator deploys where."""
+    from .gpu_pools import IMAGE_OPERAND_LABELS, IMAGE_REASON
+    if not config.pools or "gpu-pools" not in playbook_steps:
+        return
+    for pool in config.pools:
+        for label, value in IMAGE_OPERAND_LABELS[pool.ami_family].items():
+            derived.append(Derived(f"pools:{pool.name}:{label}", value,
+                                   f"{IMAGE_REASON[pool.ami_family]}: NodePool {pool.name} labels its nodes so the "
+                                   f"operator skips that operand there"))
+    bottlerocket = [p.name for p in config.pools if p.ami_family == "bottlerocket"]
+    if bottlerocket and config.gpu_operator.sharing.mode != "none":
+        warnings.append(f"sharing: {config.gpu_operator.sharing.mode} is configured through the operator's device "
+                        f"plugin, which does not run on Bottlerocket pool(s) {', '.join(bottlerocket)}: set sharing "
+                        f"there in Bottlerocket's own settings (settings.kubelet-device-plugins.nvidia)")
+
+
 def _time_slicing(sharing, replicas: int) -> str:
     return yaml.safe_dump({"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {"timeSlicing": {
         "renameByDefault": sharing.rename_by_default, "failRequestsGreaterThanOne":
@@ -367,8 +404,8 @@ def _time_slicing(sharing, replicas: int) -> str:
 
 # --- trees ------------------------------------------------------------------------------------------------------------
 def _set(tree: dict, path: str, value) -> None:
-    if path.startswith("nodes:"):
-        return  # node labels, not chart values
+    if path.startswith(("nodes:", "pools:")):
+        return  # node labels (on nodes, or on a pool's node template), not chart values
     parts = path.split(".")
     for part in parts[:-1]:
         tree = tree.setdefault(part, {})

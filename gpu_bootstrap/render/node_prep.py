@@ -14,6 +14,20 @@ import json
 ANNOTATION = "gpu-bootstrap.io/node-prep"
 
 
+def wanted(section) -> tuple[dict[str, str], dict | None]:
+    """The labels and taint node-prep gives every GPU node (`section`: the config's node_prep). The one source for
+    node-prep's patches and the gpu-pools node templates, so pool nodes arrive exactly as node-prep leaves others."""
+    if not section.enabled:
+        return {}, None
+    return section.wanted_labels(), section.taint.as_taint() if section.taint else None
+
+
+def describe_taint(taint: dict | None) -> str:
+    if taint is None:
+        return "(none)"
+    return f"{taint['key']}{'=' + taint['value'] if taint.get('value') else ''}:{taint['effect']}"
+
+
 def read_record(node: dict, annotation: str = ANNOTATION) -> dict:
     text = ((node.get("metadata") or {}).get("annotations") or {}).get(annotation)
     try:

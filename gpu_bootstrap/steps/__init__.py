@@ -9,6 +9,7 @@ import importlib
 REGISTRY: dict[str, str | None] = {
     "preflight": "gpu_bootstrap.steps.preflight:Preflight",
     "node-prep": "gpu_bootstrap.steps.node_prep:NodePrep",
+    "gpu-pools": "gpu_bootstrap.steps.gpu_pools:GpuPools",
     "gpu-operator": "gpu_bootstrap.steps.gpu_operator:GpuOperator",
     "binpack-scheduler": "gpu_bootstrap.steps.binpack_scheduler:BinpackScheduler",
     "admission-opa": "gpu_bootstrap.steps.admission:AdmissionOpa",

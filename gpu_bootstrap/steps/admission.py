@@ -426,7 +426,8 @@ class Admission(Step):
             results.append(("GPU pod", ok, f"rejected ({error.status}): {error.message}"))
         for what, pod in (("CPU pod", render.sample_pod("gpu-bootstrap-admission-probe-cpu", ns, gpu=False)),
                           ("GPU pod with nodeName (exempt)",
-                           render.sample_pod("gpu-bootstrap-admission-probe-bound", ns, node_name=config.nodes[0].name))):
+                           render.sample_pod("gpu-bootstrap-admission-probe-bound", ns, node_name=(
+                               config.nodes[0].name if config.nodes else "gpu-bootstrap-probe")))):
             try:
                 answer = ctx.kube.create(pod, dry_run=True)
                 got = (answer.get("spec") or {}).get("schedulerName")

@@ -40,8 +40,7 @@ class NodePrep(Step):
 
     @staticmethod
     def wanted(config) -> tuple[dict, dict | None]:
-        section = config.node_prep
-        return section.wanted_labels(), section.taint.as_taint() if section.taint else None
+        return render.wanted(config.node_prep)
 
     def inputs(self, ctx) -> dict:
         labels, taint = self.wanted(ctx.config)
@@ -59,6 +58,9 @@ class NodePrep(Step):
             if render.prepare_patch(node, labels, taint) is not None:
                 pending.append(configured.name)
         facts = NodePrepFacts(nodes)
+        if not ctx.config.nodes:  # `nodes: <selector>` and no node matches yet
+            return Check(PASS, f"no node matches nodes: {ctx.config.node_selector} yet (nodes launched from `pools` "
+                               f"arrive with the taint and labels)", done=True, facts=facts)
         everything = ctx.kube.list("v1", "Node")
         warnings = [w for w in [no_room_warning(everything, ctx.config, ctx.options.playbook)] if w]
         if missing:
