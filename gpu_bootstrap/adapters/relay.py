@@ -168,6 +168,7 @@ def _handler(relay: Relay):
             except Exception as error:  # noqa: BLE001
                 log.debug("relay watch %s: %s", self.path, error)
                 return self._answer(502, b'{"kind":"Status","status":"Failure","code":502}', {})
+            ended = False
             try:
                 self.send_response(upstream.status)
                 for name, value in upstream.headers.items():
@@ -182,10 +183,14 @@ def _handler(relay: Relay):
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")
+                ended = True
             except OSError:  # helm went away (its watch ended) or the server closed the stream
                 self.close_connection = True
             finally:
-                upstream.release_conn()
+                if ended:
+                    upstream.release_conn()
+                else:  # stopped mid-stream: that connection must not go back to the pool for another request
+                    upstream.close()
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _relay  # noqa: N815
 
