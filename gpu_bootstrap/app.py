@@ -80,6 +80,9 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None):
     return ctx, runner, playbook
 
 
+RELAY_POOL = 64  # connections helm's relay keeps to the API server: helm's watches and writes run in parallel
+
+
 def _cluster_adapters(options: Options, config):
     """(kube, helm, gate mode, known Kubernetes version): the offline pair, or the real cluster's."""
     if options.offline:
@@ -97,7 +100,8 @@ def _cluster_adapters(options: Options, config):
     mode = gate_module.SERVER_DRY_RUN if options.dry_run else gate_module.APPLY
     from .adapters.relay import Relay
     kube = Kube(kubeconfig, config.cluster.context)
-    return kube, Helm(kubeconfig, config.cluster.context, relay=Relay(kube)), mode, None
+    relayed = Kube(kubeconfig, config.cluster.context, pool_size=RELAY_POOL)  # helm's own, many at once
+    return kube, Helm(kubeconfig, config.cluster.context, relay=Relay(relayed)), mode, None
 
 
 def resolve_selected_nodes(config, kube):

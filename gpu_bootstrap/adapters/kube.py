@@ -158,7 +158,7 @@ class Kube:
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, field_manager: str = FIELD_MANAGER,
                  timeout: float | None = None, attempts: int = MAX_ATTEMPTS, *,
                  request_timeout: float = REQUEST_TIMEOUT, connect_timeout: float = CONNECT_TIMEOUT,
-                 deadline: float = DEADLINE):
+                 deadline: float = DEADLINE, pool_size: int | None = None):
         self.kubeconfig = kubeconfig
         self.context = context
         self.field_manager = field_manager
@@ -166,6 +166,7 @@ class Kube:
         self.connect_timeout = min(float(connect_timeout), self.request_timeout)
         self.deadline = float(deadline)
         self.attempts = attempts
+        self.pool_size = pool_size  # connections kept open to the server (None: the kubernetes package's default)
         self._client = None
         self._host = ""
         self._discovered: dict[tuple[str, str], tuple[str, bool]] = {}
@@ -191,6 +192,10 @@ class Kube:
             except FileNotFoundError as error:
                 raise ClusterError(f"kubeconfig not found: {error.filename}",
                                    "pass --kubeconfig, set KUBECONFIG, or use --offline for a dry run") from None
+            if self.pool_size:
+                from kubernetes.client.rest import RESTClientObject
+                self._client.configuration.connection_pool_maxsize = self.pool_size
+                self._client.rest_client = RESTClientObject(self._client.configuration)
             self._host = self._client.configuration.host
             self._client.user_agent = "gpu-bootstrap"
         return self._client
