@@ -62,6 +62,12 @@ GRAFANA_SECRET = ("monitoring", "kube-prometheus-stack-grafana")
 # value it looked up): a rerun that upgrades the release a stopped install left changes the checksum once, and
 # Grafana's Deployment rolls out once more. Its rollout history (revision, old ReplicaSets scaled to 0) is not compared.
 GRAFANA_REPLICASETS = ("apps/ReplicaSet", GRAFANA_SECRET[0], f"made by Deployment/{GRAFANA_SECRET[1]}")
+# kube-prometheus-stack without the parts nothing here looks at (alertmanager, node exporter, kube-state-metrics,
+# the default rules and the control-plane ServiceMonitors): the same helm install of the same chart, half the objects
+SLIM_STACK = ("{alertmanager: {enabled: false}, nodeExporter: {enabled: false}, kubeStateMetrics: {enabled: false}, "
+              "defaultRules: {create: false}, kubeApiServer: {enabled: false}, kubelet: {enabled: false}, "
+              "kubeControllerManager: {enabled: false}, coreDns: {enabled: false}, kubeEtcd: {enabled: false}, "
+              "kubeScheduler: {enabled: false}, kubeProxy: {enabled: false}}")
 PROMETHEUS_SERVICE = ("monitoring", "kube-prometheus-stack-prometheus")  # the chart's Service, as values/ name it
 DONE = ("applied", "unchanged", "probed")
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")

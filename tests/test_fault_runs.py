@@ -108,7 +108,8 @@ def write_config(folder: Path, kubeconfig: Path) -> Path:
     path = folder / "gpu-bootstrap.yaml"
     path.write_text(f"cluster: {{kubeconfig: {kubeconfig}}}\nnodes:\n" + "".join(f"  - name: {n}\n" for n in NODES) +
                     f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 300\n"
-                    f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n  wait_timeout: 300\n")
+                    f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n  wait_timeout: 300\n"
+                    f"  values: {rel.SLIM_STACK}\n")
     return path
 
 

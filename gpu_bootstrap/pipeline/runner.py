@@ -79,8 +79,8 @@ class Runner:
     def _current(self, step: Step, records: dict) -> tuple[bool, Check]:
         check = self._check(step)
         record = records.get(step.id)
-        if check.status == SKIP:
-            return True, check
+        if check.status == SKIP:  # nothing to do; a record left by an earlier, stopped run is cleared by _run
+            return record is None, check
         fresh = record is not None and record.fingerprint == step.fingerprint(self.ctx) and \
             record.status in ("applied", "unchanged", "probed")
         return fresh and check.done, check
@@ -96,6 +96,8 @@ class Runner:
         try:
             done, check = self._current(step, records)
             if check.status == SKIP:
+                if step.id in records:  # e.g. "interrupted" while it checked: it is not what happened now
+                    self.checkpoint.forget(step.id)
                 self._finish(StepResult(step.id, "skipped", 0, check.message))
                 return
             if done:
