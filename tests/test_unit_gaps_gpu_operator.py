@@ -206,3 +206,94 @@ def test_restarts_name_each_changed_value():
     deployed = {"driver": {"enabled": False}, "toolkit": {"enabled": True}}
     merged = {"driver": {"enabled": True}, "toolkit": {"enabled": True}, "cdi": {"enabled": False}}
     assert gov.restarts(deployed, merged) == ["driver.enabled: false → true", "cdi.enabled: null → false"]
+
+
+@pytest.mark.parametrize("version, accepted", [("v26.3.0", True), ("v26.2.9", False), ("v26.2.0", False),
+                                               ("v25.10.1", False), ("v26.3.1", True)])
+def test_nri_needs_gpu_operator_26_3_0_exactly(version, accepted):
+    facts = [node("n1", toolkit_default=False, runtime_version="1.7.30")]
+    conf = config(gpu_operator={"runtime_integration": "nri"})
+    if accepted:
+        assert derived(gov.derive(facts, conf, version, PLAYBOOK))["cdi.nriPluginEnabled"] is True
+    else:
+        with pytest.raises(Refusal) as refused:
+            gov.derive(facts, conf, version, PLAYBOOK)
+        assert str(refused.value) == refused.value.message == \
+            f"runtime_integration: nri needs gpu-operator v26.3.0 or newer (this is {version})"
+
+
+def test_node_facts_cannot_be_changed_in_place():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        HEALTHY.driver = None
+
+
+@pytest.mark.parametrize("count, ending", [(4, "n4: lost"), (5, "n4: lost …")])
+def test_unknown_nodes_are_named_up_to_four_then_elided(count, ending):
+    facts = [node(f"n{i}", unknown="lost") for i in range(1, count + 1)]
+    plan = gov.derive(facts, config(), "v26.7.0", PLAYBOOK, deployed={})
+    assert plan.warnings[0].split(": the driver and toolkit")[0].endswith(f"({'; '.join(f'n{i}: lost' for i in range(1, 4))}; {ending})")
+
+
+def test_unknown_nodes_are_left_out_of_the_mig_checks():
+    plan = gov.derive([node("n1", gpus=("Tesla T4",)), node("n2", gpus=("Tesla T4",), unknown="lost")],
+                      config(gpu_operator={"sharing": {"mode": "mig"}}), "v26.7.0", PLAYBOOK, deployed={})
+    assert [w for w in plan.warnings if "MIG" in w] == [
+        "n1: Tesla T4 cannot be partitioned with MIG; the MIG manager will leave it whole"]
+    assert derived(plan)["nodes:nvidia.com/mig.config"] == "all-1g.10gb"
+    assert plan.node_labels == {"n1": {"nvidia.com/mig.config": "all-1g.10gb"},
+                                "n2": {"nvidia.com/mig.config": "all-1g.10gb"}}
+
+
+def test_a_ready_toolkit_without_a_version_reads_as_a_question_mark():
+    plan = gov.derive([node("n1", toolkit_version=None), node("n2")], config(), "v26.7.0", PLAYBOOK)
+    assert next(d.because for d in plan.derived if d.path == "toolkit.enabled") == \
+        "n1, n2: toolkit 1.17.4, ? with nvidia as the default runtime"
+
+
+def test_different_runtime_setups_are_named_by_group():
+    k3s = dict(distribution="k3s", config_path="/k3s.toml", socket="/k3s.sock", toolkit_default=False)
+    with pytest.raises(Refusal) as refused:
+        gov.derive([node("n1", **k3s), node("n2", toolkit_default=False)], config(), "v26.7.0", PLAYBOOK)
+    assert refused.value.message == (
+        "the GPU nodes use different container runtime setups (containerd (k3s) /k3s.toml: n1; containerd (standard) "
+        "/etc/containerd/config.toml: n2), but the toolkit's paths (toolkit.env) apply to every node")
+
+
+def test_the_reason_names_the_runtime_and_its_distribution():
+    k3s = dict(distribution="k3s", config_path="/k3s.toml", socket="/k3s.sock", toolkit_default=False)
+    plan = gov.derive([node("n1", **k3s)], config(), "v26.7.0", PLAYBOOK)
+    assert next(d.because for d in plan.derived if d.path == "toolkit.env") == \
+        "n1: containerd (k3s), config /k3s.toml, socket /k3s.sock"
+    plain = gov.derive([node("n1", toolkit_default=False)], config(), "v26.7.0", PLAYBOOK)
+    assert next(d.because for d in plain.derived if d.path == "toolkit.env") == \
+        "n1: containerd, config /etc/containerd/config.toml, socket /run/containerd/containerd.sock"
+
+
+def test_cri_o_gets_an_empty_toolkit_env():
+    crio = dict(runtime="cri-o", config_path="/etc/crio/crio.conf", socket="/var/run/crio/crio.sock",
+                toolkit_configured=False, toolkit_default=False)
+    plan = gov.derive([node("n1", **crio)], config(), "v26.7.0", PLAYBOOK)
+    assert derived(plan)["toolkit.env"] == []
+    assert next(d.because for d in plan.derived if d.path == "toolkit.env") == \
+        "n1: cri-o: the toolkit configures CRI-O through drop-in files"
+
+
+def test_time_slicing_config_text_and_name():
+    plan = gov.derive([node("n1")], config(gpu_operator={"sharing": {"mode": "time-slicing", "replicas": 2}}),
+                      "v26.7.0", PLAYBOOK)
+    value = derived(plan)["devicePlugin.config"]
+    assert value["data"]["default"] == (
+        "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    renameByDefault: false\n"
+        "    failRequestsGreaterThanOne: false\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n")
+    import hashlib
+    import json
+    assert value["name"] == "time-slicing-" + hashlib.sha256(json.dumps(value["data"], sort_keys=True).encode()) \
+        .hexdigest()[:8]
+
+
+def test_a_node_profile_for_an_unknown_node_is_refused():
+    sharing = {"mode": "time-slicing", "profiles": {"big": 8}, "node_profiles": {"zz": "big"}}
+    with pytest.raises(Refusal) as refused:
+        gov.derive([node("n1")], config(gpu_operator={"sharing": sharing}), "v26.7.0", PLAYBOOK)
+    assert refused.value.message == "sharing.node_profiles names 'zz', which is not a configured GPU node"
+    assert refused.value.fix == "use one of: n1, n2"

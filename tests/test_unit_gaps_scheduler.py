@@ -115,6 +115,9 @@ def test_the_config_text_keeps_the_documents_order():
     assert list(yaml.safe_load(text)) == ["apiVersion", "kind", "leaderElection", "percentageOfNodesToScore",
                                           "profiles"]
     assert text.startswith("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n")
+    # written in the document's own order, not sorted: a re-ordering would change the config hash and restart the
+    # scheduler's pods on an upgrade that changed nothing
+    assert "profiles:\n- schedulerName: gpu-binpack-scheduler\n  plugins:\n" in text
 
 
 def test_the_default_configuration_in_full():
