@@ -236,3 +236,30 @@ def test_first_version(text, expected):
 
 def test_loaded_modules():
     assert parse.loaded_modules("nvidia 1 0\n\nnouveau 2 1\n  \n") == {"nvidia", "nouveau"}
+
+
+def test_gpu_query_rows_with_too_few_or_extra_fields():
+    text = "0, NVIDIA A100\n1, NVIDIA A100, GPU-1, 40960, 8.0, 550.54.15, extra\n"
+    assert parse.gpus_from_query(text) == [{"index": 1, "name": "NVIDIA A100", "uuid": "GPU-1", "memory_mib": 40960,
+                                            "compute_capability": "8.0", "driver_version": "550.54.15"}]
+
+
+def test_a_runtime_entry_that_is_not_a_table_is_not_nvidia():
+    text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "odd"\n' \
+           '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\n  odd = "a string"\n'
+    assert parse.nvidia_runtime(detect(configs={CONTAINERD: text})) == (False, False, "no nvidia runtime")
+
+
+def test_only_a_socket_counts_as_a_containerd_socket():
+    found = detect(present={"/var/run/x/containerd.sock": "file", CONTAINERD: "file"}, configs={CONTAINERD: ""})
+    assert found.socket == "/run/containerd/containerd.sock"  # the standard default, not the plain file
+
+
+@pytest.mark.parametrize("processes, present, runtime, socket", [
+    (["/usr/bin/crio"], {}, "cri-o", "/var/run/crio/crio.sock"),
+    (["/usr/bin/cri-dockerd"], {}, "docker", "/var/run/cri-dockerd.sock"),
+    (["/usr/bin/cri-dockerd"], {"/run/cri-dockerd.sock": "socket"}, "docker", "/run/cri-dockerd.sock"),
+])
+def test_the_default_socket_of_cri_o_and_cri_dockerd(processes, present, runtime, socket):
+    found = detect(processes, present=present)
+    assert (found.runtime, found.socket) == (runtime, socket)
