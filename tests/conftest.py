@@ -178,7 +178,7 @@ _touched: set[str] = set()
 _host_free_unmarked: list[str] = []
 
 
-class HostUse(Exception):
+class HostUse(BaseException):  # not Exception: code under test that catches Exception must not hide it
     """A unit test reached for a host resource."""
 
 
