@@ -120,7 +120,40 @@ def test_nodes_to_find_at_its_edges(nodes, percentage, expected):
     (scoring.RANDOM_PROFILE, "uniform random among feasible nodes"),
     (scoring.BLOG_PROFILE, "RequestedToCapacityRatio (nvidia.com/gpu=100 cpu=1 memory=1 shape 0:0,100:10) x1 "
                            "+ BalancedAllocation x1"),
-    (Profile("p", "MostAllocated", ((GPU, 100),), fit_weight=2, balanced_weight=0), "MostAllocated (nvidia.com/gpu=100) x2"),
+    (Profile("p", "MostAllocated", ((GPU, 100),), fit_weight=2, balanced_weight=0),
+     "MostAllocated (nvidia.com/gpu=100) x2"),
 ])
 def test_profiles_describe_themselves(profile, text):
     assert profile.describe() == text
+
+
+def test_requested_to_capacity_ratio_without_a_shape_gets_the_default_shape():
+    fit_args = {"scoringStrategy": {"type": "RequestedToCapacityRatio", "resources": [{"name": GPU, "weight": 1}]}}
+    profile = scoring.profile_from_config(config(plugin_config=[{"name": FIT, "args": fit_args}]))
+    assert profile.shape == ((0, 10), (100, 0))  # kube-scheduler's default: spread (score 10 at 0 % used)
+
+
+def test_a_profile_is_a_value():
+    import dataclasses
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        scoring.DEFAULT_PROFILE.fit_weight = 2
+    assert {scoring.DEFAULT_PROFILE: 1}[Profile("default")] == 1
+
+
+@pytest.mark.parametrize("shape, utilization, expected", [
+    (((0, 100), (3, 0)), 1, 67),  # -33.3 truncates toward zero to -33 (Python's // would give -34)
+    (((0, 100), (1, 0)), 1, 0),  # a step of one percent, falling
+    (((0, 0), (1, 100)), 1, 100),
+])
+def test_broken_linear_on_falling_and_one_percent_steps(shape, utilization, expected):
+    assert scoring.broken_linear(shape, utilization) == expected
+
+
+def test_the_utilization_is_requested_over_capacity_in_whole_percent():
+    shape = scoring.scaled_shape(((0, 0), (100, 10)))
+    assert [scoring.ratio_resource_score(shape, r, 3) for r in (1, 2)] == [33, 66]
+
+
+def test_a_score_of_one_still_counts_in_the_ratio_average():
+    shape = scoring.scaled_shape(((0, 0), (100, 10)))
+    assert scoring.fit_score("RequestedToCapacityRatio", [(1, 100, 1), (50, 100, 1)], shape) == 26
