@@ -38,6 +38,14 @@ def nested(path: str, value) -> dict:
     return document
 
 
+def read_back(config: cfg.Config, path: str):
+    """The value the validated config holds at 'ssh.port' / 'nodes.port' (the one node) / 'validate.timeout'."""
+    current = config.nodes[0] if path.startswith("nodes.") else config
+    for part in path.split(".")[1 if path.startswith("nodes.") else 0:]:
+        current = getattr(current, "validation" if part == "validate" else part)
+    return current
+
+
 # field, the lowest and highest accepted values (one below / above is refused)
 BOUNDS = [
     ("ssh.port", 1, 65535), ("nodes.port", 1, 65535), ("ssh.parallelism", 1, 512),
@@ -52,7 +60,7 @@ BOUNDS = [
 @pytest.mark.parametrize("path, low, high", BOUNDS, ids=[b[0] for b in BOUNDS])
 def test_numeric_bounds_accept_the_edges_and_refuse_one_beyond(path, low, high):
     for accepted in (low, high):
-        cfg.validate(nested(path, accepted), cfg.Source(None, {}))
+        assert read_back(cfg.validate(nested(path, accepted), cfg.Source(None, {})), path) == accepted
     for refused in (low - 1, high + 1):
         message = refusal(nested(path, refused))
         assert message.startswith(f"<config>: {path.replace('nodes.', 'nodes[0].')}: "), message
@@ -72,6 +80,7 @@ def test_timeouts_are_above_zero_and_at_most_their_limit(path, high):
     ([{"utilization": 0, "score": -1}], False), ([{"utilization": 0, "score": 11}], False),
     ([{"utilization": 50, "score": 5}], True), ([], False),
     ([{"utilization": 10, "score": 1}, {"utilization": 9, "score": 2}], False),
+    ([{"utilization": 10, "score": 1}, {"utilization": 10, "score": 2}], False),
 ])
 def test_the_scoring_shape(points, accepted):
     document = nested("scheduler.shape", points)
@@ -127,7 +136,7 @@ LENGTHS = [
 
 @pytest.mark.parametrize("path, longest, too_long", LENGTHS, ids=[f"{p}-{len(str(a))}" for p, a, _ in LENGTHS])
 def test_lengths_accept_the_longest_and_refuse_one_more(path, longest, too_long):
-    cfg.validate(nested(path, longest), cfg.Source(None, {}))
+    assert read_back(cfg.validate(nested(path, longest), cfg.Source(None, {})), path) == longest
     assert path in refusal(nested(path, too_long))
 
 
@@ -186,7 +195,7 @@ def test_node_addresses(address, accepted):
 def test_formats(path, value, accepted):
     document = nested(path, value)
     if accepted:
-        cfg.validate(document, cfg.Source(None, {}))
+        assert read_back(cfg.validate(document, cfg.Source(None, {})), path) == value
     else:
         assert path.replace("nodes.", "nodes[0].") in refusal(document)
 
@@ -324,6 +333,7 @@ def test_describe_loc(loc, text):
 def test_a_location_falls_back_to_its_nearest_known_parent():
     source = cfg.Source(Path("f.yaml"), {("ssh",): 3, ("ssh", "port"): "--port", ("cluster",): "GPU_X"})
     assert source.locate(("ssh", "user")) == "f.yaml:3"
+    assert source.locate(["ssh", "user"]) == "f.yaml:3"  # any sequence: pydantic's loc, or a list
     assert source.locate(("ssh", "port")) == "flag --port"
     assert source.locate(("cluster", "context")) == "environment variable GPU_X"
     assert source.locate(("other",)) == "f.yaml"
@@ -347,3 +357,38 @@ def test_a_config_path_that_is_a_directory_or_not_utf8(tmp_path):
     with pytest.raises(ConfigError) as refused:
         cfg.load(path, environ={})
     assert refused.value.message == f"{path}:2: the config file is not UTF-8 text (byte 0xff at offset 17)"
+
+
+# field, how many characters of a long bad value the message quotes (so a pasted blob cannot flood the terminal)
+QUOTED = [("nodes.name", 60), ("nodes.address", 60), ("node_prep.taint.key", 80), ("node_prep.taint.value", 80),
+          ("ssh.user", 40), ("monitoring.storage.size", 40), ("monitoring.storage.storage_class", 60),
+          ("monitoring.retention", 40), ("monitoring.scrape_interval", 40), ("monitoring.prometheus", 80),
+          ("admission.opa.image", 80)]
+
+
+@pytest.mark.parametrize("path, kept", QUOTED, ids=[q[0] for q in QUOTED])
+def test_a_long_bad_value_is_quoted_cut_short(path, kept):
+    value = "X" * 300
+    document = {"nodes": [{"name": value}]} if path == "nodes.name" else nested(path, value)
+    message = refusal(document)
+    assert f"'{'X' * kept}' " in message and "X" * (kept + 1) not in message
+
+
+def test_sections_cannot_be_changed_after_loading():
+    config = validate()
+    with pytest.raises(ValueError):
+        config.ssh.port = 2222
+    with pytest.raises(ValueError):
+        config.scheduler.replicas = 5
+
+
+def test_the_whole_config_is_frozen_and_its_validate_section_has_a_python_name():
+    config = cfg.Config(nodes=[{"name": "a"}], validation={"timeout": 20})
+    assert config.validation.timeout == 20
+    with pytest.raises(ValueError):
+        config.nodes = []
+
+
+def test_a_node_is_found_by_its_name():
+    config = cfg.validate({"nodes": [{"name": "a"}, {"name": "b", "port": 2222}]}, cfg.Source(None, {}))
+    assert (config.node("b").name, config.node("b").port, config.node("a").port) == ("b", 2222, None)
