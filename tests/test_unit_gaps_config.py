@@ -392,3 +392,22 @@ def test_the_whole_config_is_frozen_and_its_validate_section_has_a_python_name()
 def test_a_node_is_found_by_its_name():
     config = cfg.validate({"nodes": [{"name": "a"}, {"name": "b", "port": 2222}]}, cfg.Source(None, {}))
     assert (config.node("b").name, config.node("b").port, config.node("a").port) == ("b", 2222, None)
+
+
+def test_a_yaml_syntax_error_is_one_line_with_the_problem_only():
+    with pytest.raises(ConfigError) as refused:
+        cfg.parse_yaml("nodes: [a\n", Path("c.yaml"))
+    assert refused.value.message == "c.yaml:2: YAML syntax error: expected ',' or ']', but got '<stream end>'"
+
+
+def test_a_value_on_the_lines_below_its_key_is_located_at_the_key():
+    with pytest.raises(ConfigError) as refused:
+        cfg.validate(*cfg.parse_yaml("nodes:\n  - name: a\nssh:\n  port:\n    - 1\n", Path("c.yaml")))
+    assert refused.value.message == "c.yaml:4: ssh.port: must be a valid integer (got list)"
+
+
+def test_aliases_that_share_nodes_are_walked_once_each():
+    # 40 levels, each naming the one below twice: 2**40 paths, but only 40 distinct nodes to look at
+    levels = ["a0: &a0 [x]"] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 40)]
+    data, source = cfg.parse_yaml("\n".join(levels) + "\nnodes: [{name: n}]\n", Path("c.yaml"))
+    assert source.locate(("a39",)) == "c.yaml:40" and len(data) == 41
