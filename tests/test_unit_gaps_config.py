@@ -411,3 +411,13 @@ def test_aliases_that_share_nodes_are_walked_once_each():
     levels = ["a0: &a0 [x]"] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 40)]
     data, source = cfg.parse_yaml("\n".join(levels) + "\nnodes: [{name: n}]\n", Path("c.yaml"))
     assert source.locate(("a39",)) == "c.yaml:40" and len(data) == 41
+
+
+def test_load_takes_a_string_path_and_defaults_to_the_file_in_the_current_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        cfg.load(None, environ={})
+    assert refused.value.message == "config file gpu-bootstrap.yaml not found"
+    (tmp_path / "gpu-bootstrap.yaml").write_text("nodes: [{name: here}]\n")
+    assert cfg.load(None, environ={}).nodes[0].name == "here"
+    assert cfg.load(str(tmp_path / "gpu-bootstrap.yaml"), environ={}).nodes[0].name == "here"
