@@ -421,3 +421,19 @@ def test_load_takes_a_string_path_and_defaults_to_the_file_in_the_current_folder
     (tmp_path / "gpu-bootstrap.yaml").write_text("nodes: [{name: here}]\n")
     assert cfg.load(None, environ={}).nodes[0].name == "here"
     assert cfg.load(str(tmp_path / "gpu-bootstrap.yaml"), environ={}).nodes[0].name == "here"
+
+
+def test_load_sections_without_a_file_gives_the_defaults(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    scheduler, cluster = cfg.load_sections(None, environ={})
+    assert (scheduler.name, cluster.context) == ("gpu-binpack-scheduler", None)
+    (tmp_path / "s.yaml").write_text("scheduler: {replicas: 3}\n")
+    assert cfg.load_sections(str(tmp_path / "s.yaml"), environ={})[0].replicas == 3
+
+
+def test_a_non_utf8_byte_after_a_leading_newline_is_on_line_two(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"\nnodes: \xff\n")
+    with pytest.raises(ConfigError) as refused:
+        cfg.load(path, environ={})
+    assert refused.value.message.startswith(f"{path}:2: the config file is not UTF-8 text (byte 0xff at offset 8)")
