@@ -548,9 +548,11 @@ def _cycle(node, path: tuple = (), ancestors: tuple = (), done: set | None = Non
 
 def parse_yaml(text: str, path: Path | None) -> tuple[Any, Source]:
     name = str(path) if path else "<config>"
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+    loader = None
+    try:  # what yaml.compose and yaml.safe_load do, with one parse for both the nodes (lines) and the data
+        loader = yaml.SafeLoader(text)  # its reader already refuses control characters
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark else name
@@ -559,6 +561,9 @@ def parse_yaml(text: str, path: Path | None) -> tuple[Any, Source]:
     except RecursionError:
         raise ConfigError(f"{name}: the YAML is nested too deeply", "a config needs a few levels, not hundreds") \
             from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     lines = _line_map(node) if node is not None else {}
     loop = _cycle(node) if node is not None else None
     if loop is not None:
