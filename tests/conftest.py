@@ -211,7 +211,8 @@ def _guarded(item) -> bool:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-    used = HOST_FIXTURES.intersection(item.fixturenames)
+    parametrized = set(getattr(getattr(item, "callspec", None), "params", {}))  # an argument, not a fixture
+    used = HOST_FIXTURES.intersection(item.fixturenames) - parametrized
     if used and not _guarded(item):
         _touched.add(item.nodeid)
     if _guarded(item):

@@ -60,6 +60,7 @@ def report(name: str, **statuses) -> NodeReport:
     return NodeReport(name, [NodeCheck(i, statuses.get(i.replace("-", "_"), PASS), f"{i} message") for i in ids])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("reports, source, status, message", [
     ({}, "none (offline)", SKIP, "no node facts in an offline run"),
     ({"node5": report("node5")}, "ssh", PASS, "1 GPU node(s) checked (ssh)"),
