@@ -231,7 +231,8 @@ def test_node_facts_cannot_be_changed_in_place():
 def test_unknown_nodes_are_named_up_to_four_then_elided(count, ending):
     facts = [node(f"n{i}", unknown="lost") for i in range(1, count + 1)]
     plan = gov.derive(facts, config(), "v26.7.0", PLAYBOOK, deployed={})
-    assert plan.warnings[0].split(": the driver and toolkit")[0].endswith(f"({'; '.join(f'n{i}: lost' for i in range(1, 4))}; {ending})")
+    named = "; ".join(f"n{i}: lost" for i in range(1, 4))
+    assert plan.warnings[0].split(": the driver and toolkit")[0].endswith(f"({named}; {ending})")
 
 
 def test_unknown_nodes_are_left_out_of_the_mig_checks():

@@ -228,7 +228,8 @@ def test_nvidia_smi_header_values(text, expected):
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("v1.2.3 and more", "1.2.3"), ("version 2.0", "2.0"), ("none", None), (None, None), ("1.17.4-rc.1 x", "1.17.4-rc.1"),
+    ("v1.2.3 and more", "1.2.3"), ("version 2.0", "2.0"), ("none", None), (None, None),
+    ("1.17.4-rc.1 x", "1.17.4-rc.1"),
 ])
 def test_first_version(text, expected):
     assert parse.first_version(text) == expected

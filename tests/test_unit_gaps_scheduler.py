@@ -57,8 +57,8 @@ def test_the_deployment_and_the_budget_select_exactly_the_pods_of_the_template()
         assert selector.items() <= template_labels.items()
     term = deploy["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"][0]
-    assert term == {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                                                       "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}}
+    assert term == {"weight": 100, "podAffinityTerm": {
+        "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}}
 
 
 def test_the_budget_allows_one_pod_down_and_the_rollout_never_surges():
@@ -66,7 +66,8 @@ def test_the_budget_allows_one_pod_down_and_the_rollout_never_surges():
     assert by_kind(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
     deploy = by_kind(objects, "Deployment")
     assert deploy["spec"]["replicas"] == 3
-    assert deploy["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    assert deploy["spec"]["strategy"] == {"type": "RollingUpdate",
+                                          "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
 
 
 def test_the_pod_runs_unprivileged_with_a_read_only_config():
