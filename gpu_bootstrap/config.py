@@ -58,8 +58,8 @@ def check_address(address: str) -> str:
 
 
 def check_label_key(key: str) -> str:
-    prefix, _, name = key.rpartition("/")
-    if (prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix))) or \
+    prefix, slash, name = key.rpartition("/")
+    if (slash and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix))) or \
             not name or len(name) > 63 or not LABEL_NAME.fullmatch(name):
         raise ValueError(f"{key[:80]!r} is not a valid label or taint key (optional DNS prefix '/', then up to 63 "
                          f"letters, digits, '-', '_' or '.')")
@@ -124,8 +124,9 @@ class ClusterConfig(Section):
 class SshConfig(Section):
     user: str = "root"
     port: int = Field(22, ge=1, le=65535)
-    identity_file: Path | None = Path("~/.ssh/id_ed25519")
-    known_hosts: Path = Path("~/.ssh/known_hosts")
+    # validate_default: the defaults go through _expand too (else '~' stays literal and known_hosts is never found)
+    identity_file: Path | None = Field(Path("~/.ssh/id_ed25519"), validate_default=True)
+    known_hosts: Path = Field(Path("~/.ssh/known_hosts"), validate_default=True)
     host_key_policy: Literal["strict", "accept-new"] = "strict"
     connect_timeout: float = Field(10.0, gt=0, le=300)
     command_timeout: float = Field(60.0, gt=0, le=3600)
@@ -774,9 +775,11 @@ def _cycle(node, path: tuple = (), ancestors: tuple = (), done: set | None = Non
 
 def parse_yaml(text: str, path: Path | None) -> tuple[Any, Source]:
     name = str(path) if path else "<config>"
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+    loader = None
+    try:  # what yaml.compose and yaml.safe_load do, with one parse for both the nodes (lines) and the data
+        loader = yaml.SafeLoader(text)  # its reader already refuses control characters
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark else name
@@ -785,6 +788,9 @@ def parse_yaml(text: str, path: Path | None) -> tuple[Any, Source]:
     except RecursionError:
         raise ConfigError(f"{name}: the YAML is nested too deeply", "a config needs a few levels, not hundreds") \
             from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     lines = _line_map(node) if node is not None else {}
     loop = _cycle(node) if node is not None else None
     if loop is not None:

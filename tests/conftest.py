@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
+import subprocess
 import http.client
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,9 +148,100 @@ def api(emu) -> Api:
     return Api(emu)
 
 
+def pytest_collection_finish(session):
+    """kubernetes-validate re-reads (and re-parses) a schema file for every document it validates; the files do not
+    change during a run, so each is read once per process."""
+    import sys
+    validate = sys.modules.get("kubernetes_validate.utils")
+    if validate is not None and not hasattr(validate.schema_contents, "cache_info"):
+        import functools
+        validate.schema_contents = functools.lru_cache(maxsize=None)(validate.schema_contents)
+
+
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("GPU_BOOTSTRAP_LIVE_KUBECONFIG"):
         return
     for item in items:
         if "live_only" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="needs GPU_BOOTSTRAP_LIVE_KUBECONFIG (a real cluster)"))
+
+
+# The `unit` marker promises a host-free test (no emulator, sshd, helm, kubectl or Prometheus; no subprocess, no
+# socket). The promise is checked, not trusted: a unit test asking for a host fixture fails at setup, and one that
+# starts a process or opens a connection fails where it does so. GPU_BOOTSTRAP_UNIT_AUDIT=1 instead lists the tests
+# that passed without touching a host yet carry no `unit` marker (candidates for it).
+# Module-scoped ones (sshd farms, probed distributions, a Prometheus) touch the host only in the first test's setup, so
+# they are named here rather than left to the runtime check.
+HOST_FIXTURES = {"cluster", "emu", "api", "helm_on_path", "farm", "private_farm", "reports", "prometheus"}
+_AUDIT = os.environ.get("GPU_BOOTSTRAP_UNIT_AUDIT") == "1"
+_touched: set[str] = set()
+_host_free_unmarked: list[str] = []
+
+
+class HostUse(BaseException):  # not Exception: code under test that catches Exception must not hide it
+    """A unit test reached for a host resource."""
+
+
+@contextmanager
+def _host_guard(nodeid: str, strict: bool):
+    def refuse(what):
+        def blocked(*args, **kwargs):
+            if strict:
+                raise HostUse(f"{nodeid} is marked unit but {what}; remove the marker or the host use")
+            _touched.add(nodeid)
+            return original[what](*args, **kwargs)
+        return blocked
+
+    original = {"starts a process": subprocess.Popen._execute_child, "opens a socket connection": socket.socket.connect,
+                "listens on a socket": socket.socket.bind}
+    subprocess.Popen._execute_child = refuse("starts a process")
+    socket.socket.connect = refuse("opens a socket connection")
+    socket.socket.bind = refuse("listens on a socket")
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = original["starts a process"]
+        socket.socket.connect = original["opens a socket connection"]
+        socket.socket.bind = original["listens on a socket"]
+
+
+def _guarded(item) -> bool:
+    return item.get_closest_marker("unit") is not None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    parametrized = set(getattr(getattr(item, "callspec", None), "params", {}))  # an argument, not a fixture
+    used = HOST_FIXTURES.intersection(item.fixturenames) - parametrized
+    if used and not _guarded(item):
+        _touched.add(item.nodeid)
+    if _guarded(item):
+        if used:
+            pytest.fail(f"{item.nodeid} is marked unit but uses host fixture(s) {sorted(used)}", pytrace=False)
+    if _guarded(item) or _AUDIT:
+        with _host_guard(item.nodeid, strict=_guarded(item)):
+            yield
+    else:
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    if _guarded(item) or _AUDIT:
+        with _host_guard(item.nodeid, strict=_guarded(item)):
+            yield
+    else:
+        yield
+
+
+def pytest_runtest_logreport(report):
+    if _AUDIT and report.when == "call" and report.passed and "unit" not in report.keywords \
+            and report.nodeid not in _touched:
+        _host_free_unmarked.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _AUDIT:
+        terminalreporter.write_sep("=", f"host-free tests without the unit marker: {len(_host_free_unmarked)}")
+        for nodeid in sorted(_host_free_unmarked):
+            terminalreporter.write_line(nodeid)

@@ -18,6 +18,8 @@ from tests.kubeapi import cel, rego
 from tests.kubeapi.selectors import selector_object_matches
 from tests.tools import missing
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 SCHEDULER = "gpu-binpack-scheduler"
 
 

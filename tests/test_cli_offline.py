@@ -22,6 +22,7 @@ def invoke(*args: str, tmp_path: Path):
     return runner.invoke(app, [*args, "--log-file", str(tmp_path / "log")])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("example, kube", [("minimal.yaml", []), ("three-gpu-nodes.yaml", ["--kube-version", "1.24"])])
 def test_offline_dry_run_writes_the_node_prep_patches(example, kube, tmp_path):
     out = tmp_path / "out"
@@ -38,6 +39,7 @@ def test_offline_dry_run_writes_the_node_prep_patches(example, kube, tmp_path):
     assert "why:" in patches[0].read_text() and (folder / "plan.txt").read_text().count("\n") == len(patches)
 
 
+@pytest.mark.unit
 def test_offline_json_document(tmp_path):
     result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "-o", "json",
                     tmp_path=tmp_path)
@@ -53,6 +55,7 @@ def test_offline_json_document(tmp_path):
     assert document["steps"][1]["message"] == "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2"
 
 
+@pytest.mark.unit
 def test_render_dir_is_refreshed_not_accumulated(tmp_path):
     out = tmp_path / "out"
     (out / "07-old-step").mkdir(parents=True)
@@ -66,6 +69,7 @@ def test_render_dir_is_refreshed_not_accumulated(tmp_path):
     assert (out / "02-node-prep" / "plan.txt").read_text().count("\n") == 2
 
 
+@pytest.mark.unit
 def test_skip_leaves_a_step_out(tmp_path):
     result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--skip", "node-prep",
                     "-o", "json", tmp_path=tmp_path)
@@ -73,6 +77,7 @@ def test_skip_leaves_a_step_out(tmp_path):
                                                       "message": "left out (--skip)"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("args, message", [
     (["--only", "nonsense"], "unknown step 'nonsense'"),
     (["--skip", "gpu-operatr"], "unknown step 'gpu-operatr'"),
@@ -86,11 +91,13 @@ def test_bad_selection_exits_2(args, message, tmp_path):
     assert result.exit_code == 2 and message in result.output, result.output
 
 
+@pytest.mark.unit
 def test_offline_needs_dry_run(tmp_path):
     result = invoke("up", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), tmp_path=tmp_path)
     assert result.exit_code == 2 and "--offline only makes sense with --dry-run" in result.output
 
 
+@pytest.mark.unit
 def test_custom_playbook_file(tmp_path):
     playbook = tmp_path / "mine.yaml"
     playbook.write_text("name: mine\nsteps: [node-prep]\n")  # no preflight: a playbook may leave steps out
@@ -103,11 +110,13 @@ def test_custom_playbook_file(tmp_path):
     assert bad.exit_code == 2 and "unknown step 'warp-drive'" in bad.output
 
 
+@pytest.mark.unit
 def test_unknown_flag_is_a_usage_error():
     result = runner.invoke(app, ["up", "--dryrun"])
     assert result.exit_code == 2 and "No such option" in result.output
 
 
+@pytest.mark.unit
 def test_help_teaches_with_examples():
     result = runner.invoke(app, ["up", "--help"])
     assert result.exit_code == 0
@@ -132,6 +141,7 @@ def test_default_log_file_is_private_and_named_on_failure(tmp_path):
     assert oct(log.stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.unit
 def test_validation_pods_use_the_binpack_scheduler_when_the_playbook_deploys_it(tmp_path):
     out = tmp_path / "out"
     invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
@@ -144,6 +154,7 @@ def test_validation_pods_use_the_binpack_scheduler_when_the_playbook_deploys_it(
     assert "schedulerName" not in pod["spec"]
 
 
+@pytest.mark.unit
 def test_a_cluster_too_old_for_the_scheduler_profile_fails_its_check(tmp_path):
     result = invoke("up", "--dry-run", "--offline", "--kube-version", "1.22", "-c", str(EXAMPLES / "minimal.yaml"),
                     "--only", "binpack-scheduler", tmp_path=tmp_path)

@@ -23,11 +23,13 @@ def invoke(*args: str, tmp_path: Path, **kwargs):
     return runner.invoke(app, [*args, "--log-file", str(tmp_path / "run.log")], **kwargs)
 
 
+@pytest.mark.unit
 def test_version_flag_and_command_agree():
     assert runner.invoke(app, ["--version"]).stdout == runner.invoke(app, ["version"]).stdout == \
         f"gpu-bootstrap {__version__}\n"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", ["up", "doctor", "teardown", "simulate", "init"])
 def test_help_shows_no_placeholder_after_a_flag_and_examples_stay_on_one_line(command):
     result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
@@ -40,6 +42,7 @@ def test_help_shows_no_placeholder_after_a_flag_and_examples_stay_on_one_line(co
             assert not re.match(r"^\s+[a-z-]+\S*\s*$", lines[index + 1]) or "gpu-bootstrap" in lines[index + 1]
 
 
+@pytest.mark.unit
 def test_a_config_error_under_json_is_a_json_document_on_stdout(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("nodes:\n  - name: 'node 6'\n")
@@ -50,6 +53,7 @@ def test_a_config_error_under_json_is_a_json_document_on_stdout(tmp_path):
     assert document["error"].startswith(f"{bad}:2: nodes[0].name: 'node 6' is not a valid Kubernetes node name")
 
 
+@pytest.mark.unit
 def test_a_missing_kubeconfig_is_bad_input_naming_the_path(tmp_path):
     missing = tmp_path / "nope" / "kubeconfig"
     result = invoke("up", "-c", str(ROOT / "examples" / "minimal.yaml"), "--kubeconfig", str(missing),
@@ -67,6 +71,7 @@ def test_an_unknown_context_lists_the_ones_there_are(cluster, tmp_path):
     assert f"has no context 'staging' — its contexts: {', '.join(contexts)}" in text and contexts
 
 
+@pytest.mark.unit
 def test_only_lists_only_the_selected_steps(tmp_path):
     result = invoke("up", "--dry-run", "--offline", "-c", str(ROOT / "examples" / "minimal.yaml"), "--only",
                     "node-prep", "-o", "json", tmp_path=tmp_path)

@@ -11,6 +11,8 @@ from gpu_bootstrap import config as cfg
 from gpu_bootstrap.cli import app
 from gpu_bootstrap.errors import ConfigError
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 

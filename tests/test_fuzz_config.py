@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 from gpu_bootstrap.cli import app
 from gpu_bootstrap.config import Config
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

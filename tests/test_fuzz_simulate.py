@@ -14,6 +14,9 @@ from typer.testing import CliRunner
 
 from gpu_bootstrap.cli import app
 from gpu_bootstrap.sim.trace import NODE_COLUMNS, POD_COLUMNS
+import pytest
+
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
 
 runner = CliRunner()
 FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,

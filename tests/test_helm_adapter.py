@@ -285,6 +285,7 @@ def test_a_missing_release_is_none_false_or_release_not_found(fake):
     assert len(fake.calls()) == 3  # never repeated
 
 
+@pytest.mark.unit
 def test_durations():
     assert [seconds(v) for v in ("900s", "10m", "1h30m", "2m3.5s", "45", 30)] == [900, 600, 5400, 123.5, 45, 30]
 

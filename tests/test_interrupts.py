@@ -97,6 +97,7 @@ def test_a_child_runs_in_its_own_process_group_and_session():
     assert child.returncode == -signal.SIGTERM and child not in interrupts.running()
 
 
+@pytest.mark.unit
 def test_no_signal_means_exit_code_130_and_no_cleanup_deadline():
     assert interrupts.received() is None
     assert interrupts.exit_code() == 130 and interrupts.cleanup_deadline() is None

@@ -23,6 +23,7 @@ NODE = SCHEMAS.for_gvk("", "v1", "Node")
 LABELS = {"app": "web", "tier": "front", "version": "3"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("selector, expected", [
     ("app=web", True), ("app==web", True), ("app!=web", False), ("app=db", False),
     ("tier in (front,back)", True), ("tier notin (front)", False), ("missing notin (x)", True),
@@ -33,12 +34,14 @@ def test_label_selector(selector, expected):
     assert labels_match(parse_label_selector(selector), LABELS) is expected
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", ["app in web", "app=web,", "tier in (a"])
 def test_label_selector_errors(bad):
     with pytest.raises(ApiError):
         parse_label_selector(bad)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("selector, expected", [
     ({"matchLabels": {"app": "web"}}, True), ({}, True), (None, False),
     ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front"]}]}, True),
@@ -48,6 +51,7 @@ def test_label_selector_objects(selector, expected):
     assert selector_object_matches(selector, LABELS) is expected
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("target, patch, expected", [
     ({"a": 1, "b": 2}, {"b": None}, {"a": 1}),
     ({"a": {"x": 1}}, {"a": {"y": 2}}, {"a": {"x": 1, "y": 2}}),
@@ -61,6 +65,7 @@ def _deploy(*containers):
     return {"spec": {"template": {"spec": {"containers": [dict(c) for c in containers]}}}}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("original, patch, expected", [
     (_deploy({"name": "a", "image": "1"}), _deploy({"name": "a", "image": "2"}), _deploy({"name": "a", "image": "2"})),
     (_deploy({"name": "a", "image": "1"}), _deploy({"name": "b", "image": "1"}),
@@ -77,12 +82,14 @@ def test_strategic_merge_patch(original, patch, expected):
     assert strategic_merge(original, patch, DEPLOYMENT) == expected
 
 
+@pytest.mark.unit
 def test_json_patch_escapes_and_moves():
     doc = {"metadata": {"labels": {"a/b": "1"}}}
     out = json_patch(doc, [{"op": "move", "from": "/metadata/labels/a~1b", "path": "/metadata/labels/c"}])
     assert out == {"metadata": {"labels": {"c": "1"}}} and doc == {"metadata": {"labels": {"a/b": "1"}}}
 
 
+@pytest.mark.unit
 def test_fieldset_uses_list_keys_and_round_trips_fields_v1():
     deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "labels": {"a": "b"}},
               "spec": {"replicas": 1, "template": {"spec": {"containers": [
@@ -96,6 +103,7 @@ def test_fieldset_uses_list_keys_and_round_trips_fields_v1():
     assert from_fields_v1(v1) == fields
 
 
+@pytest.mark.unit
 def test_apply_on_atomic_list_replaces_it_whole():
     live = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
             "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]}}
@@ -105,6 +113,7 @@ def test_apply_on_atomic_list_replaces_it_whole():
     assert result["spec"]["taints"] == [{"key": "b", "effect": "NoSchedule"}]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("obj", [
     {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "n", "labels": {"a": "b"},
                                                         "creationTimestamp": "2026-01-02T03:04:05Z"},
@@ -117,6 +126,7 @@ def test_protobuf_round_trip(obj):
     assert protobuf.decode(protobuf.encode(obj)) == obj
 
 
+@pytest.mark.unit
 def test_protobuf_of_an_unsupported_kind_is_415():
     envelope = protobuf.MAGIC + protobuf.encode_message("Unknown", {"typeMeta": {"apiVersion": "apps/v1",
                                                                                  "kind": "Deployment"}})

@@ -37,6 +37,7 @@ def test_promtool_check_rules_passes_on_the_rendered_prometheus_rule(tmp_path):
     assert f"SUCCESS: {len(gpu_alerts.rules())} rules found" in result.stdout
 
 
+@pytest.mark.unit
 def test_every_alert_has_a_runbook_line_and_a_severity():
     for rule in gpu_alerts.rules():
         assert rule["annotations"]["runbook"].strip() and "\n" not in rule["annotations"]["runbook"], rule["alert"]
@@ -44,6 +45,7 @@ def test_every_alert_has_a_runbook_line_and_a_severity():
     assert len({r["alert"] for r in gpu_alerts.rules()}) == 8
 
 
+@pytest.mark.unit
 def test_every_alert_has_cases_that_fire_it_and_keep_it_silent():
     cases = yaml.safe_load(CASES.read_text())["tests"]
     fired, silent = set(), set()

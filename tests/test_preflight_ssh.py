@@ -293,6 +293,7 @@ def test_connections_are_reused_per_node(private_farm, tmp_path):
     assert node.connections() == 1 and len(node.sessions()) == 3
 
 
+@pytest.mark.unit
 def test_fan_out_is_bounded_by_parallelism():
     """Pure concurrency test of the fan-out (no SSH): never more than ssh.parallelism workers at once."""
     import threading

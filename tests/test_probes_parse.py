@@ -8,6 +8,8 @@ from gpu_bootstrap.probes.checks import evaluate
 from gpu_bootstrap.probes.script import Section
 from tests.nodes import recorded as rec
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 
 @pytest.mark.parametrize("text, expected", [
     (rec.PROC_VERSION_550, {"driver_version": "550.54.15", "open_kernel_module": False}),

@@ -45,6 +45,7 @@ def test_openssl_verifies_the_serving_certificate_against_the_ca_for_the_service
                            tmp_path / "tls.pem"], capture_output=True).returncode != 0
 
 
+@pytest.mark.unit
 def test_issuing_is_a_function_of_the_clock_and_the_seed():
     one, two = certs.issue("opa", "ns", NOW, SEED), certs.issue("opa", "ns", NOW, SEED)
     assert one.key_pem == two.key_pem  # same seed, same key (ECDSA signatures still differ: that is fine)
@@ -63,6 +64,7 @@ def stored_from(config, now, seed=SEED) -> certs.Stored:
     return certs.Stored.from_secret(cert.secret)
 
 
+@pytest.mark.unit
 def test_a_rerun_keeps_the_certificate_and_rotation_keeps_the_old_ca_until_the_rollout_is_done():
     config = conf()
     stored = stored_from(config, NOW)
@@ -88,6 +90,7 @@ def test_a_rerun_keeps_the_certificate_and_rotation_keeps_the_old_ca_until_the_r
     assert done.tls_hash == rotated.tls_hash
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("change, reason", [
     (lambda s: certs.Stored(s.cert_pem, certs.issue("opa", "x", NOW, bytes(32 * [5])).key_pem, s.ca_bundle),
      "the stored key does not belong to the certificate"),
@@ -101,6 +104,7 @@ def test_a_broken_secret_is_replaced(change, reason):
     assert decide(config, stored, NOW, bytes(32 * [4]), None).reason == reason
 
 
+@pytest.mark.unit
 def test_a_moved_namespace_reissues_for_the_new_names():
     stored = stored_from(conf(), NOW)
     moved = decide(conf(opa={"namespace": "policy"}), stored, NOW, bytes(32 * [4]), None)
@@ -108,6 +112,7 @@ def test_a_moved_namespace_reissues_for_the_new_names():
     assert certs.inspect(certs.Stored.from_secret(moved.secret).cert_pem).sans[0] == "opa.policy.svc"
 
 
+@pytest.mark.unit
 def test_a_secret_is_redacted_for_display():
     secret = decide(conf(), None, NOW, SEED, None).secret
     shown = render.redacted(secret)
@@ -132,6 +137,7 @@ def objects_for(config, kube: str) -> list[dict]:
     return [o for o in objects if o]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kube", VERSIONS)
 @pytest.mark.parametrize("mode", ["mutate", "enforce"])
 def test_every_rendered_object_is_valid_for_the_version(kube, mode):
@@ -150,6 +156,7 @@ def test_every_rendered_object_is_valid_for_the_version(kube, mode):
         kubernetes_validate.validate(obj, SCHEMA_VERSION.get(kube, kube), strict=True)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kube, api_version", [("1.34.0", "admissionregistration.k8s.io/v1beta1"),
                                                ("1.36.0", "admissionregistration.k8s.io/v1")])
 def test_the_mutating_admission_policy_is_valid_where_it_is_served(kube, api_version):
@@ -157,6 +164,7 @@ def test_the_mutating_admission_policy_is_valid_where_it_is_served(kube, api_ver
         kubernetes_validate.validate(obj, kube, strict=True)
 
 
+@pytest.mark.unit
 def test_cert_manager_mode_renders_issuers_and_the_injection_annotation():
     config = conf(certificates="cert-manager")
     objects = render.cert_manager_objects(config)
@@ -171,6 +179,7 @@ def test_cert_manager_mode_renders_issuers_and_the_injection_annotation():
     assert "--tls-cert-refresh-period=10m" in deploy["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
+@pytest.mark.unit
 def test_opa_runs_hardened_and_off_the_gpu_nodes():
     deploy = render.deployment(conf(), "abc")
     spec = deploy["spec"]["template"]["spec"]

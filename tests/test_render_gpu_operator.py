@@ -11,6 +11,8 @@ from gpu_bootstrap.render import gpu_operator_values as gov
 from gpu_bootstrap import versions
 from gpu_bootstrap.render.gpu_operator_values import NodeFacts, Refusal
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 PLAYBOOK = ["preflight", "node-prep", "gpu-operator", "validate"]
 H100 = ("NVIDIA H100 80GB HBM3",) * 8
 

@@ -12,6 +12,8 @@ from gpu_bootstrap.errors import ConfigError
 from gpu_bootstrap.render import gpu_dashboards, gpu_operator_values
 from gpu_bootstrap.render import monitoring as render
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 PLAYBOOK = ["preflight", "node-prep", "monitoring", "gpu-operator", "binpack-scheduler", "validate"]
 
 

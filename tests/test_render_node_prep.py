@@ -7,6 +7,8 @@ from gpu_bootstrap.render.node_prep import (ANNOTATION, describe, labels_before_
                                             prepare_patch, read_record, undo_patch)
 from tests.kubeapi.patches import merge_patch
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 WANT = {"nvidia.com/gpu.present": "true"}
 

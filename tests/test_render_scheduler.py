@@ -11,6 +11,8 @@ from gpu_bootstrap.config import SchedulerConfig
 from gpu_bootstrap.errors import ConfigError
 from gpu_bootstrap.render import scheduler as render
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 # kubernetes-validate ships schemas from 1.25 on; 1.24's apps/v1, rbac/v1, policy/v1 and core/v1 objects used here
 # are unchanged in 1.25, so 1.24 renders are checked against the nearest (1.25) schemas.
 SCHEMA_VERSION = {"1.24.17": "1.25.0"}

@@ -5,6 +5,8 @@ import pytest
 
 from gpu_bootstrap import schemas
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 CRD = {"spec": {"group": "example.com", "names": {"kind": "Widget"}, "versions": [
     {"name": "v1", "served": True, "schema": {"openAPIV3Schema": {
         "type": "object", "properties": {"spec": {"type": "object", "required": ["size"], "properties": {

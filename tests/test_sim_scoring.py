@@ -13,6 +13,8 @@ from gpu_bootstrap.sim import engine, replay, scoring, trace
 from gpu_bootstrap.sim.engine import Cluster, Node, Pod, Scheduler, Scorer
 from gpu_bootstrap.sim.scoring import GPU, Profile
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 
 # --- per-resource formulas --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("requested, capacity, least, most", [

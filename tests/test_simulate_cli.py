@@ -44,6 +44,7 @@ def small_trace(tmp_path: Path, nodes: int = 4, extra_pods: str = "") -> tuple[P
     return node_file, pod_file
 
 
+@pytest.mark.unit
 @pytest.mark.slow
 def test_the_openb_trace_default_against_the_tool_profile(tmp_path):
     """The issue's acceptance run. Its figures are deterministic for fixed seeds, so the chosen defaults are
@@ -66,6 +67,7 @@ def test_the_openb_trace_default_against_the_tool_profile(tmp_path):
     assert 0 < document["gap_closed_pct"] <= 100
 
 
+@pytest.mark.unit
 def test_the_text_report_names_every_policy_and_the_reference(tmp_path):
     nodes, pods = small_trace(tmp_path)
     result, _ = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "2", "--policy",
@@ -76,6 +78,7 @@ def test_the_text_report_names_every_policy_and_the_reference(tmp_path):
         assert text in result.output
 
 
+@pytest.mark.unit
 def test_set_tries_a_profile_without_editing_the_config(tmp_path):
     nodes, pods = small_trace(tmp_path)
     result, document = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json",
@@ -87,6 +90,7 @@ def test_set_tries_a_profile_without_editing_the_config(tmp_path):
                                                   "0:0,100:10) x1 + BalancedAllocation x2")
 
 
+@pytest.mark.unit
 def test_the_config_files_scheduler_section_is_what_is_simulated(tmp_path):
     nodes, pods = small_trace(tmp_path)
     config = tmp_path / "gpu-bootstrap.yaml"
@@ -97,6 +101,7 @@ def test_the_config_files_scheduler_section_is_what_is_simulated(tmp_path):
     assert document["policies"][1]["name"] == "packer" and document["policies"][1]["profile"].endswith("x4")
 
 
+@pytest.mark.unit
 def test_track_b_rounds_fractions_up_and_keeps_cpu_pods_off_gpu_nodes(tmp_path):
     nodes, pods = small_trace(tmp_path)
     _, track_a = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json")
@@ -107,6 +112,7 @@ def test_track_b_rounds_fractions_up_and_keeps_cpu_pods_off_gpu_nodes(tmp_path):
     assert track_b["policies"][0]["unplaced_cpu_pods"] == 0  # the CPU node takes them
 
 
+@pytest.mark.unit
 def test_plot_draws_every_policy(tmp_path):
     nodes, pods = small_trace(tmp_path)
     image = tmp_path / "packing.png"
@@ -115,6 +121,7 @@ def test_plot_draws_every_policy(tmp_path):
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "{nodes}"], "Missing option '--pods'"),
     (["--pods", "{pods}"], "exactly one of --nodes FILE or --from-cluster"),
@@ -185,6 +192,7 @@ def test_from_cluster_keeps_running_pods_apart_so_defaults_count_per_container(c
     assert (merged["gpu-1"].nonzero_cpu, merged["gpu-1"].gpus) == (600, 4)  # the merged view keeps the sums
 
 
+@pytest.mark.unit
 def test_departures_free_gpus_as_pods_leave(tmp_path):
     nodes, pods = small_trace(tmp_path, nodes=8)
     _, still = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "3", "-o", "json")

@@ -13,6 +13,8 @@ from gpu_bootstrap.sim import trace
 from tests.conftest import SHARED
 from tests.nodes.reports import healthy_node
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
+
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"

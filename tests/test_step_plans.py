@@ -60,6 +60,7 @@ def report(name: str, **statuses) -> NodeReport:
     return NodeReport(name, [NodeCheck(i, statuses.get(i.replace("-", "_"), PASS), f"{i} message") for i in ids])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("reports, source, status, message", [
     ({}, "none (offline)", SKIP, "no node facts in an offline run"),
     ({"node5": report("node5")}, "ssh", PASS, "1 GPU node(s) checked (ssh)"),
@@ -76,6 +77,7 @@ def test_preflight_judges_the_reports_and_plans_nothing(reports, source, status,
 
 
 # --- node-prep ---------------------------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_node_prep_taints_labels_and_pins_what_it_read():
     nodes = {"node5": node("node5", version="7"), "node6": node("node6", labels={"nvidia.com/gpu.present": "true"},
                                                                 taints=[GPU_TAINT],
@@ -97,6 +99,7 @@ def test_node_prep_taints_labels_and_pins_what_it_read():
                                 "spec": {"taints": [GPU_TAINT]}})]
 
 
+@pytest.mark.unit
 def test_node_prep_keeps_a_users_taint_beside_ours():
     user = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
     changes = NodePrep().plan(context(config(node_prep={"gpu_present_label": False})),
@@ -104,6 +107,7 @@ def test_node_prep_keeps_a_users_taint_beside_ours():
     assert [c.body["spec"]["taints"] for c in changes] == [[user, GPU_TAINT]]
 
 
+@pytest.mark.unit
 def test_node_prep_with_the_taint_turned_off_removes_only_ours():
     record = json.dumps({"labels": {}, "taint": GPU_TAINT, "replaced": None}, sort_keys=True, separators=(",", ":"))
     user = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
@@ -114,6 +118,7 @@ def test_node_prep_with_the_taint_turned_off_removes_only_ours():
         ("taints [dedicated=ml:NoSchedule]", [user], {RECORD: None})]
 
 
+@pytest.mark.unit
 def test_node_prep_plans_nothing_for_prepared_nodes():
     prepared = NodePrep().plan(context(config()), check_of(NodePrepFacts({})))
     assert prepared == []
@@ -128,6 +133,7 @@ def operator_facts(conf, release: dict, labels=None) -> OperatorFacts:
                          plan, nodes, dict(labels or {}), release, "1.33.0", choice)
 
 
+@pytest.mark.unit
 def test_gpu_operator_installs_with_one_derived_value_a_line():
     conf = config()
     facts = operator_facts(conf, {"up_to_date": False, "reason": "not installed", "installed": None})
@@ -142,6 +148,7 @@ def test_gpu_operator_installs_with_one_derived_value_a_line():
                                     "version": "v26.7.0"}
 
 
+@pytest.mark.unit
 def test_gpu_operator_clears_a_pending_release_before_upgrading_and_labels_first():
     conf = config()
     labels = {"node6": {"metadata": {"labels": {"nvidia.com/gpu.deploy.driver": "false"}}}}
@@ -157,6 +164,7 @@ def test_gpu_operator_clears_a_pending_release_before_upgrading_and_labels_first
     assert changes[0].body["metadata"]["resourceVersion"] == "13"
 
 
+@pytest.mark.unit
 def test_gpu_operator_up_to_date_plans_nothing():
     conf = config()
     facts = operator_facts(conf, {"up_to_date": True, "reason": "up to date", "installed": "v26.7.0"})
@@ -164,6 +172,7 @@ def test_gpu_operator_up_to_date_plans_nothing():
 
 
 # --- binpack-scheduler -----------------------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_binpack_scheduler_creates_updates_and_removes_exactly_the_drifted_objects():
     conf = config()
     desired = scheduler_render.manifests(conf.scheduler, "1.33.0")
@@ -179,6 +188,7 @@ def test_binpack_scheduler_creates_updates_and_removes_exactly_the_drifted_objec
     assert changes[0].body is desired[0] and changes[2].body is None
 
 
+@pytest.mark.unit
 def test_binpack_scheduler_without_drift_plans_nothing():
     conf = config()
     facts = SchedulerFacts(scheduler_render.manifests(conf.scheduler, "1.33.0"), {}, [])
@@ -186,6 +196,7 @@ def test_binpack_scheduler_without_drift_plans_nothing():
 
 
 # --- validate --------------------------------------------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize("playbook, nodes, scheduler, pods", [
     (PLAYBOOK, "all", "gpu-binpack-scheduler", ["node5", "node6"]),
     (PLAYBOOK, "sample", "gpu-binpack-scheduler", ["node5"]),
@@ -219,6 +230,7 @@ def opa_facts(conf, stored=None, webhook=None, rolled_out=None, namespace="missi
     return OpaFacts(namespace, objects, drift, [], stored, rolled_out, webhook, now, SEED)
 
 
+@pytest.mark.unit
 def test_admission_opa_creates_its_namespace_a_new_certificate_and_the_server_in_order():
     conf = config()
     changes = AdmissionOpa().plan(context(conf), check_of(opa_facts(conf)))
@@ -237,12 +249,14 @@ def test_admission_opa_creates_its_namespace_a_new_certificate_and_the_server_in
     assert tls_hash == certs.fingerprint(certs.Stored.from_secret(secret).cert_pem)
 
 
+@pytest.mark.unit
 def test_admission_opa_rerun_reuses_the_secret_and_plans_nothing():
     conf = config()
     stored = certs.Stored.from_secret(decide(conf, None, NOW, SEED, None).secret)
     assert AdmissionOpa().plan(context(conf), check_of(opa_facts(conf, stored, namespace="ours"))) == []
 
 
+@pytest.mark.unit
 def test_admission_opa_rotation_first_makes_the_webhook_trust_both_cas():
     conf = config()
     stored = certs.Stored.from_secret(decide(conf, None, NOW, SEED, None).secret)
@@ -261,6 +275,7 @@ def test_admission_opa_rotation_first_makes_the_webhook_trust_both_cas():
     assert changes[0].patch_type == "json" and changes[0].body[0]["op"] == "test"
 
 
+@pytest.mark.unit
 def test_admission_applies_drifted_objects_and_removes_the_other_mode():
     conf = config(admission={"mode": "enforce"})
     desired = [admission_render.webhook_configuration(conf, "1.31.0", "CA")] + admission_render.validating_policy(conf)
@@ -287,6 +302,7 @@ def monitoring_facts(conf, target, release: dict, drift=None, leftovers=()) -> M
                            monitoring_render.stack_values(conf.monitoring) if install else None, release)
 
 
+@pytest.mark.unit
 def test_monitoring_installs_the_stack_for_the_clusters_kubernetes_then_our_objects():
     conf = config()
     target = monitoring_render.install_target(conf.monitoring, "monitoring.mode: auto: no Prometheus Operator")
@@ -306,6 +322,7 @@ def test_monitoring_installs_the_stack_for_the_clusters_kubernetes_then_our_obje
     assert helm.body["values"]["gpuBootstrap"] == {"installedBy": "gpu-bootstrap"}
 
 
+@pytest.mark.unit
 def test_monitoring_attach_installs_nothing_and_says_what_it_found():
     conf = config(monitoring={"mode": "attach"})
     found = {"metadata": {"name": "k8s", "namespace": "obs"},
@@ -321,6 +338,7 @@ def test_monitoring_attach_installs_nothing_and_says_what_it_found():
     assert changes[-1] == Change_(Verb.DELETE, gone, "remove", "no longer wanted by the config", None)
 
 
+@pytest.mark.unit
 def test_monitoring_up_to_date_plans_nothing_and_a_pending_release_is_recovered_first():
     conf = config()
     target = monitoring_render.install_target(conf.monitoring, "why")

@@ -36,6 +36,7 @@ GPU_OPERATOR_TABLE = {
 
 
 # --- parsing ----------------------------------------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize("text, expected", [
     ("1.31", "1.31.0"), ("v1.31.2", "1.31.2"), (" 1.24.17 ", "1.24.17"), ("1.31.4+k3s1", "1.31.4"),
     ("v1.30.5+rke2r1", "1.30.5"), ("1.31.4-eks-2d5f260", "1.31.4"), ("v1.29.10-gke.1227000", "1.29.10"),
@@ -44,6 +45,7 @@ def test_kube_versions_with_distribution_suffixes(text, expected):
     assert versions.normalize_kube_version(text) == expected
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text", ["one.two", "1", "1.31-eks", "1.31.4 extra", "1.31.4+", ""])
 def test_not_kube_versions(text):
     with pytest.raises(ValueError):
@@ -51,11 +53,13 @@ def test_not_kube_versions(text):
 
 
 # --- the data files ---------------------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_the_gpu_operator_table_has_every_line_from_24_6_to_26_7():
     assert {r.line: (r.version, r.kube_min, r.kube_max) for r in OPERATOR.releases} == GPU_OPERATOR_TABLE
     assert [r.line for r in OPERATOR.releases] == list(GPU_OPERATOR_TABLE)  # newest first
 
 
+@pytest.mark.unit
 def test_every_row_names_its_source_and_its_latest_belongs_to_its_line():
     for cat in (OPERATOR, KPS):
         for release in cat.releases:
@@ -63,6 +67,7 @@ def test_every_row_names_its_source_and_its_latest_belongs_to_its_line():
             assert cat.line_of(release.version) is release
 
 
+@pytest.mark.unit
 def test_the_file_says_where_sources_disagree():
     notes = {r.line: r.note for r in OPERATOR.releases}
     for line in ("26.3", "25.10", "25.3"):  # widened by a later patch: narrower range kept, the other in the note
@@ -71,12 +76,14 @@ def test_the_file_says_where_sources_disagree():
     assert "1.23" in notes["24.6"]
 
 
+@pytest.mark.unit
 def test_the_data_file_is_what_the_catalogue_reads():
     rows = yaml.safe_load((PACKAGE / "data" / "gpu-operator-versions.yaml").read_text())
     assert [(r["line"], r["kubernetes"]["min"], r["kubernetes"]["max"]) for r in rows] == [
         (line, f"{low[0]}.{low[1]}", f"{high[0]}.{high[1]}") for line, (_v, low, high) in GPU_OPERATOR_TABLE.items()]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("row, problem", [
     ({"line": "1.0", "latest": "v1.0.0", "kubernetes": {"min": "1.20", "max": "1.21"}}, "line, latest and source"),
     ({"line": "1.0", "latest": "v1.0.0", "source": "s"}, "exactly one of"),
@@ -90,6 +97,7 @@ def test_a_malformed_row_is_named(row, problem):
 
 
 # --- the rule: the newest line that fits ------------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize("minor, line", [
     (23, "24.6"), (24, "24.9"), (25, "24.9"), (28, "24.9"), (29, "25.3"), (30, "25.10"), (31, "25.10"), (32, "26.3"),
     (33, "26.7"), (35, "26.7"), (37, "26.7"),
@@ -100,11 +108,13 @@ def test_the_default_is_the_newest_line_validated_for_the_cluster(minor, line):
         line, GPU_OPERATOR_TABLE[line][0], True, "")
 
 
+@pytest.mark.unit
 def test_the_reason_states_the_rule():
     assert choose(OPERATOR, "1.32.2").reason == "newest release NVIDIA validated for Kubernetes 1.32 (1.32-1.35)"
     assert choose(OPERATOR, "1.31.4").reason == "newest release NVIDIA validated for Kubernetes 1.31 (1.30-1.34)"
 
 
+@pytest.mark.unit
 def test_a_version_outside_every_range_is_refused_with_the_nearest_lines_and_the_ways_out():
     with pytest.raises(UnsupportedVersion) as refused:
         choose(OPERATOR, "1.22.0")
@@ -120,6 +130,7 @@ def test_a_version_outside_every_range_is_refused_with_the_nearest_lines_and_the
         choose(OPERATOR, "1.38.1")
 
 
+@pytest.mark.unit
 def test_skipping_the_check_installs_the_nearest_line_with_a_warning():
     old = choose(OPERATOR, "1.22.3", skip_check=True)
     new = choose(OPERATOR, "1.38.0", skip_check=True)
@@ -133,6 +144,7 @@ def catalogue(*rows: tuple[str, tuple[int, int], tuple[int, int]]) -> Catalogue:
     return Catalogue("thing", "thing", "newest release validated for Kubernetes {kube}", "is validated for", releases)
 
 
+@pytest.mark.unit
 def test_the_nearest_lines_on_both_sides_of_a_gap():
     gap = catalogue(("3.0", (1, 26), (1, 28)), ("2.0", (1, 25), (1, 30)), ("1.0", (1, 20), (1, 22)))
     below, above = gap.nearest("1.24.0")
@@ -145,12 +157,14 @@ def test_the_nearest_lines_on_both_sides_of_a_gap():
 
 
 # --- pins -------------------------------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_a_pinned_release_in_range_is_accepted_with_its_range():
     choice = check_pin(OPERATOR, "v24.6.1", "1.24.9")
     assert (choice.release.line, choice.version, choice.validated) == ("24.6", "v24.6.1", True)
     assert choice.reason == "pinned by gpu_operator.version; v24.6.x: validated for 1.23-1.30"
 
 
+@pytest.mark.unit
 def test_a_pinned_release_out_of_range_is_refused_naming_what_fits():
     with pytest.raises(UnsupportedVersion) as refused:
         check_pin(OPERATOR, "v24.6.2", "1.32.2")
@@ -165,6 +179,7 @@ def test_a_pinned_release_out_of_range_is_refused_naming_what_fits():
     assert (skipped.version, skipped.validated) == ("v24.6.2", False) and "installed anyway" in skipped.warning
 
 
+@pytest.mark.unit
 def test_a_release_missing_from_the_table_falls_back_to_its_charts_constraint():
     unknown = check_pin(OPERATOR, "v27.1.0", "1.38.0")
     assert (unknown.release, unknown.validated) == (None, False) and "not checked" in unknown.warning
@@ -176,6 +191,7 @@ def test_a_release_missing_from_the_table_falls_back_to_its_charts_constraint():
 
 
 # --- the same rule for kube-prometheus-stack --------------------------------------------------------------------------
+@pytest.mark.unit
 @pytest.mark.parametrize("kube, version", [
     ("1.19.0", "72.9.1"), ("1.24.17", "72.9.1"), ("1.24.0-eks-1", "72.9.1"), ("1.25.0", "88.5.3"), ("1.31.4", "88.5.3"),
     ("1.37.2", "88.5.3"),
@@ -186,6 +202,7 @@ def test_kube_prometheus_stack_follows_the_same_rule(kube, version):
     assert choice.reason.startswith(f"newest release whose kubeVersion admits Kubernetes {kube[:4]}")
 
 
+@pytest.mark.unit
 def test_kube_prometheus_stack_refuses_what_no_chart_admits():
     with pytest.raises(UnsupportedVersion) as refused:
         choose(KPS, "1.18.20")
@@ -195,6 +212,7 @@ def test_kube_prometheus_stack_refuses_what_no_chart_admits():
         "you have tested, or set monitoring.skip_version_check: true to install 72.9.1 at your own risk")
 
 
+@pytest.mark.unit
 def test_the_kube_prometheus_stack_row_is_the_local_charts_own_constraint():
     from tests.conftest import chart
     with tarfile.open(chart("kube-prometheus-stack-88.5.3.tgz")) as archive:
@@ -204,6 +222,7 @@ def test_the_kube_prometheus_stack_row_is_the_local_charts_own_constraint():
 
 
 # --- through the CLI --------------------------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_a_refusal_is_exit_2_with_the_message_and_no_traceback(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("nodes: [{name: gpu-1}]\n")
@@ -243,6 +262,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- supported-versions:begin -->\n", "<!-- supported-versions:end -->"
 
 
+@pytest.mark.unit
 def test_the_readme_tables_are_generated_from_the_data_files():
     text = README.read_text()
     assert text.count(BEGIN) == 1 and text.count(END) == 1
@@ -253,6 +273,7 @@ def test_the_readme_tables_are_generated_from_the_data_files():
         assert f"| {release.label} | {release.version} | {release.range} | {release.source} |" in section
 
 
+@pytest.mark.unit
 def test_the_readme_shows_the_plan_line_and_the_refusal_as_they_are():
     text = README.read_text()
     choice = choose(OPERATOR, "1.32.2")

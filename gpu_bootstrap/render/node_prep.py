@@ -34,6 +34,8 @@ def read_record(node: dict, annotation: str = ANNOTATION) -> dict:
         record = json.loads(text) if text else {}
     except ValueError:
         record = {}
+    if not isinstance(record, dict):  # valid JSON but not a record (`null`, a list): as unreadable as bad JSON
+        record = {}
     return {"labels": dict(record.get("labels") or {}), "taint": record.get("taint"),
             "replaced": record.get("replaced")}
 
