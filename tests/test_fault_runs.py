@@ -257,5 +257,6 @@ def needed(runs: int) -> int:
     return min(runs - 1, math.ceil(runs * MUST_COMPLETE / RUNS)) if runs > 1 else runs
 
 
+@pytest.mark.unit
 def test_the_bar():
     assert [needed(n) for n in (1, 3, 10, 20, 40)] == [1, 2, 9, 19, 38]

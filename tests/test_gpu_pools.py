@@ -70,6 +70,7 @@ def render(tmp_path: Path, body: str = POOLS) -> list[dict]:
 
 
 # --- renders against the released CRD schemas -----------------------------------------------------------------------
+@pytest.mark.unit
 def test_rendered_pools_are_valid_karpenter_v1_objects(tmp_path):
     documents = render(tmp_path)
     assert [(d["kind"], d["metadata"]["name"]) for d in documents] == [
@@ -82,6 +83,7 @@ def test_rendered_pools_are_valid_karpenter_v1_objects(tmp_path):
     assert families == {"gpu": [{"alias": "al2023@latest"}], "gpu-bottlerocket": [{"alias": "bottlerocket@latest"}]}
 
 
+@pytest.mark.unit
 def test_the_schemas_catch_what_karpenter_refuses(tmp_path):
     """The validation above can fail: a pool Karpenter would refuse is refused by the kept schemas too."""
     pool = next(d for d in render(tmp_path) if d["kind"] == "NodePool")
@@ -92,6 +94,7 @@ def test_the_schemas_catch_what_karpenter_refuses(tmp_path):
         "spec.disruption.consolidationPolicy", "spec.template.spec.expireAfter"]
 
 
+@pytest.mark.unit
 def test_node_templates_carry_exactly_what_node_prep_applies(tmp_path):
     body = POOLS + "node_prep:\n  taint: {key: example.com/gpu, value: 'yes', effect: NoExecute}\n" \
                    "  labels: {team: ml}\n"
@@ -109,6 +112,7 @@ def test_node_templates_carry_exactly_what_node_prep_applies(tmp_path):
         **node_prep_labels, **operands, "nvidia.com/gpu.deploy.device-plugin": "false"}
 
 
+@pytest.mark.unit
 def test_disruption_never_consolidates_busy_gpu_nodes(tmp_path):
     pool = next(d for d in render(tmp_path) if d["kind"] == "NodePool")
     assert pool["spec"]["disruption"] == {
@@ -121,6 +125,7 @@ def test_disruption_never_consolidates_busy_gpu_nodes(tmp_path):
     assert "#   disruption WhenEmpty after 30m  ← a node running GPU pods is never consolidated" in text
 
 
+@pytest.mark.unit
 def test_no_pools_no_op(tmp_path):
     result, document = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, "")),
                               tmp_path=tmp_path)
@@ -142,6 +147,7 @@ def test_no_pools_no_op(tmp_path):
     ("node_prep: {labels: {karpenter.sh/team: ml}}\npools:\n  - name: gpu\n    role: r\n    discovery_tag: d\n",
      ":4: node_prep.labels: 'karpenter.sh/team' cannot go on a Karpenter node template"),
 ])
+@pytest.mark.unit
 def test_bad_pools_name_the_field_and_line(tmp_path, body, expected):
     config = write_config(tmp_path, body)
     result = runner.invoke(app, ["up", "--dry-run", "--offline", "-c", str(config), "--log-file",
@@ -243,6 +249,7 @@ def test_without_karpenter_crds_the_step_refuses_and_says_what_to_do(cluster, tm
 
 
 # --- Bottlerocket: the operator leaves the driver, toolkit and device plugin to the OS -------------------------------
+@pytest.mark.unit
 def test_bottlerocket_pools_keep_the_operators_driver_and_device_plugin_off_and_the_plan_says_why(tmp_path):
     body = POOLS + "gpu_operator: {sharing: {mode: time-slicing}}\n"
     out = tmp_path / "out"
@@ -262,6 +269,7 @@ def test_bottlerocket_pools_keep_the_operators_driver_and_device_plugin_off_and_
     assert any("does not run on Bottlerocket pool(s) gpu-bottlerocket" in w for w in release["warnings"])
 
 
+@pytest.mark.unit
 def test_al2023_pools_keep_only_the_operators_driver_and_toolkit_off(tmp_path):
     body = POOLS.split("  - name: gpu-bottlerocket")[0]
     out = tmp_path / "out"
@@ -351,6 +359,7 @@ def test_a_node_that_joins_from_a_pool_is_a_gpu_node_with_its_pools_facts(cluste
                               "(the EKS AL2023 NVIDIA AMI)")
 
 
+@pytest.mark.unit
 def test_a_bad_nodes_selector_names_the_field(tmp_path):
     config = tmp_path / "gpu-bootstrap.yaml"
     config.write_text("ssh: {user: root}\nnodes: karpenter.sh/nodepool=gpu pool\n")
@@ -361,6 +370,7 @@ def test_a_bad_nodes_selector_names_the_field(tmp_path):
         result.output.split()), result.output
 
 
+@pytest.mark.unit
 def test_a_selector_no_node_matches_yet_plans_the_pools(tmp_path):
     result, document = invoke("up", "--dry-run", "--offline", "-c", str(Path(__file__).resolve().parent.parent /
                                                                         "examples" / "karpenter-pools.yaml"),
@@ -372,6 +382,7 @@ def test_a_selector_no_node_matches_yet_plans_the_pools(tmp_path):
     assert step(document, "gpu-pools")["status"] == "planned"
 
 
+@pytest.mark.unit
 def test_without_node_prep_labels_nfd_follows_an_equality_selector(tmp_path):
     config = tmp_path / "gpu-bootstrap.yaml"
     config.write_text("nodes: karpenter.sh/nodepool=gpu\nnode_prep: {gpu_present_label: false}\n" + POOLS)

@@ -36,6 +36,7 @@ def pods() -> list[dict]:
     return [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kube", ["1.30", "1.33"])
 def test_example_pods_are_valid_and_use_our_scheduler(kube):
     found = pods()

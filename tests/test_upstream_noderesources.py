@@ -81,12 +81,14 @@ def scored(document: dict, case: dict) -> tuple[dict[str, int], Scorer, object]:
     return {node.name: scorer.score(index, incoming) for index, node in enumerate(nodes)}, scorer, incoming
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("document, case", cases("expected"))
 def test_node_scores_match_upstream(document, case):
     scores, _, _ = scored(document, case)
     assert scores == case["expected"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("document, case", cases("expected_prescore"))
 def test_best_effort_pods_are_skipped_by_balanced_allocation(document, case):
     scores, scorer, incoming = scored(document, case)
@@ -95,6 +97,7 @@ def test_best_effort_pods_are_skipped_by_balanced_allocation(document, case):
     assert set(scores.values()) == {0}  # the plugin adds nothing to any node
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("document, case", cases("expected_error"))
 def test_arguments_upstream_rejects_are_refused_by_the_config(document, case):
     resources = case["resources"] or {}
@@ -116,6 +119,7 @@ def extended_only_cases():
                 yield pytest.param(document, case, id=f"{path.stem}[{index}] {case['name'].strip()}")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("document, case", extended_only_cases())
 def test_two_extended_resources_give_upstreams_scores_through_the_same_formula(document, case):
     """The engine holds one extended resource per node, so these cases are skipped above; the formula it scores
@@ -140,11 +144,13 @@ def test_two_extended_resources_give_upstreams_scores_through_the_same_formula(d
 
 @pytest.mark.parametrize("function", [pytest.param(f, id=f"points {f['points']}") for _, document in documents()
                                       for f in document.get("shape_functions") or []])
+@pytest.mark.unit
 def test_the_broken_linear_shape_matches_upstream(function):
     points = tuple(tuple(point) for point in function["points"])
     assert [[u, scoring.broken_linear(points, u)] for u, _ in function["assertions"]] == function["assertions"]
 
 
+@pytest.mark.unit
 def test_every_upstream_case_is_translated_or_skipped_with_a_reason():
     """Each file holds every case of its upstream test (upstream_cases), each with an expectation, and a skip only
     with its reason; the source commit is pinned. Cases count: 51 from four upstream files."""
