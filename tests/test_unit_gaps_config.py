@@ -234,6 +234,7 @@ def test_every_default():
                        "scrape_interval": "15s", "wait_timeout": 600, "skip_version_check": False},
         "validate": {"enabled": True, "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", "nodes": "all",
                      "namespace": "gpu-bootstrap", "timeout": 300},
+        "pools": [],
     }
     home = Path(os.path.expanduser("~"))
     assert (config.ssh.identity_file, config.ssh.known_hosts) == (home / ".ssh/id_ed25519", home / ".ssh/known_hosts")

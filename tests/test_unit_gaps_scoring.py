@@ -69,7 +69,7 @@ def test_a_zero_capacity_resource_scores_full_on_a_spreading_shape_too():
 
 
 @pytest.mark.parametrize("weighted, expected", [
-    ([(1, 0, 5), (1, 2, 1)], 92),  # the zero-capacity resource scores 100 and counts (weight 5)
+    ([(1, 0, 5), (1, 2, 1)], 50),  # a resource the node has none of is left out, as kube-scheduler does
     ([(0, 2, 5), (1, 2, 1)], 50),  # a zero score is left out of the average
     ([(0, 2, 1)], 0),
     ([], 0),
