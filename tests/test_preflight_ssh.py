@@ -274,6 +274,8 @@ def test_a_non_root_user_goes_through_sudo_n(private_farm, tmp_path):
 def test_sudo_that_wants_a_password_falls_back_with_a_warning(private_farm, tmp_path):
     private_farm.add("node5", scenarios.sudo_refused)
     result, document = doctor(private_farm, tmp_path, user="nobody")
+    assert document is not None, (result.exit_code, result.output, (tmp_path / "log").read_text()[-3000:]
+                                  if (tmp_path / "log").exists() else "")
     ssh = document["nodes"][0]["checks"][0]
     assert ssh["status"] == "warn" and "passwordless sudo for nobody" in ssh["message"]
     assert document["nodes"][0]["checks"][1]["status"] == "pass"
