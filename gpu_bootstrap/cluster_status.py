@@ -9,8 +9,10 @@ README "Cluster status"): fields are added, never renamed or removed, within one
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
+import gc
 from dataclasses import dataclass, field
 
 from .objects import parse_time
@@ -452,14 +454,29 @@ def collect(kube, options: StatusOptions, sections) -> dict:
     taint = sections.node_prep.taint
     settings = Settings(sections.scheduler.name, taint.key if taint else None, options.namespace)
     before = kube.requests
-    snapshot = read(kube)
-    result = document(snapshot, settings)
+    with _without_cycle_collection():
+        snapshot = read(kube)
+        result = document(snapshot, settings)
     if options.utilisation:
         result["utilisation"] = utilisation(kube, options.prometheus, options.window, options.idle_below)
     if options.defrag:
         result["defrag"] = defrag(snapshot, _profile(kube, sections.scheduler), result["pending"])
     result["requests"] = kube.requests - before  # API requests this document took (attempts, retries included)
     return result
+
+
+@contextlib.contextmanager
+def _without_cycle_collection():
+    """Decoding a large cluster's lists makes millions of objects, and the cycle collector would walk every one of
+    them again and again while they accumulate (0.4 s of 1.9 s on 10,000 pods). JSON makes no reference cycles:
+    reference counting frees all of it, so the collector is paused for the read and resumed after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _profile(kube, scheduler):
