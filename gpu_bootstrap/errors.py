@@ -55,6 +55,11 @@ class Unreachable(ClusterError):
     """No answer from the API server (connection refused, DNS, TLS, timeout)."""
 
 
+class Unknown(GpuBootstrapError):
+    """A fact nobody could ask about (a plan made with no cluster): neither present nor absent. Deliberately not a
+    ClusterError, so no code that maps "the cluster refused" to "absent" can swallow it."""
+
+
 class CheckFailed(GpuBootstrapError):
     """A precondition does not hold (e.g. a configured node is missing)."""
 

@@ -540,3 +540,15 @@ class Outage:
             self.ended = time.monotonic()
         if self._timer is not None:
             self._timer.cancel()
+
+
+def write_config(folder: Path, kubeconfig: Path, nodes: list[str], wait_timeout: int) -> Path:
+    """The config both reliability suites run: the given nodes, the real gpu-operator chart and the real
+    kube-prometheus-stack chart in its slim form (SLIM_STACK)."""
+    from tests.conftest import chart
+    path = folder / "gpu-bootstrap.yaml"
+    path.write_text(f"cluster: {{kubeconfig: {kubeconfig}}}\nnodes:\n" + "".join(f"  - name: {n}\n" for n in nodes) +
+                    f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: {wait_timeout}\n"
+                    f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n"
+                    f"  wait_timeout: {wait_timeout}\n  values: {SLIM_STACK}\n")
+    return path

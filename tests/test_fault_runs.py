@@ -48,7 +48,6 @@ from pathlib import Path
 import pytest
 
 from tests import reliability as rel
-from tests.conftest import chart
 from tests.kubeapi import Emulator
 from tests.monitoring.live import LocalPrometheus
 from tests.nodes.reports import write_report
@@ -107,19 +106,10 @@ def options(helm: bool) -> dict:
     return {"kube_version": "1.33.2", "gpu_nodes": NODES, "cpu_nodes": ["cpu-1"], "gpu_operator": helm}
 
 
-def write_config(folder: Path, kubeconfig: Path) -> Path:
-    path = folder / "gpu-bootstrap.yaml"
-    path.write_text(f"cluster: {{kubeconfig: {kubeconfig}}}\nnodes:\n" + "".join(f"  - name: {n}\n" for n in NODES) +
-                    f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 300\n"
-                    f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n  wait_timeout: 300\n"
-                    f"  values: {rel.SLIM_STACK}\n")
-    return path
-
-
 def up(emu: Emulator, folder: Path, setup: Setup, timeout: float = 600) -> subprocess.CompletedProcess:
     """`gpu-bootstrap up` as a subprocess; killed and reaped whatever happens."""
     folder.mkdir(parents=True, exist_ok=True)
-    config = write_config(folder, emu.write_kubeconfig(folder / "kubeconfig"))
+    config = rel.write_config(folder, emu.write_kubeconfig(folder / "kubeconfig"), NODES, 300)
     args = [sys.executable, "-m", "gpu_bootstrap", "up", "-c", str(config), "--preflight-report", str(setup.report),
             "-o", "json", "--log-file", str(folder / "up.log")]
     if setup.playbook is not None:

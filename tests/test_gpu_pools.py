@@ -69,6 +69,32 @@ def render(tmp_path: Path, body: str = POOLS) -> list[dict]:
     return [yaml.safe_load(p.read_text()) for p in sorted((out / "03-gpu-pools").glob("*-apply-*.yaml"))]
 
 
+@pytest.mark.unit
+def test_a_plan_made_without_a_cluster_says_karpenter_was_not_checked(tmp_path):
+    """With no cluster, whether Karpenter's CRDs are installed is unknown: the plan renders for karpenter.sh/v1 and
+    says it could not check, instead of refusing as if they were absent."""
+    result, document = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, POOLS)),
+                              "--only", "node-prep,gpu-pools", tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    pools = step(document, "gpu-pools")
+    assert pools["status"] == "planned"
+    assert "Karpenter's CRDs not checked (no cluster to ask whether it serves" in pools["message"], pools
+    assert "4 object(s) to create" in pools["message"]
+
+
+@pytest.mark.unit
+def test_the_offline_adapter_answers_a_crds_discovery_as_unknown():
+    from gpu_bootstrap.adapters.offline import OfflineKube
+    from gpu_bootstrap.errors import ClusterError, Unknown
+    from gpu_bootstrap.steps.admission import served
+    kube = OfflineKube(["gpu-1"], "1.33")
+    with pytest.raises(Unknown, match="NodePool in karpenter.sh/v1"):
+        served(kube, "karpenter.sh/v1", "NodePool")
+    assert served(kube, "apps/v1", "Deployment")
+    assert not served(kube, "admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy")  # not before 1.36
+    assert not isinstance(Unknown("x"), ClusterError)  # nothing that maps a refusal to "absent" can take it
+
+
 # --- renders against the released CRD schemas -----------------------------------------------------------------------
 @pytest.mark.unit
 def test_rendered_pools_are_valid_karpenter_v1_objects(tmp_path):

@@ -36,7 +36,6 @@ from typer.testing import CliRunner
 from gpu_bootstrap.cli import app
 from gpu_bootstrap.pipeline.playbook import load_playbook
 from tests import reliability as rel
-from tests.conftest import chart
 from tests.kubeapi import Emulator
 from tests.monitoring.live import LocalPrometheus
 from tests.nodes.reports import write_report
@@ -85,15 +84,6 @@ def matrix() -> list[Point]:
     return points
 
 
-def write_config(folder: Path, kubeconfig: Path) -> Path:
-    path = folder / "gpu-bootstrap.yaml"
-    path.write_text(f"cluster: {{kubeconfig: {kubeconfig}}}\nnodes:\n" + "".join(f"  - name: {n}\n" for n in NODES) +
-                    f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 60\n"
-                    f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n  wait_timeout: 60\n"
-                    f"  values: {rel.SLIM_STACK}\n")
-    return path
-
-
 def up_in_process(config: Path, report: Path, log: Path):
     result = runner.invoke(app, ["up", "-c", str(config), "--preflight-report", str(report), "-o", "json",
                                  "--log-file", str(log)])
@@ -130,8 +120,8 @@ def reference(tmp_path_factory, prometheus) -> Reference:
                 step = STEPS[done] if done < len(STEPS) else "release"
                 counts[step] = counts.get(step, 0) + 1
         emu.faults.add("*", ".*", count=None, observe=count)
-        result, document = up_in_process(write_config(folder, emu.write_kubeconfig(folder / "kubeconfig")), report,
-                                          folder / "up.log")
+        config = rel.write_config(folder, emu.write_kubeconfig(folder / "kubeconfig"), NODES, 60)
+        result, document = up_in_process(config, report, folder / "up.log")
         assert result.exit_code == 0, result.output
         statuses = {s["id"]: s["status"] for s in document["steps"]}
         assert statuses.pop("gpu-pools") == "skipped", document  # no pools configured
@@ -181,7 +171,7 @@ def hold_for(point: Point, emu, reference: Reference) -> rel.Hold:
 @pytest.mark.parametrize("point", matrix(), ids=lambda p: p.id)
 def test_a_run_stopped_at_any_point_converges_on_rerun(cluster, tmp_path, reference, point):
     emu, marker = cluster.emu, str(cluster.home)  # helm inherits HOME (its kubeconfig is the relay's)
-    config = write_config(tmp_path, cluster.kubeconfig)
+    config = rel.write_config(tmp_path, cluster.kubeconfig, NODES, 60)
     hold = hold_for(point, emu, reference)
     process = start_up(cluster, config, reference.report, tmp_path / "stopped.log")
     try:
@@ -231,7 +221,8 @@ def test_the_comparison_catches_a_missing_an_extra_and_a_changed_object(cluster,
     each of these breakages is named: a missing object, a second validation pod, a webhook that no longer trusts
     the CA of the serving certificate, a step whose record says it failed."""
     emu = cluster.emu
-    result, _document = up_in_process(write_config(tmp_path, cluster.kubeconfig), reference.report, tmp_path / "log")
+    config = rel.write_config(tmp_path, cluster.kubeconfig, NODES, 60)
+    result, _document = up_in_process(config, reference.report, tmp_path / "log")
     assert result.exit_code == 0, result.output
     assert rel.converged(emu, reference.view) == []
     emu.delete("poddisruptionbudgets", "gpu-binpack-scheduler", "kube-system")

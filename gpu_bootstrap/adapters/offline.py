@@ -7,7 +7,7 @@ records changes, so a write reaching them is a bug.
 """
 from __future__ import annotations
 
-from ..errors import ClusterError, GpuBootstrapError
+from ..errors import ClusterError, GpuBootstrapError, Unknown
 from ..versions import minor_of
 
 # What API discovery shows on a fresh cluster with default feature gates: (apiVersion, kind) -> first minor served.
@@ -50,15 +50,17 @@ class OfflineKube:
 
     def resource(self, api_version: str, kind: str) -> tuple[str, bool]:
         """Discovery as a fresh cluster of this version answers it, for the kinds whose presence depends on the
-        version; built-in kinds the tool uses are always served."""
+        version; built-in kinds the tool uses are always served; a CRD's kind is Unknown (not absent)."""
         first = FRESH_DISCOVERY.get((api_version, kind))
         group = api_version.rpartition("/")[0]
         if first is not None:
             served = minor_of(self.kube_version)[1] >= first
         elif group == "admissionregistration.k8s.io":
             served = api_version.endswith("/v1") and kind.endswith("WebhookConfiguration")
-        else:
-            served = "." not in group or group.endswith(".k8s.io")  # a CRD's group: nothing is installed yet
+        elif "." not in group or group.endswith(".k8s.io"):
+            served = True
+        else:  # a CRD's group: whether it is installed is a fact of a cluster we do not have
+            raise Unknown(f"no cluster to ask whether it serves {kind} in {api_version}")
         if not served:
             raise ClusterError(f"the cluster serves no {kind} in {api_version}")
         return kind.lower() + "s", True

@@ -8,9 +8,8 @@ component labels; teardown deletes those and nothing else (each NodePool before 
 """
 from __future__ import annotations
 
-from ..errors import ClusterError, Unreachable
+from ..errors import ClusterError, Unknown, Unreachable
 from ..objects import differences
-from ..pipeline.gate import RECORD
 from ..pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from ..render import gpu_pools as render
 from ..render import node_prep as node_render
@@ -41,23 +40,24 @@ class GpuPools(Step):
                 f"Karpenter first (its chart installs them), or remove `pools` from the config")
 
     def check(self, ctx) -> Check:
-        offline = ctx.gate.mode == RECORD
-        absent = None if offline else self.karpenter(ctx)
+        try:
+            absent, unchecked = self.karpenter(ctx), None
+        except Unknown as why:  # no cluster to ask (a plan made without one): render for Karpenter v1, and say so
+            absent, unchecked = None, why.message
         if not ctx.config.pools:
-            return self._without_pools(ctx, skip_reading=offline or absent is not None)
+            return self._without_pools(ctx, skip_reading=absent is not None)
         if absent:
             return Check(FAIL, absent)
         desired = render.manifests(ctx.config)
-        if offline:  # nothing to read: a fresh cluster with Karpenter v1 is assumed
-            facts = ObjectsFacts(desired, {Ref.of(obj): "missing" for obj in desired}, [])
-            return Check(WARN, f"{len(desired)} object(s) to create ({self._names(ctx)}); Karpenter's CRDs not "
-                               f"checked (no cluster): rendered for karpenter.sh/v1", facts=facts)
         drift, theirs = _drift(ctx.kube, desired)
         if theirs:
             return Check(FAIL, f"{', '.join(theirs)} exist(s) and gpu-bootstrap did not create them: give the pool "
                                f"another name in `pools` (only what gpu-bootstrap made is changed)")
         leftovers = self._owned(ctx, exclude={Ref.of(obj) for obj in desired})
         facts = ObjectsFacts(desired, drift, leftovers)
+        if unchecked:
+            return Check(WARN, _summary(drift, leftovers) + f" ({self._names(ctx)}); Karpenter's CRDs not checked "
+                               f"({unchecked}): rendered for karpenter.sh/v1", facts=facts)
         if drift or leftovers:
             return Check(WARN, _summary(drift, leftovers) + f" ({self._names(ctx)})", facts=facts)
         return Check(PASS, f"{len(ctx.config.pools)} pool(s) in place ({self._names(ctx)})", done=True, facts=facts)
@@ -106,8 +106,6 @@ class GpuPools(Step):
 
     # --- undo ---------------------------------------------------------------------------------------------------------
     def undo_plan(self, ctx) -> list[Change]:
-        if ctx.gate.mode == RECORD:
-            return []
         return [Change(Verb.DELETE, ref, "remove", "teardown of the autoscaled GPU pools (Karpenter drains and "
                                                    "terminates their nodes)") for ref in self._owned(ctx, set())]
 
