@@ -154,9 +154,11 @@ class Track(str, Enum):
 
 @command("config", "kubeconfig", "context", "output", "verbose", "log_file")
 def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=(
-        "Pod list in the Alibaba openb format (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...)."))],
+        "Pod list in the Alibaba openb format (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...); an optional "
+        "node_affinity column holds a pod's required node affinity, e.g. \"nvidia.com/gpu.memory>40000\"."))],
              nodes: Annotated[Optional[Path], Option("--nodes", metavar="CSV", help=(
-                 "Node inventory in the openb format (sn,cpu_milli,memory_mib,gpu,model)."))] = None,
+                 "Node inventory in the openb format (sn,cpu_milli,memory_mib,gpu,model); an optional labels column "
+                 "holds node labels (key=value,...)."))] = None,
              from_cluster: Annotated[bool, Option("--from-cluster", help=(
                  "Use the live cluster's schedulable nodes and what their pods already request, instead of "
                  "--nodes."))] = False,

@@ -22,6 +22,8 @@ GPU = "nvidia.com/gpu"
 PREFIX = "nvidia.com/"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 PRESENT_LABEL = "nvidia.com/gpu.present"
+MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU feature discovery: MiB per GPU
+COMPUTE_LABELS = ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
 DAEMONSET = "DaemonSet"
 DONE = ("Succeeded", "Failed")  # pods in these phases hold nothing
 
@@ -192,7 +194,8 @@ def _node_row(node: dict, on_node: list[dict], requests: dict, settings: Setting
     gpus = allocatable.get(GPU, 0)
     taints = (node.get("spec") or {}).get("taints") or []
     return {
-        "name": name, "product": labels.get(PRODUCT_LABEL), "ready": _ready(node),
+        "name": name, "product": labels.get(PRODUCT_LABEL), "gpu_memory_mib": _whole(labels.get(MEMORY_LABEL)),
+        "compute_capability": _compute_capability(labels), "ready": _ready(node),
         "schedulable": not (node.get("spec") or {}).get("unschedulable", False),
         "tainted": any(t.get("key") == settings.taint_key for t in taints) if settings.taint_key else None,
         "gpus": {"allocatable": gpus, "requested": int(used.get(GPU, 0)), "free": gpus - int(used.get(GPU, 0))},
@@ -205,6 +208,17 @@ def _node_row(node: dict, on_node: list[dict], requests: dict, settings: Setting
         "cpu": {"allocatable_milli": int(cpu_alloc * 1000), "requested_milli": int(used.get("cpu", 0) * 1000)},
         "memory": {"allocatable_mib": int(mem_alloc / 2 ** 20), "requested_mib": int(used.get("memory", 0) / 2 ** 20)},
     }
+
+
+def _whole(text: str | None) -> int | None:
+    """A label's whole number, or None when it is absent or not a number (a label we cannot read says nothing)."""
+    return int(text) if text and text.isdigit() else None
+
+
+def _compute_capability(labels: dict) -> str | None:
+    """'8.0' from GPU feature discovery's compute major/minor labels, or None unless both are whole numbers."""
+    major, minor = (_whole(labels.get(label)) for label in COMPUTE_LABELS)
+    return None if major is None or minor is None else f"{major}.{minor}"
 
 
 def _sharing(labels: dict) -> dict | None:
@@ -300,15 +314,9 @@ def fragmentation(snapshot: Snapshot, requests: dict) -> dict:
     """simulate's measures over the schedulable nodes; the smallest GPU pod (bound or waiting) sets what a node
     needs left to use a free GPU."""
     from .sim import fragmentation as frag
-    from .sim.engine import Pod
     nodes, used = inventory(snapshot)
-    gpu_pods = []
-    for pod in snapshot.pods:
-        if holds(pod) or waits(pod):
-            asked = requests[_key(pod)]
-            if asked.get(GPU):
-                gpu_pods.append(Pod(int(asked.get("cpu", 0) * 1000), int(asked.get("memory", 0) / 2 ** 20),
-                                    int(asked[GPU])))
+    gpu_pods = [_simulated(requests[_key(pod)]) for pod in snapshot.pods
+                if (holds(pod) or waits(pod)) and requests[_key(pod)].get(GPU)]
     return frag.measures([n for n in nodes if n.gpus], used, frag.smallest_request(gpu_pods))
 
 
@@ -317,7 +325,7 @@ def defrag(snapshot: Snapshot, profile, pending: list[dict]) -> dict:
     """Which nodes to drain (and where their pods would go, by the packing of `profile`) so that the pending GPU
     requests, or else one request as large as the largest node, find a whole node. A plan only: nothing is evicted."""
     from .sim import fragmentation as frag
-    from .sim.engine import Pod
+    from .sim.affinity import from_pod_spec
     nodes, used = inventory(snapshot)
     gpu_nodes = [n for n in nodes if n.gpus]
     wanted = [p["gpus"] for p in pending if p["gpus"]] or [max((n.gpus for n in gpu_nodes), default=0)]
@@ -339,14 +347,24 @@ def defrag(snapshot: Snapshot, profile, pending: list[dict]) -> dict:
         elif not asked.get(GPU):
             pinned.setdefault(node, f"{_key(pod)} is a CPU-only pod the plan does not place")
         else:
-            movable.setdefault(node, []).append((_key(pod), Pod(int(asked.get("cpu", 0) * 1000),
-                                                                int(asked.get("memory", 0) / 2 ** 20),
-                                                                int(asked[GPU]))))
+            try:  # re-created, it may only go where its required node affinity lets it
+                affinity = from_pod_spec(pod.get("spec") or {})
+            except ValueError as why:
+                pinned.setdefault(node, f"{_key(pod)}: {why}")
+                continue
+            movable.setdefault(node, []).append((_key(pod), _simulated(asked, affinity)))
     plan = frag.defrag(gpu_nodes, used or {}, movable, wanted, profile, pinned)
     document = plan.to_json()
     document["profile"] = profile.name
     document["commands"] = [line for drain in plan.drains for line in _commands(drain)]
     return document
+
+
+def _simulated(asked: dict, affinity=None):
+    """A pod's requests (cluster_status units: cores, bytes) as the simulator's Pod (millicores, MiB, GPUs)."""
+    from .sim.engine import Pod
+    return Pod(int(asked.get("cpu", 0) * 1000), int(asked.get("memory", 0) / 2 ** 20), int(asked[GPU]),
+               affinity=affinity)
 
 
 def _commands(drain) -> list[str]:

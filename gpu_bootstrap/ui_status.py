@@ -34,7 +34,8 @@ def nodes_table(document: dict, wide: bool):
     totals = document["totals"]
     table = Table(title=f"GPU nodes: {totals['gpus_requested']}/{totals['gpus_allocatable']} GPUs requested, "
                         f"{totals['gpus_free']} free on {totals['gpu_nodes']} node(s)", title_justify="left")
-    columns = ["node", "product", "GPUs", "req", "free", "MIG / shared", "ready", "schedulable", "tainted"]
+    columns = ["node", "product", "GPU memory", "compute", "GPUs", "req", "free", "MIG / shared", "ready",
+               "schedulable", "tainted"]
     columns += ["GPU pods", "cpu req/alloc", "memory req/alloc (GiB)"] if wide else []
     for column in columns:
         table.add_column(column, overflow="fold",
@@ -43,7 +44,10 @@ def nodes_table(document: dict, wide: bool):
         sharing = node["sharing"]
         extra = ", ".join(part for part in (_extra(node["resources"]), f"x{sharing['replicas']} "
                                             f"{sharing.get('strategy') or 'shared'}" if sharing else "") if part)
-        row = [escape(node["name"]), escape(node["product"] or "-"), str(node["gpus"]["allocatable"]),
+        memory, compute = node.get("gpu_memory_mib"), node.get("compute_capability")
+        row = [escape(node["name"]), escape(node["product"] or "-"),
+               f"{memory / 1024:.0f} GiB" if memory is not None else "-", compute or "-",
+               str(node["gpus"]["allocatable"]),
                str(node["gpus"]["requested"]), str(node["gpus"]["free"]), escape(extra or "-"), _yes(node["ready"]),
                _yes(node["schedulable"], "yes", "[yellow]cordoned[/]"), _yes(node["tainted"], "yes", "no")]
         if wide:

@@ -107,8 +107,8 @@ def test_track_b_rounds_fractions_up_and_keeps_cpu_pods_off_gpu_nodes(tmp_path):
     _, track_a = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json")
     _, track_b = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json",
                           "--track", "B")
-    assert track_a["population"] == {"pods": 3, "gpu_pods": 3, "source": str(pods)}
-    assert track_b["population"] == {"pods": 5, "gpu_pods": 4, "source": str(pods)}
+    assert track_a["population"] == {"pods": 3, "gpu_pods": 3, "constrained_pods": 0, "source": str(pods)}
+    assert track_b["population"] == {"pods": 5, "gpu_pods": 4, "constrained_pods": 0, "source": str(pods)}
     assert track_b["policies"][0]["unplaced_cpu_pods"] == 0  # the CPU node takes them
 
 

@@ -83,8 +83,10 @@ def namespaces(cluster, *names: str) -> None:
 def ground_truth(cluster, api):
     emu = cluster.emu
     namespaces(cluster, "ml", "vision", "web")
-    gpu_node(cluster, api, "gpu-8a", 8, "NVIDIA-H100-80GB-HBM3")
-    gpu_node(cluster, api, "gpu-8b", 8, "NVIDIA-A100-SXM4-80GB")
+    gpu_node(cluster, api, "gpu-8a", 8, "NVIDIA-H100-80GB-HBM3", labels={
+        "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0"})
+    gpu_node(cluster, api, "gpu-8b", 8, "NVIDIA-A100-SXM4-80GB", labels={  # a minor label GFD never writes
+        "nvidia.com/gpu.memory": "81920", "nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "x"})
     gpu_node(cluster, api, "gpu-4", 4, cpu="8")  # allocatable cpu 7: one pod uses it all
     gpu_node(cluster, api, "gpu-1", 1, "Tesla-T4", cordoned=True)
     gpu_node(cluster, api, "mig-node", 0, "NVIDIA-A100-SXM4-80GB", extra={"nvidia.com/mig-1g.10gb": 7},
@@ -129,6 +131,10 @@ def test_every_figure_equals_the_hand_count(ground_truth, tmp_path):
     assert nodes["gpu-4"]["gpus"] == {"allocatable": 4, "requested": 1, "free": 3}
     assert nodes["gpu-4"]["cpu"] == {"allocatable_milli": 7000, "requested_milli": 7000}
     assert nodes["gpu-4"]["product"] is None
+    # GPU feature discovery's spec labels, as GPU pods select on them (README "Placing pods by GPU memory ...")
+    assert (nodes["gpu-8a"]["gpu_memory_mib"], nodes["gpu-8a"]["compute_capability"]) == (81559, "9.0")
+    assert (nodes["gpu-8b"]["gpu_memory_mib"], nodes["gpu-8b"]["compute_capability"]) == (81920, None)
+    assert (nodes["gpu-4"]["gpu_memory_mib"], nodes["gpu-4"]["compute_capability"]) == (None, None)
     assert (nodes["gpu-1"]["schedulable"], nodes["gpu-1"]["gpus"]["free"]) == (False, 1)
     assert all(n["schedulable"] for name, n in nodes.items() if name != "gpu-1")
     assert all(n["tainted"] is True and n["ready"] is True for n in nodes.values())
@@ -194,6 +200,8 @@ def test_namespace_filter_and_views(ground_truth, tmp_path):
         assert "stranded" in result.stdout
     wide = status(ground_truth, tmp_path, "-o", "wide", parse=False)
     assert "memory req/alloc" in wide.stdout and "cordoned" in wide.stdout and "mig-1g.10gb 2/7" in wide.stdout
+    h100 = next(line for line in wide.stdout.splitlines() if "gpu-8a" in line)
+    assert "80 GiB" in h100 and " 9.0 " in h100, wide.stdout  # GPU memory and compute capability of GFD's labels
 
 
 def test_status_changes_nothing_and_needs_nothing_of_ours(ground_truth, tmp_path):

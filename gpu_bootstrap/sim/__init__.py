@@ -64,7 +64,8 @@ def run(nodes: list[Node], pods: list[dict], profiles: list[Profile], track: str
         "bounds": _bounds(offline),
         "track": track, "seeds": seeds, "seed_values": seed_list, "tune": tune, "departures": departures,
         "inventory": {"nodes": len(nodes), "gpu_nodes": sum(1 for n in nodes if n.gpus), "gpus": capacity},
-        "population": {"pods": len(chosen), "gpu_pods": sum(1 for p in chosen if p.gpus)},
+        "population": {"pods": len(chosen), "gpu_pods": sum(1 for p in chosen if p.gpus),
+                       "constrained_pods": sum(1 for p in chosen if p.models is not None or p.affinity is not None)},
         "arrivals_per_seed": statistics.median(len(a.pods) for a in arrivals.values()),
         "speed": {"seconds": round(elapsed, 2), "workers": workers,
                   "pods_per_second": round(sum(len(arrivals[r[1]].pods) for r in results) /

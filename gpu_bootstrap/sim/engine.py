@@ -1,7 +1,7 @@
 """Replays pods onto nodes one at a time with a model of kube-scheduler's filter and score.
 
 Filter: the pod's cpu, memory and whole GPUs fit the node's free allocatable, the node's GPU model is one the pod
-allows, and CPU-only pods stay off GPU nodes (node-prep taints them; such pods never tolerate the taint). Score:
+allows, the node's labels satisfy the pod's required node affinity (affinity.py), and CPU-only pods stay off GPU nodes (node-prep taints them; such pods never tolerate the taint). Score:
 the profile's NodeResourcesFit and BalancedAllocation (scoring.py). Ties: uniform random, seeded.
 
 Requests are counted as kube-scheduler counts them (component-helpers' PodRequests): a pod is its containers, app
@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass
 
 from . import scoring
+from .affinity import NodeAffinity
 from .scoring import GPU, Profile
 
 NONZERO_CPU_MILLI = 100  # kube-scheduler's defaults per container without a request (Fit scoring only)
@@ -34,6 +35,7 @@ class Node:
     memory: int  # allocatable MiB
     gpus: int
     model: str = ""
+    labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs: what required node affinity is matched on
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Pod:
     models: frozenset | None = None  # allowed GPU models; None: any
     nonzero_cpu: int | None = None
     nonzero_memory: int | None = None
+    affinity: NodeAffinity | None = None  # required node affinity; None: any node
 
     def __post_init__(self):
         if self.nonzero_cpu is None:
@@ -67,7 +70,7 @@ class Pod:
 
     @property
     def shape(self) -> tuple:
-        return self.cpu, self.memory, self.gpus, self.models, self.nonzero_cpu, self.nonzero_memory
+        return self.cpu, self.memory, self.gpus, self.models, self.affinity, self.nonzero_cpu, self.nonzero_memory
 
     @classmethod
     def from_containers(cls, containers, init_containers=(), models: frozenset | None = None,
@@ -128,6 +131,8 @@ class Cluster:
         self.mem_cap = [n.memory for n in nodes]
         self.gpu_cap = [n.gpus for n in nodes]
         self.model = [n.model for n in nodes]
+        self.labels = [dict(n.labels) for n in nodes]
+        self._eligible: dict[NodeAffinity, list[bool]] = {}  # per affinity: which nodes it admits (labels never change)
         count = len(nodes)
         self.cpu = [0] * count  # requested
         self.mem = [0] * count
@@ -143,6 +148,8 @@ class Cluster:
                     self.add(index, pod)
 
     def fits(self, index: int, pod: Pod) -> bool:
+        if pod.affinity is not None and not self.eligible(pod.affinity)[index]:
+            return False
         if pod.gpus:
             if self.gpu_cap[index] - self.gpu[index] < pod.gpus:
                 return False
@@ -160,9 +167,17 @@ class Cluster:
         self.gpu[index] += sign * pod.gpus
         self.changes.append(index)
 
-    def free_gpus(self, models: frozenset | None = None) -> int:
-        return sum(cap - used for cap, used, model in zip(self.gpu_cap, self.gpu, self.model)
-                   if models is None or model in models)
+    def eligible(self, affinity: NodeAffinity) -> list[bool]:
+        """Which nodes' labels satisfy `affinity`, computed once per affinity."""
+        if affinity not in self._eligible:
+            self._eligible[affinity] = [affinity.matches(labels) for labels in self.labels]
+        return self._eligible[affinity]
+
+    def free_gpus(self, models: frozenset | None = None, affinity: NodeAffinity | None = None) -> int:
+        """Free GPUs on the nodes of the given models (None: any) that the affinity admits (None: all)."""
+        admitted = self.eligible(affinity) if affinity is not None else [True] * len(self.nodes)
+        return sum(cap - used for cap, used, model, ok in zip(self.gpu_cap, self.gpu, self.model, admitted)
+                   if ok and (models is None or model in models))
 
 
 class Scorer:

@@ -29,7 +29,8 @@ def population(pods: list[dict], track: str) -> list[Pod]:
         whole = pod["gpu_milli"] in (0, 1000) or pod["num_gpu"] == 0
         if track == "A" and (pod["num_gpu"] == 0 or not whole):
             continue
-        chosen.append(Pod(pod["cpu_milli"], pod["memory_mib"], pod["num_gpu"], pod["models"]))
+        chosen.append(Pod(pod["cpu_milli"], pod["memory_mib"], pod["num_gpu"], pod["models"],
+                          affinity=pod.get("affinity")))
     return chosen
 
 
@@ -108,7 +109,7 @@ def replay(nodes: list[Node], arrivals: Sample, profile: Profile, seed: int, use
 def _failure(outcome: Outcome, cluster: Cluster, pod: Pod, arrived_pct: float, before_100: bool) -> None:
     if outcome.first_failure_pct is None:
         outcome.first_failure_pct = round(arrived_pct, 2)
-    if cluster.free_gpus(pod.models) < pod.gpus:
+    if cluster.free_gpus(pod.models, pod.affinity) < pod.gpus:
         return  # not fragmentation: the GPUs are not there at all
     size = str(pod.gpus)
     outcome.frag_failures_to_end[size] = outcome.frag_failures_to_end.get(size, 0) + 1

@@ -15,11 +15,15 @@ import math
 from pathlib import Path
 
 from ..errors import ConfigError
+from . import affinity as node_affinity
 from .engine import NONZERO_CPU_MILLI, NONZERO_MEMORY_MIB, Container, Node, Pod, aggregate_requests, merge_pods
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+# Optional columns beyond openb's: a node's labels (key=value,...) and a pod's required node affinity (affinity.py).
+LABELS_COLUMN, AFFINITY_COLUMN = "labels", "node_affinity"
 MODEL_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.model")
+PRODUCT_LABEL = MODEL_LABELS[0]
 GPU_RESOURCE = "nvidia.com/gpu"
 MIB = 2 ** 20
 
@@ -103,11 +107,26 @@ def _int(path: Path, line: int, row: dict, column: str, allow_empty: bool = Fals
     return int(number)
 
 
+def _labels(path: Path, line: int, row: dict, model: str) -> tuple[tuple[str, str], ...]:
+    """The node's `labels` column, plus its model as nvidia.com/gpu.product unless the column sets that label: the
+    model column is the product name GPU feature discovery would label the node with."""
+    try:
+        labels = node_affinity.parse_labels(row.get(LABELS_COLUMN) or "")
+    except ValueError as error:
+        raise ConfigError(f"{path}:{line}: column {LABELS_COLUMN}: {error}",
+                          "write the labels as key=value,key=value (quote the field: it has commas)") from None
+    if model:
+        labels.setdefault(PRODUCT_LABEL, model)
+    return tuple(sorted(labels.items()))
+
+
 def load_nodes(path: Path) -> list[Node]:
     nodes, total = [], 0
     for line, row in _rows(path, NODE_COLUMNS, "node list", MAX_NODE_ROWS):
+        model = (row.get("model") or "").strip()
         node = Node(_field(path, line, row, "sn"), _int(path, line, row, "cpu_milli"),
-                    _int(path, line, row, "memory_mib"), _int(path, line, row, "gpu"), (row.get("model") or "").strip())
+                    _int(path, line, row, "memory_mib"), _int(path, line, row, "gpu"), model,
+                    _labels(path, line, row, model))
         total += node.gpus
         if total > MAX_TOTAL_GPUS:
             raise ConfigError(f"{path}:{line}: column gpu: the node list has more than {MAX_TOTAL_GPUS:,} GPUs in "
@@ -126,10 +145,20 @@ def load_pods(path: Path) -> list[dict]:
         pods.append({"name": _field(path, line, row, "name"), "cpu_milli": _int(path, line, row, "cpu_milli"),
                      "memory_mib": _int(path, line, row, "memory_mib"),
                      "num_gpu": _int(path, line, row, "num_gpu"), "gpu_milli": gpu_milli,
-                     "models": frozenset(m for m in spec.split("|") if m) or None})
+                     "models": frozenset(m for m in spec.split("|") if m) or None,
+                     "affinity": _affinity(path, line, row)})
     if not pods:
         raise ConfigError(f"{path}: the pod list is empty")
     return pods
+
+
+def _affinity(path: Path, line: int, row: dict):
+    try:
+        return node_affinity.parse(row.get(AFFINITY_COLUMN) or "")
+    except ValueError as error:
+        raise ConfigError(f"{path}:{line}: column {AFFINITY_COLUMN}: {error}",
+                          "e.g. \"nvidia.com/gpu.memory>40000\" or \"nvidia.com/gpu.product in (A100,H100)\" (quote the "
+                          "field when it has commas; ';' between alternative terms)") from None
 
 
 # --- a live cluster ------------------------------------------------------------------------------------------------------
@@ -196,12 +225,13 @@ def pod_requests(spec: dict) -> tuple[int, int, int]:
 
 
 def node_from_object(node: dict, memory_unit: int = MIB, extended: str = GPU_RESOURCE) -> Node:
-    """A Node object's allocatable cpu (millicores), memory (`memory_unit` bytes), GPUs and GPU model label."""
+    """A Node object's allocatable cpu (millicores), memory (`memory_unit` bytes), GPUs, GPU model label and labels."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     labels = node["metadata"].get("labels") or {}
     model = next((labels[label] for label in MODEL_LABELS if labels.get(label)), "")
     return Node(node["metadata"]["name"], amount(allocatable.get("cpu", 0), milli=True),
-                amount(allocatable.get("memory", 0)) // memory_unit, amount(allocatable.get(extended, 0)), model)
+                amount(allocatable.get("memory", 0)) // memory_unit, amount(allocatable.get(extended, 0)), model,
+                tuple(sorted(labels.items())))
 
 
 def cluster_snapshot(kube) -> tuple[list[Node], dict[str, list[Pod]]]:
