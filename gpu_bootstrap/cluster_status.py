@@ -328,7 +328,9 @@ def defrag(snapshot: Snapshot, profile, pending: list[dict]) -> dict:
     from .sim.affinity import from_pod_spec
     nodes, used = inventory(snapshot)
     gpu_nodes = [n for n in nodes if n.gpus]
-    wanted = [p["gpus"] for p in pending if p["gpus"]] or [max((n.gpus for n in gpu_nodes), default=0)]
+    waiting = {_key(pod): pod for pod in snapshot.pods if waits(pod)}
+    wanted = [(p["gpus"], _affinity_of(waiting.get(f"{p['namespace']}/{p['name']}"))) for p in pending if p["gpus"]] \
+        or [max((n.gpus for n in gpu_nodes), default=0)]
     movable: dict[str, list] = {}
     pinned: dict[str, str] = {}
     for pod in snapshot.pods:
@@ -358,6 +360,16 @@ def defrag(snapshot: Snapshot, profile, pending: list[dict]) -> dict:
     document["profile"] = profile.name
     document["commands"] = [line for drain in plan.drains for line in _commands(drain)]
     return document
+
+
+def _affinity_of(pod: dict | None):
+    """A pending pod's required node affinity for the plan: the node freed for it must be one it may use. A
+    constraint the model cannot express (matchFields) is left out: the plan may then free a node the pod cannot take."""
+    from .sim.affinity import from_pod_spec
+    try:
+        return from_pod_spec((pod or {}).get("spec") or {})
+    except ValueError:
+        return None
 
 
 def _simulated(asked: dict, affinity=None):

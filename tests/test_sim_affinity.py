@@ -261,3 +261,27 @@ def test_defrag_moves_a_pod_only_to_nodes_its_affinity_allows():
         ("h100-c", [("ml/needs-h100", "h100-a")])]
     no_room = plan(used_on_a=7)  # 1 free on the other H100: the T4's 4 free GPUs do not count for this pod
     assert (no_room.drains, no_room.unmet) == ([], [8])
+
+
+@pytest.mark.unit
+def test_defrag_frees_a_node_the_pending_pod_may_use():
+    """A pending 8-GPU pod that needs more than 40 GB per GPU: the least used node is a T4 (one GPU in use), but
+    freeing it would not help that pod; the plan drains an H100 instead."""
+    from gpu_bootstrap.sim import fragmentation, scoring
+    from gpu_bootstrap.sim.engine import Node, Pod
+
+    def node(name: str, labels: dict) -> Node:
+        return Node(name, 96000, 393216, 8, labels["nvidia.com/gpu.product"], tuple(sorted(labels.items())))
+    nodes = [node("t4-a", T4), node("h100-b", H100), node("h100-c", H100)]
+    used = {"t4-a": Pod(1000, 4096, 1), "h100-b": Pod(1000, 4096, 2), "h100-c": Pod(0, 0, 4)}
+    movable = {"t4-a": [("ml/small", Pod(1000, 4096, 1))], "h100-b": [("ml/pair", Pod(1000, 4096, 2))]}
+    pinned = {"h100-c": "ml/c has no controller"}
+    big = affinity.parse("nvidia.com/gpu.memory>40000")
+    plain = fragmentation.defrag(nodes, used, movable, [8], scoring.DEFAULT_PROFILE, pinned)
+    assert [d.node for d in plain.drains] == ["t4-a"]  # any node will do: the least used
+    constrained = fragmentation.defrag(nodes, used, movable, [(8, big)], scoring.DEFAULT_PROFILE, pinned)
+    assert [(d.node, [m.to for m in d.moves]) for d in constrained.drains] == [("h100-b", ["h100-c"])]
+    assert (constrained.wanted, constrained.unmet) == ([8], [])
+    nowhere = fragmentation.defrag(nodes, used, movable, [(8, affinity.parse("nvidia.com/gpu.memory>90000"))],
+                                   scoring.DEFAULT_PROFILE, pinned)
+    assert (nowhere.drains, nowhere.unmet) == ([], [8])

@@ -269,6 +269,30 @@ def test_defrag_plans_a_whole_node_and_replaying_it_frees_it(fragmented, tmp_pat
     assert len(moved) == 2 and set(moved) <= {"gpu-a", "gpu-b"}  # re-created by their ReplicaSets, elsewhere
 
 
+def test_defrag_frees_only_a_node_the_pending_pod_may_use(fragmented, api, tmp_path):
+    """gpu-c (the least used) turns out to hold T4s, and the waiting pod needs more than 40 GB per GPU: freeing gpu-c
+    would not help it, so the plan frees one of the H100 nodes instead (their pods move to the other H100 and gpu-c)."""
+    emu = fragmented.emu
+    answer = api.patch("/api/v1/nodes/gpu-c", {"metadata": {"labels": {"nvidia.com/gpu.product": "Tesla-T4",
+                                                                        "nvidia.com/gpu.memory": "15360"}}})
+    assert answer.status == 200, answer
+    for name in ("gpu-a", "gpu-b"):
+        assert api.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {"nvidia.com/gpu.memory": "81559"}}}).status \
+            == 200
+    emu.delete("pods", "whole-node", "ml")
+    waiting = pod("ml", "whole-h100", 8)
+    waiting["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]}]}]}}}
+    emu.seed(waiting)
+    assert emu.settle()
+    plan = status(fragmented, tmp_path, "-o", "json", "--defrag")["defrag"]
+    assert plan["wanted"] == [8] and plan["unmet"] == []
+    assert [d["node"] for d in plan["drains"]] in (["gpu-a"], ["gpu-b"]), plan
+    nodes = status(fragmented, tmp_path, "-o", "json")["nodes"]
+    assert {n["name"]: n["gpu_memory_mib"] for n in nodes} == {"gpu-a": 81559, "gpu-b": 81559, "gpu-c": 15360}
+
+
 def test_defrag_text_view_says_nothing_was_evicted(fragmented, tmp_path):
     result = status(fragmented, tmp_path, "--defrag", parse=False)
     assert result.exit_code == 0, result.output

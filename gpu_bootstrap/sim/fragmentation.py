@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 
+from .affinity import NodeAffinity
 from .engine import NONZERO_CPU_MILLI, NONZERO_MEMORY_MIB, Cluster, Node, Pod, Scheduler
 from .replay import SIZES, Outcome, _snapshot
 from .scoring import Profile
@@ -75,25 +76,29 @@ class DefragPlan:
         return asdict(self)
 
 
-def defrag(nodes: list[Node], used: dict[str, Pod], movable: dict[str, list[tuple[str, Pod]]], wanted: list[int],
-           profile: Profile, pinned: dict[str, str] | None = None) -> DefragPlan:
+def defrag(nodes: list[Node], used: dict[str, Pod], movable: dict[str, list[tuple[str, Pod]]],
+           wanted: list[int | tuple[int, NodeAffinity | None]], profile: Profile,
+           pinned: dict[str, str] | None = None) -> DefragPlan:
     """Empty whole nodes for the `wanted` GPU requests by re-placing the pods of the least used candidates onto the
-    other nodes with `profile`'s packing (the simulator's scheduler). `used`: node -> what all its pods request;
-    `movable`: node -> [(pod key, pod)] that a controller would re-create elsewhere; `pinned`: node -> why it cannot
-    be drained. Returns the drains in order; nothing is changed anywhere."""
+    other nodes with `profile`'s packing (the simulator's scheduler). A request is a GPU count, or (count, required
+    node affinity) when only some nodes may take it. `used`: node -> what all its pods request; `movable`: node ->
+    [(pod key, pod)] that a controller would re-create elsewhere; `pinned`: node -> why it cannot be drained.
+    Returns the drains in order; nothing is changed anywhere."""
     skipped = dict(pinned or {})
     used = dict(used)
-    unmet = sorted(wanted, reverse=True)
+    requests = sorted(((w, None) if isinstance(w, int) else w for w in wanted), key=lambda w: -w[0])
+    unmet = list(requests)
     drains: list[Drain] = []
     promised: set[str] = set()  # drained nodes, each kept for the request it was drained for
     while unmet:
-        need = unmet[0]
-        free = [n.name for n in nodes if n.name not in promised and n.gpus - _gpus(used, n.name) >= need]
+        need, affinity = unmet[0]
+        eligible = [n for n in nodes if affinity is None or affinity.matches(dict(n.labels))]
+        free = [n.name for n in eligible if n.name not in promised and n.gpus - _gpus(used, n.name) >= need]
         if free:  # room already: the request takes that node
             promised.add(free[0])
             unmet.pop(0)
             continue
-        drain = _cheapest_drain(nodes, used, movable, promised, skipped, need, profile)
+        drain = _cheapest_drain(eligible, nodes, used, movable, promised, skipped, need, profile)
         if drain is None:
             break
         drains.append(drain)
@@ -103,7 +108,7 @@ def defrag(nodes: list[Node], used: dict[str, Pod], movable: dict[str, list[tupl
             used[drain.node] = _plus(used[drain.node], pod, -1)
             used[move.to] = _plus(used.get(move.to, Pod(0, 0, 0)), pod, 1)
         unmet.pop(0)
-    return DefragPlan(drains, sorted(wanted, reverse=True), unmet, skipped)
+    return DefragPlan(drains, [w[0] for w in requests], [w[0] for w in unmet], skipped)
 
 
 def _gpus(used: dict[str, Pod], name: str) -> int:
@@ -114,9 +119,10 @@ def _plus(total: Pod, pod: Pod, sign: int) -> Pod:
     return Pod(total.cpu + sign * pod.cpu, total.memory + sign * pod.memory, total.gpus + sign * pod.gpus)
 
 
-def _cheapest_drain(nodes, used, movable, promised, skipped, need, profile) -> Drain | None:
-    """The candidate with the fewest GPUs in use whose pods all find room elsewhere (not on promised nodes)."""
-    candidates = sorted((n for n in nodes if n.gpus >= need and n.name not in promised and n.name not in skipped),
+def _cheapest_drain(eligible, nodes, used, movable, promised, skipped, need, profile) -> Drain | None:
+    """The `eligible` candidate with the fewest GPUs in use whose pods all find room elsewhere among `nodes` (not on
+    promised nodes)."""
+    candidates = sorted((n for n in eligible if n.gpus >= need and n.name not in promised and n.name not in skipped),
                         key=lambda n: (_gpus(used, n.name), len(movable.get(n.name, [])), n.name))
     for node in candidates:
         moves = _replace(nodes, used, promised | {node.name}, movable.get(node.name, []), profile)
