@@ -144,6 +144,14 @@ def test_a_pod_specs_node_selector_joins_every_required_term():
     preferred_only = {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 1, "preference": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}}]}}}
     assert affinity.from_pod_spec(preferred_only) is None  # a preference filters nothing
+    with pytest.raises(ValueError, match="must be a list"):
+        affinity.from_pod_spec({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Gt", "values": "7"}]}]}}}})
+    longest = ".".join(["x" * 63] * 3 + ["x" * 61])  # a DNS subdomain of 253 characters, labels of at most 63
+    assert affinity.requirement(longest + "/name", "Exists").key == longest + "/name"
+    for bad in (longest + "x/name", "x" * 64 + "/name", "name-" + "x" * 59):
+        with pytest.raises(ValueError, match="is not a label key"):
+            affinity.requirement(bad, "Exists")
     with pytest.raises(ValueError, match="matchFields"):
         affinity.from_pod_spec({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",

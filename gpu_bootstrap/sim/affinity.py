@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 # A label key as Kubernetes validates it: an optional DNS-subdomain prefix and a name of at most 63 characters.
-_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/)?"
                   r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
@@ -81,10 +81,12 @@ class NodeAffinity:
 
 def requirement(key: str, operator: str, values=()) -> Requirement:
     """A checked requirement: the key and values as Kubernetes validates them, the value count the operator needs."""
+    if isinstance(values, (str, bytes, dict)):
+        raise ValueError(f"the values of {key} must be a list, not {values!r}")
     values = tuple(str(v) for v in values or ())
     if operator not in OPERATORS:
         raise ValueError(f"operator {operator!r} is not one of {', '.join(OPERATORS)}")
-    if not _KEY.match(key) or len(key.partition("/")[0] if "/" in key else "") > 253:
+    if not isinstance(key, str) or not _KEY.match(key) or len(key.rpartition("/")[0]) > 253:
         raise ValueError(f"{key!r} is not a label key")
     bad = next((v for v in values if not _VALUE.match(v)), None)
     if bad is not None:
