@@ -66,17 +66,36 @@ class Requirement:
         return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NodeAffinity:
-    """Alternative terms (any one must hold), each a conjunction of requirements."""
+    """Alternative terms (any one must hold), each a conjunction of requirements. The filter looks an affinity up
+    once per node it tries, so its hash is computed once, not from the nested terms at every lookup."""
 
     terms: tuple[tuple[Requirement, ...], ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash(self.terms))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or isinstance(other, NodeAffinity) and self.terms == other.terms
 
     def matches(self, labels: dict) -> bool:
         return any(term and all(r.matches(labels) for r in term) for term in self.terms)
 
     def text(self) -> str:
         return " ; ".join(",".join(r.text() for r in term) for term in self.terms)
+
+
+_INTERNED: dict[NodeAffinity, NodeAffinity] = {}
+
+
+def _interned(affinity: NodeAffinity) -> NodeAffinity:
+    """One object per distinct constraint: a trace repeats a few constraints over thousands of rows, and the
+    filter's per-affinity lookups then succeed on identity instead of comparing nested terms."""
+    return _INTERNED.setdefault(affinity, affinity)
 
 
 def requirement(key: str, operator: str, values=()) -> Requirement:
@@ -126,7 +145,7 @@ def parse(text: str) -> NodeAffinity | None:
         if not term_text.strip():
             raise ValueError(f"an empty term in {text!r} (';' separates alternative terms)")
         terms.append(_term(_expression(part) for part in _split(term_text)))
-    return NodeAffinity(tuple(terms))
+    return _interned(NodeAffinity(tuple(terms)))
 
 
 def _split(term: str) -> list[str]:
@@ -180,7 +199,7 @@ def from_pod_spec(spec: dict) -> NodeAffinity | None:
     required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution"))
     if required is None:
-        return NodeAffinity((_term(selector),)) if selector else None
+        return _interned(NodeAffinity((_term(selector),))) if selector else None
     terms = []
     for term in required.get("nodeSelectorTerms") or []:
         if term.get("matchFields"):
@@ -189,4 +208,4 @@ def from_pod_spec(spec: dict) -> NodeAffinity | None:
         expressions = tuple(requirement(e.get("key", ""), e.get("operator", ""), e.get("values"))
                             for e in term.get("matchExpressions") or [])
         terms.append(_term(selector + list(expressions)) if expressions else ())
-    return NodeAffinity(tuple(terms))
+    return _interned(NodeAffinity(tuple(terms)))

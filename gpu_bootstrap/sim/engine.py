@@ -148,7 +148,7 @@ class Cluster:
                     self.add(index, pod)
 
     def fits(self, index: int, pod: Pod) -> bool:
-        if pod.affinity is not None and not self.eligible(pod.affinity)[index]:
+        if pod.affinity is not None and not (self._eligible.get(pod.affinity) or self.eligible(pod.affinity))[index]:
             return False
         if pod.gpus:
             if self.gpu_cap[index] - self.gpu[index] < pod.gpus:
