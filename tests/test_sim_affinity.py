@@ -293,3 +293,31 @@ def test_defrag_frees_a_node_the_pending_pod_may_use():
     nowhere = fragmentation.defrag(nodes, used, movable, [(8, affinity.parse("nvidia.com/gpu.memory>90000"))],
                                    scoring.DEFAULT_PROFILE, pinned)
     assert (nowhere.drains, nowhere.unmet) == ([], [8])
+
+
+@pytest.mark.unit
+def test_constraints_are_values_equal_only_to_the_same_constraint():
+    memory = affinity.parse("nvidia.com/gpu.memory>40000")
+    assert memory == affinity.parse(" nvidia.com/gpu.memory > 40000 ") and memory is affinity.parse(memory.text())
+    assert memory != affinity.parse("nvidia.com/gpu.memory>30000") and memory != affinity.parse("a>40000")
+    assert memory != NodeAffinity(memory.terms + ((),)) and memory != memory.terms and memory != "x"
+    assert {memory: 1}[NodeAffinity(memory.terms)] == 1  # a copy finds the same cache entry
+    with pytest.raises(AttributeError):  # frozen: a cached hash stays true to its terms
+        memory.terms = ()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("key, operator, values, message", [
+    ("a", "Equals", ["1"], "operator 'Equals' is not one of In, NotIn, Exists, DoesNotExist, Gt, Lt"),
+    ("a", "", None, "operator '' is not one of"),
+    ("a", "Exists", ["x"], "a Exists takes no values"),
+    ("a", "DoesNotExist", ["x"], "a DoesNotExist takes no values"),
+    ("a", "Gt", ["1", "2"], "a Gt needs exactly one integer value"),
+    ("a", "Lt", [], "a Lt needs exactly one integer value"),
+    ("a", "NotIn", [], "a NotIn needs at least one value"),
+])
+def test_a_pod_specs_bad_requirement_is_refused_with_what_is_wrong(key, operator, values, message):
+    spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": key, "operator": operator, **({} if values is None else {"values": values})}]}]}}}}
+    with pytest.raises(ValueError, match=message):
+        affinity.from_pod_spec(spec)
