@@ -86,6 +86,7 @@ def defrag(nodes: list[Node], used: dict[str, Pod], movable: dict[str, list[tupl
     unmet = sorted(wanted, reverse=True)
     drains: list[Drain] = []
     promised: set[str] = set()  # drained nodes, each kept for the request it was drained for
+    receiving: set[str] = set()  # nodes the plan moves pods to: draining one later would strand those pods there
     while unmet:
         need = unmet[0]
         free = [n.name for n in nodes if n.name not in promised and n.gpus - _gpus(used, n.name) >= need]
@@ -93,7 +94,7 @@ def defrag(nodes: list[Node], used: dict[str, Pod], movable: dict[str, list[tupl
             promised.add(free[0])
             unmet.pop(0)
             continue
-        drain = _cheapest_drain(nodes, used, movable, promised, skipped, need, profile)
+        drain = _cheapest_drain(nodes, used, movable, promised | receiving, promised, skipped, need, profile)
         if drain is None:
             break
         drains.append(drain)
@@ -102,6 +103,7 @@ def defrag(nodes: list[Node], used: dict[str, Pod], movable: dict[str, list[tupl
             pod = next(p for key, p in movable[drain.node] if key == move.pod)
             used[drain.node] = _plus(used[drain.node], pod, -1)
             used[move.to] = _plus(used.get(move.to, Pod(0, 0, 0)), pod, 1)
+            receiving.add(move.to)
         unmet.pop(0)
     return DefragPlan(drains, sorted(wanted, reverse=True), unmet, skipped)
 
@@ -114,9 +116,10 @@ def _plus(total: Pod, pod: Pod, sign: int) -> Pod:
     return Pod(total.cpu + sign * pod.cpu, total.memory + sign * pod.memory, total.gpus + sign * pod.gpus)
 
 
-def _cheapest_drain(nodes, used, movable, promised, skipped, need, profile) -> Drain | None:
-    """The candidate with the fewest GPUs in use whose pods all find room elsewhere (not on promised nodes)."""
-    candidates = sorted((n for n in nodes if n.gpus >= need and n.name not in promised and n.name not in skipped),
+def _cheapest_drain(nodes, used, movable, kept, promised, skipped, need, profile) -> Drain | None:
+    """The candidate (not `kept`: promised or receiving moved pods) with the fewest GPUs in use whose pods all find
+    room elsewhere (not on promised nodes)."""
+    candidates = sorted((n for n in nodes if n.gpus >= need and n.name not in kept and n.name not in skipped),
                         key=lambda n: (_gpus(used, n.name), len(movable.get(n.name, [])), n.name))
     for node in candidates:
         moves = _replace(nodes, used, promised | {node.name}, movable.get(node.name, []), profile)
