@@ -150,3 +150,14 @@ def test_a_failure_of_a_size_outside_the_usual_ones_gets_its_own_count():
     outcome = replay.replay(nodes, replay.Sample([gpus(2), gpus(2), gpus(3)], 3), SPREAD, seed=1)
     assert outcome.frag_failures == {"1": 0, "2": 0, "4": 0, "8": 0, "3": 1}
     assert outcome.frag_failures_to_end == {"1": 0, "2": 0, "4": 0, "8": 0, "3": 1}
+
+
+def test_a_pod_departs_only_when_the_draw_is_below_the_departure_rate():
+    """One node, no ties: the run's only draws are the departure checks, from Random(seed * 7919 + 1). A rate equal
+    to the first draw keeps the first pod (departure needs a draw strictly below the rate); the second draw is
+    below it, so one of the two pods leaves: 1 of 2 GPUs allocated at the end (none if the first had left too)."""
+    import random
+    rate = random.Random(1 * 7919 + 1).random()
+    outcome = replay.replay([Node("n", 96000, 393216, 2)], replay.Sample([gpus(1), gpus(1)], 2), PACK, seed=1,
+                            departures=rate)
+    assert (outcome.placed, outcome.alloc_pct_at_130) == (2, 50.0)
