@@ -27,6 +27,8 @@ def recorded_facts(config_map: dict | None) -> tuple[dict[str, NodeReport], str]
     """(reports by node, 'recorded by preflight at TIME from SOURCE') from the record; ({}, '') when there is none
     or it cannot be read (then the facts are unknown, never absent)."""
     data = (config_map or {}).get("data") or {}
+    if "nodes.json" not in data:  # no record (no earlier preflight): nothing to say where facts came from
+        return {}, ""
     try:
         nodes = json.loads(data.get("nodes.json") or "{}").get("nodes") or []
         reports = {r.name: r for r in (NodeReport.from_json(entry) for entry in nodes)}

@@ -15,7 +15,6 @@ API_VERSION = "v1"  # the only Karpenter API whose fields these manifests use (K
 COMPONENT = "gpu-pools"
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": COMPONENT}
 OWNED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
-AMI_FAMILY = {"al2023": "AL2023", "bottlerocket": "Bottlerocket"}
 # The EKS AMIs pick their NVIDIA variant for GPU instance types; these are the devices each family mounts.
 ROOT_DEVICE = {"al2023": "/dev/xvda", "bottlerocket": "/dev/xvdb"}  # Bottlerocket: its data volume holds images
 
@@ -28,13 +27,11 @@ IMAGE_OPERAND_LABELS = {
     "bottlerocket": {"nvidia.com/gpu.deploy.driver": "false", "nvidia.com/gpu.deploy.container-toolkit": "false",
                      "nvidia.com/gpu.deploy.device-plugin": "false"},
 }
-BOTTLEROCKET_OPERAND_LABELS = IMAGE_OPERAND_LABELS["bottlerocket"]
 IMAGE_REASON = {
     "al2023": "the EKS AL2023 NVIDIA AMI ships the driver and the NVIDIA container runtime",
     "bottlerocket": "Bottlerocket's NVIDIA variant ships its own driver, runtime hook and device plugin "
                     "(bottlerocket #4309)",
 }
-BOTTLEROCKET_REASON = IMAGE_REASON["bottlerocket"]
 
 
 def kinds(api_version: str = API_VERSION) -> tuple[tuple[str, str], tuple[str, str]]:

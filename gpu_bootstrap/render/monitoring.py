@@ -21,10 +21,6 @@ PART_OF = {**MANAGED_BY, "app.kubernetes.io/part-of": "gpu-bootstrap-monitoring"
 DCGM_JOB = "nvidia-dcgm-exporter"  # the operator's ServiceMonitor has jobLabel: app, and app=nvidia-dcgm-exporter
 RULE_NAME = "gpu-bootstrap-gpu-alerts"
 OWNED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap,app.kubernetes.io/part-of=gpu-bootstrap-monitoring"
-# A value only gpu-bootstrap sets: helm keeps it with the release from its first (even unfinished) install, so a
-# release carrying it is one gpu-bootstrap installed. teardown uninstalls the stack only then, and `mode: auto`
-# keeps managing it instead of attaching to its Prometheus.
-MARKER = {"gpuBootstrap": {"installedBy": "gpu-bootstrap"}}
 DEFAULT_DASHBOARD_LABEL = ("grafana_dashboard", "1")  # kube-prometheus-stack's Grafana sidecar default
 # Target relabelings for the operator's DCGM ServiceMonitor (its CRD takes no metricRelabelings):
 # 1. `node` on every series, from the node the exporter pod runs on. Target relabelings cannot read the exporter's
@@ -228,6 +224,9 @@ def grafana_sidecars(deployments: list[dict]) -> list[dict]:
 
 
 # --- kube-prometheus-stack values: base, derived, yours ------------------------------------------------------------------
+# gpuBootstrap.installedBy: a value only gpu-bootstrap sets (stack_values derives it): helm keeps it with the release
+# from its first (even unfinished) install, so a release carrying it is one gpu-bootstrap installed. teardown
+# uninstalls the stack only then, and `mode: auto` keeps managing it instead of attaching to its Prometheus.
 def installed_by_us(user_values: dict | None) -> bool:
     """Do a release's user-supplied values carry our marker?"""
     return ((user_values or {}).get("gpuBootstrap") or {}).get("installedBy") == "gpu-bootstrap"

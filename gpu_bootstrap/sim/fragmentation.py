@@ -90,6 +90,7 @@ def defrag(nodes: list[Node], used: dict[str, Pod], movable: dict[str, list[tupl
     unmet = list(requests)
     drains: list[Drain] = []
     promised: set[str] = set()  # drained nodes, each kept for the request it was drained for
+    receiving: set[str] = set()  # nodes the plan moves pods to: draining one later would strand those pods there
     while unmet:
         need, affinity = unmet[0]
         eligible = [n for n in nodes if affinity is None or affinity.matches(dict(n.labels))]
@@ -98,7 +99,8 @@ def defrag(nodes: list[Node], used: dict[str, Pod], movable: dict[str, list[tupl
             promised.add(free[0])
             unmet.pop(0)
             continue
-        drain = _cheapest_drain(eligible, nodes, used, movable, promised, skipped, need, profile)
+        drain = _cheapest_drain(eligible, nodes, used, movable, promised | receiving, promised, skipped, need,
+                                profile)
         if drain is None:
             break
         drains.append(drain)
@@ -107,6 +109,7 @@ def defrag(nodes: list[Node], used: dict[str, Pod], movable: dict[str, list[tupl
             pod = next(p for key, p in movable[drain.node] if key == move.pod)
             used[drain.node] = _plus(used[drain.node], pod, -1)
             used[move.to] = _plus(used.get(move.to, Pod(0, 0, 0)), pod, 1)
+            receiving.add(move.to)
         unmet.pop(0)
     return DefragPlan(drains, [w[0] for w in requests], [w[0] for w in unmet], skipped)
 
@@ -119,10 +122,10 @@ def _plus(total: Pod, pod: Pod, sign: int) -> Pod:
     return Pod(total.cpu + sign * pod.cpu, total.memory + sign * pod.memory, total.gpus + sign * pod.gpus)
 
 
-def _cheapest_drain(eligible, nodes, used, movable, promised, skipped, need, profile) -> Drain | None:
-    """The `eligible` candidate with the fewest GPUs in use whose pods all find room elsewhere among `nodes` (not on
-    promised nodes)."""
-    candidates = sorted((n for n in eligible if n.gpus >= need and n.name not in promised and n.name not in skipped),
+def _cheapest_drain(eligible, nodes, used, movable, kept, promised, skipped, need, profile) -> Drain | None:
+    """The `eligible` candidate (not `kept`: promised or receiving moved pods) with the fewest GPUs in use whose pods
+    all find room elsewhere among `nodes` (not on promised nodes)."""
+    candidates = sorted((n for n in eligible if n.gpus >= need and n.name not in kept and n.name not in skipped),
                         key=lambda n: (_gpus(used, n.name), len(movable.get(n.name, [])), n.name))
     for node in candidates:
         moves = _replace(nodes, used, promised | {node.name}, movable.get(node.name, []), profile)

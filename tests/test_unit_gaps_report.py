@@ -1,0 +1,102 @@
+"""Saved node facts: the preflight record's ConfigMap, reading it back (no record, an unreadable one, a good one),
+and `--preflight-report FILE` with every kind of bad file named with what is wrong."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.probes import report
+from gpu_bootstrap.probes.checks import NodeCheck, NodeReport, unreachable
+
+pytestmark = pytest.mark.unit
+
+HOW = "write one with: gpu-bootstrap doctor -o json > report.json"
+
+
+def good(name: str) -> NodeReport:
+    return NodeReport(name, [NodeCheck("ssh", "pass", "Ubuntu", {"os": "Ubuntu"}), NodeCheck("nouveau", "warn", "?")])
+
+
+def test_the_record_is_our_configmap_with_the_facts_their_source_and_time():
+    reports = {"b": good("b"), "a": unreachable("a", "refused")}
+    manifest = report.record_manifest(reports, "ssh", "2026-11-23T12:00:00Z")
+    assert manifest == {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "gpu-bootstrap-node-facts", "namespace": "gpu-bootstrap",
+                                     "labels": {"app.kubernetes.io/managed-by": "gpu-bootstrap"}},
+                        "data": {"nodes.json": json.dumps(report.document([reports["b"], reports["a"]]),
+                                                          sort_keys=True),
+                                 "source": "ssh", "time": "2026-11-23T12:00:00Z"}}
+    assert manifest["data"]["nodes.json"].startswith('{"nodes": [{"checks": [{"data": {"os": "Ubuntu"}, "id": "ssh"')
+    assert (report.RECORD_NAMESPACE, report.RECORD_NAME) == ("gpu-bootstrap", "gpu-bootstrap-node-facts")
+
+
+def test_the_record_reads_back_with_where_it_came_from():
+    reports = {"b": good("b"), "a": unreachable("a", "refused")}
+    found, source = report.recorded_facts(report.record_manifest(reports, "r.json", "T"))
+    assert (found, source) == (reports, "recorded by preflight at T from r.json")
+    partial = {"data": {"nodes.json": json.dumps(report.document([good("b")]))}}
+    assert report.recorded_facts(partial) == ({"b": good("b")}, "recorded by preflight at ? from ?")
+
+
+@pytest.mark.parametrize("config_map", [None, {}, {"data": None}, {"data": {"source": "ssh", "time": "T"}}])
+def test_no_record_gives_no_facts_and_no_source(config_map):
+    """The caller then says 'no facts recorded by an earlier preflight' (not 'recorded … at ? from ?')."""
+    assert report.recorded_facts(config_map) == ({}, "")
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"nodes": [{"checks": []}]}', '{"nodes": [{"name": "a", '
+                                                                                   '"checks": [{"id": "ssh"}]}]}'])
+def test_an_unreadable_record_gives_no_facts(text):
+    assert report.recorded_facts({"data": {"nodes.json": text, "source": "ssh", "time": "T"}}) == ({}, "")
+
+
+def test_an_empty_record_has_no_node_but_says_where_it_came_from():
+    assert report.recorded_facts({"data": {"nodes.json": '{"nodes": null}', "source": "ssh", "time": "T"}}) == (
+        {}, "recorded by preflight at T from ssh")
+
+
+def write(tmp_path, content) -> str:
+    path = tmp_path / "report.json"
+    path.write_bytes(content if isinstance(content, bytes) else json.dumps(content).encode())
+    return str(path)
+
+
+def test_a_report_gives_the_wanted_nodes_in_the_order_asked(tmp_path):
+    doc = report.document([good("a"), good("b"), unreachable("c", "refused")])
+    assert doc["ok"] is False and report.document([good("a")])["ok"] is True
+    loaded = report.load(write(tmp_path, doc), ["c", "a"])
+    assert list(loaded) == ["c", "a"] and loaded == {"c": unreachable("c", "refused"), "a": good("a")}
+
+
+@pytest.mark.parametrize("content, message, hint", [
+    (b'{\n\n\xff"nodes": []}', "preflight report {path}:3 is not UTF-8 text (byte 0xff at offset 3)", HOW),
+    (b"\n\xfe", "preflight report {path}:2 is not UTF-8 text (byte 0xfe at offset 1)", HOW),
+    (b"{nodes", "preflight report {path} is not valid JSON: Expecting property name enclosed in double quotes: "
+                "line 1 column 2 (char 1)", ""),
+    ([], "preflight report {path}: expected the output of 'gpu-bootstrap doctor -o json' (an object with a 'nodes' "
+         "list)", ""),
+    ({"nodes": {"a": 1}}, "preflight report {path}: expected the output of 'gpu-bootstrap doctor -o json' (an object "
+                          "with a 'nodes' list)", ""),
+    ({"nodes": [good("a").to_json(), ["not", "a", "node"]]}, "preflight report {path}: nodes[1] is malformed", ""),
+    ({"nodes": [{"name": 7, "checks": []}]}, "preflight report {path}: nodes[0].name is not a string", ""),
+    ({"nodes": [{"name": "a", "checks": [{"id": "ssh", "status": "pass"}, {"id": "gpu-count", "status": "pass"}]}]},
+     "preflight report {path}: nodes[0] has unknown checks ['gpu-count']", ""),
+    ({"nodes": [good("a").to_json()]}, "preflight report {path} has no facts for b, c",
+     "run 'gpu-bootstrap doctor -o json' again with every configured node"),
+])
+def test_a_bad_report_is_one_error_saying_what_is_wrong(tmp_path, content, message, hint):
+    path = write(tmp_path, content)
+    with pytest.raises(ConfigError) as raised:
+        report.load(path, ["a", "b", "c"])
+    assert (raised.value.message, raised.value.hint) == (message.format(path=path), hint)
+
+
+def test_a_missing_or_unreadable_report_file(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        report.load(tmp_path / "absent.json", ["a"])
+    assert (raised.value.message, raised.value.hint) == (f"preflight report {tmp_path / 'absent.json'} not found", HOW)
+    with pytest.raises(ConfigError) as raised:
+        report.load(tmp_path, ["a"])  # a directory: the OS's own words
+    assert raised.value.message == f"cannot read the preflight report {tmp_path}: Is a directory"
