@@ -147,3 +147,15 @@ def test_a_file_of_exactly_the_size_limit_is_read(tmp_path):
     text = POD_HEADER + row * count + "p,1,1,1,1000," + " " * (rest - len("p,1,1,1,1000,\n")) + "\n"
     assert len(text.encode()) == trace.MAX_FILE_BYTES
     assert len(trace.load_pods(write(tmp_path, text))) == count + 1
+
+
+def test_a_malformed_quantity_is_refused_not_read_as_another():
+    import decimal
+    with pytest.raises(decimal.InvalidOperation):
+        trace.amount("1mm")
+    with pytest.raises(ValueError):
+        trace.quantity("1mm")
+
+
+def test_a_node_object_without_memory_has_none_in_any_unit():
+    assert trace.node_from_object({"metadata": {"name": "e"}}, memory_unit=1) == Node("e", 0, 0, 0, "")
