@@ -295,6 +295,22 @@ def test_connections_are_reused_per_node(private_farm, tmp_path):
     assert node.connections() == 1 and len(node.sessions()) == 3
 
 
+def test_a_command_that_exits_without_reading_its_input_still_gives_its_result(private_farm, tmp_path):
+    """As `sudo -n` does when it wants a password: it exits at once, and the script we send on stdin meets a closed
+    channel (paramiko: 'Socket is closed'). The command's own exit status and output are the answer, not an error.
+    4 MiB of input is more than the SSH window takes before the remote end must read, so the write always meets the
+    closed channel."""
+    private_farm.add("node5", scenarios.healthy_h100)
+    config = cfg.load(private_farm.config_yaml(tmp_path / "c.yaml", private_farm.known_hosts(tmp_path / "kh")),
+                      environ={})
+    ssh = Ssh(config.ssh, config.nodes)
+    try:
+        result = ssh.run(ssh.targets["node5"], ["sh", "-c", "echo refused >&2; exit 3"], "#" * (4 * 2 ** 20))
+    finally:
+        ssh.close()
+    assert (result.rc, result.stdout, result.stderr) == (3, "", "refused\n")
+
+
 @pytest.mark.unit
 def test_fan_out_is_bounded_by_parallelism():
     """Pure concurrency test of the fan-out (no SSH): never more than ssh.parallelism workers at once."""

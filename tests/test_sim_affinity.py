@@ -321,3 +321,13 @@ def test_a_pod_specs_bad_requirement_is_refused_with_what_is_wrong(key, operator
         {"matchExpressions": [{"key": key, "operator": operator, **({} if values is None else {"values": values})}]}]}}}}
     with pytest.raises(ValueError, match=message):
         affinity.from_pod_spec(spec)
+
+
+@pytest.mark.unit
+def test_the_filter_answers_true_or_false_for_a_constrained_pod():
+    from gpu_bootstrap.sim.engine import Cluster, Node, Pod
+    cluster = Cluster([Node("h100", 96000, 393216, 8, "H100", tuple(sorted(H100.items()))),
+                       Node("t4", 96000, 393216, 8, "T4", tuple(sorted(T4.items())))])
+    big = Pod(1000, 4096, 1, affinity=affinity.parse("nvidia.com/gpu.memory>40000"))
+    assert (cluster.fits(0, big), cluster.fits(1, big)) == (True, False) and cluster.fits(1, big) is False
+    assert cluster.eligible(big.affinity) == [True, False] and cluster.free_gpus(affinity=big.affinity) == 8

@@ -189,9 +189,15 @@ class Ssh:
             raise SshFailure(f"cannot open a session on {target.known_hosts_name}: {error}") from None
         try:
             channel.exec_command(command)
-            if stdin is not None:
-                channel.sendall(stdin.encode())
-            channel.shutdown_write()
+            try:
+                if stdin is not None:
+                    channel.sendall(stdin.encode())
+                channel.shutdown_write()
+            except OSError:
+                # The command ended without reading all its input (sudo -n refusing at once): the channel closed
+                # under the write. Its output and exit status are what count, and they are still to be read.
+                if not channel.closed:
+                    raise
             return self._collect(channel, target, timeout)
         finally:
             channel.close()
