@@ -17,13 +17,14 @@ from typer.testing import CliRunner
 
 from gpu_bootstrap.cli import app
 from gpu_bootstrap.config import Config
+from tests.tools import FUZZ_EXAMPLES
 
 pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
+FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
 

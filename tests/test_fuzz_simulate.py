@@ -15,11 +15,12 @@ from typer.testing import CliRunner
 from gpu_bootstrap.cli import app
 from gpu_bootstrap.sim.trace import NODE_COLUMNS, POD_COLUMNS
 import pytest
+from tests.tools import FUZZ_EXAMPLES
 
 pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
 
 runner = CliRunner()
-FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
+FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
 GOOD_NODES = b"sn,cpu_milli,memory_mib,gpu,model\nn-0,96000,393216,8,G2\nn-1,16000,122880,2,T4\n"

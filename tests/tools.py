@@ -73,3 +73,8 @@ def run(args: list[str], env: dict, timeout: float = 120, check: bool = True, in
         raise AssertionError(f"{' '.join(args)} exited {result.returncode}\nstdout:\n{result.stdout}\n"
                              f"stderr:\n{result.stderr}")
     return result
+
+
+# Examples per hypothesis fuzz test: few in the unit loop a developer runs after each edit (pytest -m unit must stay
+# under 30 s), more in the full suite (scripts/test sets 200, so CI runs twice the 100 it used to).
+FUZZ_EXAMPLES = int(os.environ.get("GPU_BOOTSTRAP_FUZZ_EXAMPLES", "50"))
