@@ -336,3 +336,30 @@ def test_the_filter_answers_true_or_false_for_a_constrained_pod():
     big = Pod(1000, 4096, 1, affinity=affinity.parse("nvidia.com/gpu.memory>40000"))
     assert (cluster.fits(0, big), cluster.fits(1, big)) == (True, False) and cluster.fits(1, big) is False
     assert cluster.eligible(big.affinity) == [True, False] and cluster.free_gpus(affinity=big.affinity) == 8
+
+
+@pytest.mark.unit
+def test_a_live_snapshot_gives_the_schedulable_nodes_with_labels_and_what_runs_on_them():
+    """cluster_snapshot reads through anything that lists like the Kubernetes adapter; status's Snapshot does, so no
+    cluster is needed: cordoned nodes are left out, finished and unbound pods hold nothing, a bound pod counts."""
+    from gpu_bootstrap.cluster_status import Snapshot
+    from gpu_bootstrap.sim import trace as sim_trace
+    from gpu_bootstrap.sim.engine import Node, Pod
+
+    def node(name: str, labels: dict, cordoned: bool = False) -> dict:
+        return {"metadata": {"name": name, "labels": labels}, "spec": {"unschedulable": True} if cordoned else {},
+                "status": {"allocatable": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}}}
+
+    def pod(name: str, node_name: str | None, phase: str) -> dict:
+        return {"metadata": {"name": name, "namespace": "ml"}, "status": {"phase": phase},
+                "spec": {**({"nodeName": node_name} if node_name else {}), "containers": [
+                    {"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "2"}}}]}}
+    snapshot = Snapshot([node("h100", H100), node("t4", T4, cordoned=True), {"metadata": {"name": "bare"}}],
+                        [pod("run", "h100", "Running"), pod("done", "h100", "Succeeded"), pod("oom", "h100", "Failed"),
+                         pod("wait", None, "Pending"), {"metadata": {"name": "odd"}}], [])
+    nodes, running = sim_trace.cluster_snapshot(snapshot)
+    assert nodes == [Node("h100", 8000, 65536, 8, H100["nvidia.com/gpu.product"], tuple(sorted(H100.items()))),
+                     Node("bare", 0, 0, 0, "")]
+    assert running == {"h100": [Pod(1000, 1024, 2)]}
+    merged_nodes, merged = sim_trace.cluster_inventory(snapshot)
+    assert merged_nodes == nodes and merged == {"h100": Pod(1000, 1024, 2)}
