@@ -1,8 +1,8 @@
 """Replays pods onto nodes one at a time with a model of kube-scheduler's filter and score.
 
-Filter: the pod's cpu, memory and whole GPUs fit the node's free allocatable, the node's GPU model is one the pod
-allows, the node's labels satisfy the pod's required node affinity (affinity.py), and CPU-only pods stay off GPU nodes (node-prep taints them; such pods never tolerate the taint). Score:
-the profile's NodeResourcesFit and BalancedAllocation (scoring.py). Ties: uniform random, seeded.
+Filter: the pod's cpu, memory and whole GPUs fit the node's free allocatable, its GPU model and labels are ones the
+pod allows (gpu_spec; required node affinity, affinity.py), CPU-only pods stay off the tainted GPU nodes. Score: the
+profile's NodeResourcesFit and BalancedAllocation (scoring.py). Ties: uniform random, seeded.
 
 Requests are counted as kube-scheduler counts them (component-helpers' PodRequests): a pod is its containers, app
 containers summed, sidecars (init containers with restartPolicy: Always) added, and at least what any init container
