@@ -72,7 +72,7 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None):
     ctx = Context(config=config, kube=kube, helm=helm, node_facts=node_facts,
                   gate=gate_module.Gate(mode, kube, helm, render_dir), reporter=reporter,
                   options=RunOptions(playbook=tuple(playbook.steps), purge_crds=options.purge_crds,
-                                     allow_operand_restart=options.allow_operand_restart),
+                                     allow_operand_restart=options.allow_operand_restart, selected=tuple(selected)),
                   ssh=getattr(node_facts, "ssh", None), kube_version=kube_version)
     from .pipeline.runner import Runner
     listed = [s for s in skipped if s in options.skip]  # --only hides what it leaves out; --skip shows it

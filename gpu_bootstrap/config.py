@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 
@@ -448,9 +448,13 @@ class SchedulerConfig(Section):
 IMAGE_REF = re.compile(r"[a-z0-9]([-a-z0-9._/:]*[a-z0-9])?(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?")
 
 
+OPA_IMAGE = "openpolicyagent/opa:1.16.1"
+
+
 class OpaConfig(Section):
-    image: str = Field("openpolicyagent/opa:1.4.2",
-                       description="the official OPA image, pinned; point it at a mirror if needed")
+    # The pin follows the OPA image that open-policy-agent/kube-mgmt's chart (charts/opa-kube-mgmt/values.yaml,
+    # image.tag) ships: 1.16.1 at kube-mgmt commit 9257c9f (2026-07-14). Bump both together with that chart.
+    image: str = Field(OPA_IMAGE, description="the official OPA image, pinned; point it at a mirror if needed")
     replicas: int = Field(2, ge=1, le=10)
     namespace: str = Field("gpu-bootstrap-admission", description="OPA's own namespace (always exempt)")
 
@@ -458,7 +462,7 @@ class OpaConfig(Section):
     @classmethod
     def _image(cls, value: str) -> str:
         if len(value) > 255 or not IMAGE_REF.fullmatch(value):
-            raise ValueError(f"{value[:80]!r} is not an image reference (e.g. openpolicyagent/opa:1.4.2)")
+            raise ValueError(f"{value[:80]!r} is not an image reference (e.g. {OPA_IMAGE})")
         return value
 
     @field_validator("namespace")
@@ -476,7 +480,10 @@ class AdmissionConfig(Section):
                                                              "backstop from 1.30); vap: admission policies only")
     mode: Literal["mutate", "enforce"] = Field("mutate", description="mutate: set spec.schedulerName on GPU pods; "
                                                                      "enforce: reject them with the field to set")
-    exclude_namespaces: list[str] = Field(default_factory=list, description="exempt, besides the built-in list")
+    exempt_namespaces: list[str] = Field(
+        default_factory=list, validation_alias=AliasChoices("exempt_namespaces", "exclude_namespaces"),
+        description="namespaces admission leaves alone, besides kube-system, the scheduler's and OPA's own (the "
+                    "only opt-out: no namespace label exempts; exclude_namespaces is the old name)")
     override_other_schedulers: bool = Field(False, description="also steer GPU pods that name another scheduler")
     opa: OpaConfig = Field(default_factory=OpaConfig)
     certificates: Literal["generated", "cert-manager"] = "generated"
@@ -484,7 +491,7 @@ class AdmissionConfig(Section):
                                     description="renew the serving certificate this many days before it expires")
     wait_timeout: int = Field(300, ge=10, le=3600, description="seconds to wait for OPA and the first verdict")
 
-    @field_validator("exclude_namespaces")
+    @field_validator("exempt_namespaces")
     @classmethod
     def _namespaces(cls, value: list) -> list:
         for name in value:
@@ -1010,10 +1017,10 @@ admission:                          # keep GPU pods on the bin-packing scheduler
   enabled: true
   engine: opa                       # opa: OPA webhook + (>= 1.30) an in-process backstop policy | vap: policies only
   mode: mutate                      # mutate: set spec.schedulerName on GPU pods | enforce: reject them, naming the field
-  exclude_namespaces: []            # exempt besides kube-system, the gpu-operator's, the scheduler's and OPA's own
+  exempt_namespaces: []             # left alone besides kube-system, the scheduler's and OPA's own (the only opt-out)
   override_other_schedulers: false  # false: a GPU pod naming another scheduler (e.g. volcano) is left alone
   opa:
-    image: openpolicyagent/opa:1.4.2   # pinned; point it at a mirror if needed
+    image: openpolicyagent/opa:1.16.1  # pinned (kube-mgmt's chart pins the same); point it at a mirror if needed
     replicas: 2
     namespace: gpu-bootstrap-admission
   certificates: generated           # generated (a CA of our own, kept only in a Secret) | cert-manager

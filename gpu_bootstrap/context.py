@@ -59,6 +59,7 @@ class RunOptions:
     playbook: tuple[str, ...] = ()  # every step of the playbook, selected or not
     purge_crds: bool = False  # teardown --purge-crds
     allow_operand_restart: bool = False  # up --allow-operand-restart: driver/toolkit changes on a running release
+    selected: tuple[str, ...] = ()  # the steps this run runs (--only/--skip applied); () when not known
 
 
 @dataclass

@@ -33,7 +33,7 @@ def engines():
 
 def conf(**admission) -> cfg.Config:
     return cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}],
-                                      "admission": {"exclude_namespaces": ["research"], **admission}})
+                                      "admission": {"exempt_namespaces": ["research"], **admission}})
 
 
 # --- known answer: the trap in regopy 1.5.2 ------------------------------------------------------------------------
@@ -67,19 +67,30 @@ def pod(resources=None, init_resources=None, scheduler="default-scheduler", node
 GPU = {"limits": {"nvidia.com/gpu": 1}}
 
 
-def review(obj: dict, namespace: str = "team-a", operation: str = "CREATE") -> dict:
+TENANT = {"username": "alice", "groups": ["team-a", "system:authenticated"]}
+KUBELET = {"username": "system:node:gpu-1", "groups": ["system:nodes", "system:authenticated"]}
+DS_CONTROLLER = {"username": "system:serviceaccount:kube-system:daemon-set-controller",
+                 "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"]}
+CONTROLLER_MANAGER = {"username": "system:kube-controller-manager", "groups": ["system:authenticated"]}
+VALIDATOR = {"username": "system:serviceaccount:gpu-operator:nvidia-operator-validator",
+             "groups": ["system:serviceaccounts", "system:serviceaccounts:gpu-operator", "system:authenticated"]}
+
+
+def review(obj: dict, namespace: str = "team-a", operation: str = "CREATE", user: dict | None = None) -> dict:
     obj = json.loads(json.dumps(obj))
     obj["metadata"]["namespace"] = namespace
     request = {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "kind": {"group": "", "version": "v1", "kind": "Pod"},
                "resource": {"group": "", "version": "v1", "resource": "pods"}, "name": "p", "namespace": namespace,
-               "operation": operation, "userInfo": {"username": "alice"}, "object": obj, "dryRun": False,
+               "operation": operation, "userInfo": user or TENANT, "object": obj, "dryRun": False,
                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}
     if operation == "UPDATE":
         request["oldObject"] = obj
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
+MIRROR = {"kubernetes.io/config.mirror": "abc"}
 # (id, review, namespace labels, verdict in mutate mode, verdict in enforce mode, admission settings)
+# "bound": rejected for naming a node, in both modes (a bound pod never meets the scheduler).
 TABLE = [
     ("gpu pod in a user namespace", review(pod(GPU)), {}, "patch", "deny", {}),
     ("gpu pod naming no scheduler", review(pod(GPU, scheduler=None)), {}, "patch", "deny", {}),
@@ -88,20 +99,41 @@ TABLE = [
     ("MIG resource in requests", review(pod({"requests": {"nvidia.com/mig-1g.10gb": 1}})), {}, "patch", "deny", {}),
     ("time-sliced shared resource", review(pod({"limits": {"nvidia.com/gpu.shared": 1}})), {}, "patch", "deny", {}),
     ("cpu pod", review(pod({"limits": {"cpu": "1", "memory": "1Gi"}})), {}, "allow", "allow", {}),
+    ("cpu pod naming a node", review(pod({"limits": {"cpu": "1"}}, node_name="gpu-1")), {}, "allow", "allow", {}),
     ("other vendor's extended resource", review(pod({"limits": {"example.com/fpga": 1}})), {}, "allow", "allow", {}),
-    ("nodeName already set", review(pod(GPU, node_name="gpu-1")), {}, "allow", "allow", {}),
-    ("DaemonSet-owned", review(pod(GPU, owner="DaemonSet")), {}, "allow", "allow", {}),
-    ("mirror pod", review(pod(GPU, owner="Node", annotations={"kubernetes.io/config.mirror": "abc"})), {},
+    # who may claim an exemption: the system, by the requester the API server authenticated
+    ("nodeName set by a tenant", review(pod(GPU, node_name="gpu-1")), {}, "bound", "bound", {}),
+    ("nodeName set by a tenant, on our scheduler", review(pod(GPU, node_name="gpu-1", scheduler=SCHEDULER)), {},
+     "bound", "bound", {}),
+    ("nodeName set by a tenant in group system:nodes", review(pod(GPU, node_name="gpu-1"), user={
+        "username": "alice", "groups": ["system:nodes"]}), {}, "bound", "bound", {}),
+    ("nodeName set by its kubelet", review(pod(GPU, node_name="gpu-1"), user=KUBELET), {}, "allow", "allow", {}),
+    ("DaemonSet-owned, by the DaemonSet controller", review(pod(GPU, owner="DaemonSet"), user=DS_CONTROLLER), {},
      "allow", "allow", {}),
-    ("mirror annotation alone", review(pod(GPU, annotations={"kubernetes.io/config.mirror": "abc"})), {},
+    ("DaemonSet-owned, by the controller manager", review(pod(GPU, owner="DaemonSet"), user=CONTROLLER_MANAGER), {},
      "allow", "allow", {}),
-    ("kube-system", review(pod(GPU), "kube-system"), {}, "allow", "allow", {}),
-    ("the gpu-operator namespace", review(pod(GPU), "gpu-operator"), {}, "allow", "allow", {}),
+    ("DaemonSet-owned, by a tenant", review(pod(GPU, owner="DaemonSet")), {}, "patch", "deny", {}),
+    ("DaemonSet-owned, by a kubelet", review(pod(GPU, owner="DaemonSet"), user=KUBELET), {}, "patch", "deny", {}),
+    ("mirror pod, by its kubelet", review(pod(GPU, owner="Node", annotations=MIRROR), user=KUBELET), {},
+     "allow", "allow", {}),
+    ("mirror annotation, by a kubelet", review(pod(GPU, annotations=MIRROR), user=KUBELET), {}, "allow", "allow", {}),
+    ("mirror annotation, by a tenant", review(pod(GPU, annotations=MIRROR)), {}, "patch", "deny", {}),
+    ("Node-owned, by a tenant", review(pod(GPU, owner="Node")), {}, "patch", "deny", {}),
+    ("validator pod, by the validator", review(pod(GPU, node_name="gpu-1"), "gpu-operator", user=VALIDATOR), {},
+     "allow", "allow", {}),
+    ("validator's account, in a tenant namespace", review(pod(GPU), user=VALIDATOR), {}, "patch", "deny", {}),
+    ("a look-alike account in the operator namespace", review(pod(GPU, node_name="gpu-1"), "gpu-operator", user={
+        "username": "system:serviceaccount:team-a:nvidia-operator-validator"}), {}, "bound", "bound", {}),
+    ("tenant gpu pod in the gpu-operator namespace", review(pod(GPU), "gpu-operator"), {}, "patch", "deny", {}),
+    # namespaces: by name only
+    ("kube-system", review(pod(GPU, node_name="gpu-1"), "kube-system"), {}, "allow", "allow", {}),
     ("OPA's own namespace", review(pod(GPU), "gpu-bootstrap-admission"), {}, "allow", "allow", {}),
     ("the scheduler's namespace (moved)", review(pod(GPU), "sched"), {}, "allow", "allow", {"_scheduler_ns": "sched"}),
-    ("exclude_namespaces", review(pod(GPU), "research"), {}, "allow", "allow", {}),
-    ("namespace labelled to ignore", review(pod(GPU)), {"gpu-bootstrap.io/admission": "ignore"}, "allow", "allow",
-     {}),
+    ("exempt_namespaces", review(pod(GPU), "research"), {}, "allow", "allow", {}),
+    ("exclude_namespaces (the old name)", review(pod(GPU), "lab"), {}, "allow", "allow",
+     {"exclude_namespaces": ["lab"], "_drop_exempt": True}),
+    ("namespace labelled to ignore (no longer an opt-out)", review(pod(GPU)), {"gpu-bootstrap.io/admission": "ignore"},
+     "patch", "deny", {}),
     ("already on our scheduler", review(pod(GPU, scheduler=SCHEDULER)), {}, "allow", "allow", {}),
     ("on another scheduler", review(pod(GPU, scheduler="volcano")), {}, "allow", "allow", {}),
     ("on another scheduler, overridden", review(pod(GPU, scheduler="volcano")), {}, "patch", "deny",
@@ -116,6 +148,8 @@ IDS = [row[0] for row in TABLE]
 def configured(mode: str, settings: dict) -> cfg.Config:
     settings = dict(settings)
     scheduler_ns = settings.pop("_scheduler_ns", None)
+    if settings.pop("_drop_exempt", False):
+        return cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}], "admission": {"mode": mode, **settings}})
     config = conf(mode=mode, **settings)
     if scheduler_ns:
         config = cfg.Config.model_validate({**config.model_dump(by_alias=True),
@@ -132,13 +166,17 @@ def rego_verdict(config: cfg.Config, review_doc: dict, labels: dict) -> str:
     hook = render.webhook_configuration(config, "1.29.0", "")["webhooks"][0]  # no matchConditions: OPA decides alone
     if not selector_object_matches(hook["namespaceSelector"], namespace_labels(review_doc, labels)):
         return "allow"
-    policy = rego.Policy({"gpu-pods.rego": policy_render.rego(policy_render.of(config))})
-    answer = policy.decide("data.system.main", review_doc)
+    modules = {"gpu-pods.rego": policy_render.rego(policy_render.of(config))}
+    answer = rego.Policy(modules).decide("data.system.main", review_doc)
+    if rego.opa_available():  # OPA's own engine must agree, field for field
+        assert rego.OpaPolicy(modules).decide("data.system.main", review_doc) == answer
     assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
     response = answer["response"]
     assert response["uid"] == review_doc["request"]["uid"]
     if not response["allowed"]:
         assert response["status"]["code"] == 403
+        if "spec.nodeName" in response["status"]["message"]:
+            return "bound"
         assert f"set spec.schedulerName: {SCHEDULER}" in response["status"]["message"]
         return "deny"
     if "patch" in response:
@@ -149,26 +187,32 @@ def rego_verdict(config: cfg.Config, review_doc: dict, labels: dict) -> str:
     return "allow"
 
 
-def cel_verdict(config: cfg.Config, review_doc: dict, labels: dict, kube: str = "1.31.0") -> str:
-    """The same decision from the CEL the API server evaluates: for mutate, the webhook's (or the mutating
-    policy's) rules, namespaceSelector and matchConditions; for enforce, the ValidatingAdmissionPolicy's."""
+def cel_verdict(config: cfg.Config, review_doc: dict, labels: dict) -> str:
+    """The same decision from the CEL the API server evaluates (>= 1.30): in mode mutate the mutating policy's
+    matchConditions and mutation (what engine vap runs; the webhook's own conditions are checked against OPA in
+    test_match_conditions_send_opa_exactly_what_it_acts_on), then the ValidatingAdmissionPolicy backstop on the
+    object as mutated, in both modes."""
     request = review_doc["request"]
-    variables = {"object": request["object"], "oldObject": request.get("oldObject"), "request": request}
-    if config.admission.mode == "mutate":
-        hook = render.webhook_configuration(config, kube, "")["webhooks"][0]
-        rule = hook["rules"][0]
-        if request["operation"] not in rule["operations"] or \
-                not selector_object_matches(hook["namespaceSelector"], namespace_labels(review_doc, labels)):
-            return "allow"
-        return "patch" if all(cel.truth(c["expression"], **variables) for c in hook["matchConditions"]) else "allow"
+    obj = request["object"]
     vap = render.validating_policy(config)[0]["spec"]
     constraints = vap["matchConstraints"]
     if request["operation"] not in constraints["resourceRules"][0]["operations"] or \
             not selector_object_matches(constraints["namespaceSelector"], namespace_labels(review_doc, labels)):
         return "allow"
-    if not all(cel.truth(c["expression"], **variables) for c in vap["matchConditions"]):
-        return "allow"
-    return "allow" if all(cel.truth(v["expression"], **variables) for v in vap["validations"]) else "deny"
+    mutated = False
+    if config.admission.mode == "mutate":
+        policy = render.mutating_policy(config, "admissionregistration.k8s.io/v1")[0]["spec"]
+        if all(cel.truth(c["expression"], object=obj, request=request) for c in policy["matchConditions"]):
+            applied = cel.evaluate(policy["mutations"][0]["applyConfiguration"]["expression"], object=obj,
+                                   request=request)
+            obj = {**obj, "spec": {**obj["spec"], **applied["spec"]}}
+            mutated = True
+    variables = {"object": obj, "oldObject": request.get("oldObject"), "request": request}
+    if all(cel.truth(c["expression"], **variables) for c in vap["matchConditions"]):
+        for validation in vap["validations"]:
+            if not cel.truth(validation["expression"], **variables):
+                return "bound" if "spec.nodeName" in validation["message"] else "deny"
+    return "patch" if mutated else "allow"
 
 
 @pytest.mark.parametrize("mode", ["mutate", "enforce"])
@@ -180,18 +224,29 @@ def test_rego_and_cel_give_the_expected_verdict(mode, name, review_doc, labels, 
     assert cel_verdict(config, review_doc, labels) == expected
 
 
-def test_match_conditions_let_only_the_steered_pods_reach_opa():
-    """With matchConditions (>= 1.30) OPA is called exactly for the rows it would change: non-GPU and exempt pods
-    never reach it, so a broken OPA cannot even slow them down."""
-    config = configured("mutate", {})
-    hook = render.webhook_configuration(config, "1.31.0", "")["webhooks"][0]
-    for name, review_doc, labels, mutate, _enforce, settings in TABLE:
-        if settings:
-            continue
+@pytest.mark.parametrize("mode", ["mutate", "enforce"])
+def test_match_conditions_send_opa_exactly_what_it_acts_on(mode):
+    """With matchConditions (>= 1.30) OPA is called exactly for the CREATEs it changes or rejects: CPU and exempt
+    pods never reach it, so a broken OPA cannot even slow them down."""
+    for name, review_doc, labels, mutate, enforce, settings in TABLE:
+        config = configured(mode, settings)
+        hook = render.webhook_configuration(config, "1.31.0", "")["webhooks"][0]
         request = review_doc["request"]
+        if request["operation"] != "CREATE" or \
+                not selector_object_matches(hook["namespaceSelector"], namespace_labels(review_doc, labels)):
+            continue
         called = all(cel.truth(c["expression"], object=request["object"], request=request)
                      for c in hook["matchConditions"])
-        assert called == (mutate == "patch" or (request["operation"] == "UPDATE") or bool(labels)), name
+        assert called == ((mutate if mode == "mutate" else enforce) != "allow"), name
+
+
+def test_exemptions_need_the_requester_the_api_server_authenticated():
+    """A request with no userInfo (or an empty one) claims nothing: the CEL guards evaluate, and deny the claim."""
+    config = configured("enforce", {})
+    doc = review(pod(GPU, node_name="gpu-1"))
+    del doc["request"]["userInfo"]
+    assert rego_verdict(config, doc, {}) == "bound"
+    assert cel_verdict(config, doc, {}) == "bound"
 
 
 def test_the_mutating_admission_policy_sets_the_field_the_webhook_patches():
@@ -200,5 +255,68 @@ def test_the_mutating_admission_policy_sets_the_field_the_webhook_patches():
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     expression = policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
     assert cel.evaluate(expression) == {"spec": {"schedulerName": SCHEDULER}}
-    assert policy["spec"]["matchConditions"] == render.webhook_configuration(config, "1.31.0", "")["webhooks"][0][
-        "matchConditions"]
+    hook_conditions = render.webhook_configuration(config, "1.31.0", "")["webhooks"][0]["matchConditions"]
+    assert policy["spec"]["matchConditions"][:-2] == hook_conditions[:-1]  # the same exemptions
+
+
+# --- OPA's own API: data.system.authz ------------------------------------------------------------------------------
+def authz_input(method: str, url_path: str, identity: str | None = None, body=None) -> dict:
+    """The input OPA's authorizer builds (v1/server/authorizer/authorizer.go makeInput): the path split at '/'
+    after the leading one, params from the query, headers, identity when --authentication=token found a bearer
+    token, body for POSTs of / and /v*/data."""
+    path_part, _, query = url_path.partition("?")
+    document = {"method": method, "path": path_part[1:].split("/") if path_part else [],
+                "params": {k: [v] for k, v in (q.split("=", 1) if "=" in q else (q, "") for q in query.split("&") if q)},
+                "headers": {"Content-Type": ["application/json"]}}
+    if identity is not None:
+        document["identity"] = identity
+        document["headers"]["Authorization"] = [f"Bearer {identity}"]
+    if body is not None:
+        document["body"] = body
+    return document
+
+
+AUTHZ = [  # (method, URL path, identity, allowed)
+    ("POST", "/", None, True),  # the webhook, as the API server calls it: no credentials
+    ("POST", "/?timeout=3s", None, True),
+    ("GET", "/health", None, True),  # the kubelet's probes
+    ("GET", "/health?plugins", None, True),
+    ("PUT", "/v1/policies/system", None, False),  # replacing the policy
+    ("PUT", "/v1/policies/system", "a-guessed-token", False),  # no token is trusted: none exists
+    ("DELETE", "/v1/policies/policy/gpu-pods.rego", None, False),
+    ("GET", "/v1/policies", None, False),
+    ("GET", "/v1/data", None, False),
+    ("GET", "/v1/data/system/main", None, False),
+    ("POST", "/v1/data/system/main", None, False),
+    ("PUT", "/v1/data/system", None, False),
+    ("PATCH", "/v1/data", None, False),
+    ("POST", "/v0/data/system/main", None, False),
+    ("POST", "/v1/query", None, False),
+    ("POST", "/v1/compile", None, False),
+    ("GET", "/v1/config", None, False),
+    ("GET", "/v1/status", None, False),
+    ("GET", "/metrics", None, False),
+    ("GET", "/", None, False),  # the query page
+    ("POST", "//", None, False),
+    ("POST", "/health", None, False),
+    ("GET", "/health/x", None, False),
+]
+
+
+@pytest.mark.parametrize("method, url_path, identity, allowed", AUTHZ, ids=[f"{m} {p} {i or ''}".strip()
+                                                                             for m, p, i, _a in AUTHZ])
+def test_opa_lets_anyone_ask_for_a_verdict_and_nobody_manage_it(method, url_path, identity, allowed):
+    """data.system.authz.allow, which `--authorization=basic` asks before serving any request, on OPA's own engine
+    (and on the suite's Rego engine, which the emulator's OPA stand-in uses)."""
+    if not rego.opa_available():
+        missing("OPA's engine (pip package opa-golib-python-bindings) is not installed")
+    modules = render.policy_files(conf())
+    document = authz_input(method, url_path, identity, body={} if method == "POST" else None)
+    assert rego.OpaPolicy(modules).decide("data.system.authz.allow", document) is allowed
+    assert rego.Policy(modules).decide("data.system.authz.allow", document) is allowed
+
+
+def test_opa_runs_with_its_api_locked():
+    container = render.deployment(conf(), "")["spec"]["template"]["spec"]["containers"][0]
+    assert {"--authentication=token", "--authorization=basic"} <= set(container["args"])
+    assert f"/policy/{render.AUTHZ_FILE}" in container["args"]

@@ -184,7 +184,7 @@ def test_opa_runs_hardened_and_off_the_gpu_nodes():
     deploy = render.deployment(conf(), "abc")
     spec = deploy["spec"]["template"]["spec"]
     container = spec["containers"][0]
-    assert container["image"] == "openpolicyagent/opa:1.4.2"
+    assert container["image"] == "openpolicyagent/opa:1.16.1"
     assert container["args"][:2] == ["run", "--server"] and "--tls-cert-file=/certs/tls.crt" in container["args"]
     assert container["securityContext"]["readOnlyRootFilesystem"] and spec["securityContext"]["runAsNonRoot"]
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8443, "scheme": "HTTPS"}

@@ -33,22 +33,26 @@ def test_the_owned_selector_selects_exactly_the_managed_labels():
 def test_opa_namespace_service_account_service_and_policy_are_exact():
     config = conf()
     assert render.namespace(config) == {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": NS, "labels": {**MANAGED, "gpu-bootstrap.io/admission": "ignore"}}}
+        "name": NS, "labels": MANAGED}}  # exempt by name: no label opts a namespace out
     assert render.service_account(config) == {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": OWNED_META,
                                               "automountServiceAccountToken": False}
     assert render.service(config) == {"apiVersion": "v1", "kind": "Service", "metadata": OWNED_META, "spec": {
         "selector": SELECTOR, "ports": [{"name": "https", "port": 443, "targetPort": 8443, "protocol": "TCP"}]}}
     assert render.policy_configmap(config) == {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "opa-policy", "labels": MANAGED, "namespace": NS},
-        "data": {"gpu-pods.rego": policy_render.rego(policy_render.of(config))}}
+        "data": {"gpu-pods.rego": policy_render.rego(policy_render.of(config)), "authz.rego": policy_render.authz_rego()}}
+    assert render.network_policy(config) == {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": OWNED_META,
+        "spec": {"podSelector": {"matchLabels": SELECTOR}, "policyTypes": ["Ingress"],
+                 "ingress": [{"ports": [{"protocol": "TCP", "port": 8443}]}]}}
 
 
 PROBE = {"httpGet": {"path": "/health", "port": 8443, "scheme": "HTTPS"}}
 CONTAINER = {
-    "name": "opa", "image": "openpolicyagent/opa:1.4.2",
+    "name": "opa", "image": "openpolicyagent/opa:1.16.1",
     "args": ["run", "--server", "--addr=0.0.0.0:8443", "--tls-cert-file=/certs/tls.crt",
-             "--tls-private-key-file=/certs/tls.key", "--disable-telemetry", "--log-level=info",
-             "/policy/gpu-pods.rego"],
+             "--tls-private-key-file=/certs/tls.key", "--authentication=token", "--authorization=basic",
+             "--disable-telemetry", "--log-level=info", "/policy/gpu-pods.rego", "/policy/authz.rego"],
     "ports": [{"name": "https", "containerPort": 8443, "protocol": "TCP"}],
     "readinessProbe": {**PROBE, "periodSeconds": 5, "failureThreshold": 3},
     "livenessProbe": {**PROBE, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 3},
@@ -73,7 +77,8 @@ TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 ])
 def test_the_opa_deployment_is_exact(tolerate, node_affinity, tolerations):
     config = conf()
-    policy_hash = hashlib.sha256(policy_render.rego(policy_render.of(config)).encode()).hexdigest()[:16]
+    policy_hash = hashlib.sha256((policy_render.authz_rego() + policy_render.rego(policy_render.of(config))).encode()
+                                 ).hexdigest()[:16]
     assert render.deployment(config, "abc", tolerate) == {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": OWNED_META,
         "spec": {"replicas": 2, "selector": {"matchLabels": SELECTOR},
@@ -106,8 +111,9 @@ def test_the_service_and_budget_select_the_pods_the_deployment_makes():
 def test_cert_manager_reloads_the_files_it_renews_in_place():
     args = render.deployment(conf(certificates="cert-manager"), "")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["run", "--server", "--addr=0.0.0.0:8443", "--tls-cert-file=/certs/tls.crt",
-                    "--tls-private-key-file=/certs/tls.key", "--tls-cert-refresh-period=10m", "--disable-telemetry",
-                    "--log-level=info", "/policy/gpu-pods.rego"]
+                    "--tls-private-key-file=/certs/tls.key", "--tls-cert-refresh-period=10m",
+                    "--authentication=token", "--authorization=basic", "--disable-telemetry", "--log-level=info",
+                    "/policy/gpu-pods.rego", "/policy/authz.rego"]
 
 
 def test_cert_manager_objects_are_exact():

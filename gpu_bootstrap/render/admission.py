@@ -1,5 +1,5 @@
-"""The admission steps' objects: OPA (its Secret, policy, Deployment, Service, PDB) and what points the API server
-at it (the webhook configuration), or the in-process policies (ValidatingAdmissionPolicy, MutatingAdmissionPolicy).
+"""The admission steps' objects: OPA (its Secret, policy, Deployment, Service, PDB, NetworkPolicy) and what points the
+API server at it (the webhook configuration), or the in-process policies (ValidatingAdmissionPolicy, MutatingAdmissionPolicy).
 
 Pure functions of (config, Kubernetes version, certificate material). Every object carries the managed-by label.
 """
@@ -17,6 +17,7 @@ NAME = "opa"  # the Deployment, Service, ServiceAccount and PDB
 SECRET = "opa-tls"
 POLICY_CONFIGMAP = "opa-policy"
 POLICY_FILE = "gpu-pods.rego"
+AUTHZ_FILE = "authz.rego"  # package system.authz: what OPA's HTTP API lets anyone do (README "Security model")
 CONFIG_NAME = "gpu-bootstrap-gpu-pods"  # webhook configurations and policies
 WEBHOOK_NAME = "gpu-pods.gpu-bootstrap.io"
 PORT = 8443
@@ -55,15 +56,29 @@ def digest(text: str) -> str:
 
 # --- OPA -----------------------------------------------------------------------------------------------------------
 def namespace(config) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": _meta(config.admission.opa.namespace, extra_labels={
-                policy_render.IGNORE_LABEL: policy_render.IGNORE_VALUE})}
+    """Exempt by name (admission_policy.of), not by a label."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(config.admission.opa.namespace)}
+
+
+def policy_files(config) -> dict[str, str]:
+    """The files OPA loads: the admission policy and the authorization policy of its own API."""
+    return {POLICY_FILE: policy_render.rego(policy_render.of(config)), AUTHZ_FILE: policy_render.authz_rego()}
 
 
 def policy_configmap(config) -> dict:
-    text = policy_render.rego(policy_render.of(config))
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(POLICY_CONFIGMAP, config.admission.opa.namespace),
-            "data": {POLICY_FILE: text}}
+            "data": policy_files(config)}
+
+
+def network_policy(config) -> dict:
+    """Traffic to OPA's pods only on its serving port. It cannot name the API server as the only client: a
+    NetworkPolicy selects pods and IP blocks, and the API server is neither a pod nor at an address the cluster
+    tells (managed control planes, konnectivity). Any pod may reach the port; system.authz lets it do nothing there
+    but ask for a verdict and read /health."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": _meta(NAME, config.admission.opa.namespace),
+            "spec": {"podSelector": {"matchLabels": selector()}, "policyTypes": ["Ingress"],
+                     "ingress": [{"ports": [{"protocol": "TCP", "port": PORT}]}]}}
 
 
 def tls_secret(config, cert_pem: str, key_pem: str, ca_bundle: str) -> dict:
@@ -96,10 +111,13 @@ def deployment(config, tls_hash: str, tolerate: dict | None = None) -> dict:
     the pod template, so a new certificate rolls the pods and an unchanged one does not."""
     settings = config.admission
     opa_ns = settings.opa.namespace
-    policy_text = policy_render.rego(policy_render.of(config))
+    files = policy_files(config)
+    # --authentication=token --authorization=basic: every request goes through data.system.authz.allow (AUTHZ_FILE),
+    # which allows the webhook's POST to / and GET /health to anyone and nothing else to anybody: no token exists,
+    # so the policy can be changed only by changing the ConfigMap (README "Security model").
     args = ["run", "--server", f"--addr=0.0.0.0:{PORT}", "--tls-cert-file=/certs/tls.crt",
-            "--tls-private-key-file=/certs/tls.key", "--disable-telemetry", "--log-level=info",
-            f"/policy/{POLICY_FILE}"]
+            "--tls-private-key-file=/certs/tls.key", "--authentication=token", "--authorization=basic",
+            "--disable-telemetry", "--log-level=info", *(f"/policy/{name}" for name in files)]
     if settings.certificates == "cert-manager":
         args.insert(5, "--tls-cert-refresh-period=10m")  # cert-manager renews in place: reload the files
     probe = {"httpGet": {"path": "/health", "port": PORT, "scheme": "HTTPS"}}
@@ -115,7 +133,7 @@ def deployment(config, tls_hash: str, tolerate: dict | None = None) -> dict:
         "volumeMounts": [{"name": "certs", "mountPath": "/certs", "readOnly": True},
                          {"name": "policy", "mountPath": "/policy", "readOnly": True}],
     }
-    annotations = {POLICY_HASH: digest(policy_text)}
+    annotations = {POLICY_HASH: digest("".join(files[name] for name in sorted(files)))}
     if tls_hash:
         annotations[TLS_HASH] = tls_hash
     pod_labels = labels(selector())
@@ -220,7 +238,7 @@ def validating_policy(config) -> list[dict]:
     return [{"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicy", "metadata": _meta(CONFIG_NAME),
              "spec": {"failurePolicy": "Ignore", "matchConstraints": _constraints(policy),
                       "matchConditions": policy_render.exemption_conditions(policy),
-                      "validations": [policy_render.validation(policy)]}},
+                      "validations": policy_render.validations(policy)}},
             {"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": _meta(CONFIG_NAME),
              "spec": {"policyName": CONFIG_NAME, "validationActions": ["Deny"]}}]
 
@@ -231,7 +249,7 @@ def mutating_policy(config, api_version: str) -> list[dict]:
     return [{"apiVersion": api_version, "kind": "MutatingAdmissionPolicy", "metadata": _meta(CONFIG_NAME),
              "spec": {"failurePolicy": "Ignore", "reinvocationPolicy": "Never",
                       "matchConstraints": _constraints(policy),
-                      "matchConditions": policy_render.match_conditions(policy),
+                      "matchConditions": policy_render.mutation_conditions(policy),
                       "mutations": [{"patchType": "ApplyConfiguration",
                                      "applyConfiguration": {"expression": policy_render.apply_configuration(policy)}}]}},
             {"apiVersion": api_version, "kind": "MutatingAdmissionPolicyBinding", "metadata": _meta(CONFIG_NAME),

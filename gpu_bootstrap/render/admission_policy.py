@@ -5,10 +5,20 @@ Pure functions of the admission settings. tests/test_admission_policy.py runs bo
 fixtures with a real Rego engine and a real CEL runtime and requires the same verdicts.
 
 A GPU pod: any container or init container whose limits or requests name `nvidia.com/gpu`, a MIG resource
-(`nvidia.com/mig-*`) or a renamed shared resource time-slicing creates (`nvidia.com/gpu.shared`). Exempt whatever the
-mode: pods with spec.nodeName already set (the gpu-operator's validator and plugin pods), DaemonSet- or Node-owned
-pods, mirror pods, and pods in the exempt namespaces (checked here, and by the namespaceSelector, which also honours
-the namespace label gpu-bootstrap.io/admission=ignore).
+(`nvidia.com/mig-*`) or a renamed shared resource time-slicing creates (`nvidia.com/gpu.shared`).
+
+Exempt whatever the mode, and only where the system itself sent the request (README "Security model"): the fields a
+pod's creator writes (spec.nodeName, ownerReferences, annotations) never exempt a pod on their own.
+- a pod bound to a node (spec.nodeName), a mirror pod (the annotation) or a Node-owned pod, when a kubelet
+  (`system:node:<name>`) creates it;
+- a DaemonSet-owned pod, when the DaemonSet controller creates it (its service account, or the controller manager's
+  own identity on clusters that run without per-controller credentials);
+- the gpu-operator's validation pods (they set nodeName and request a GPU), when the validator's service account
+  creates them in the operator's namespace;
+- every pod in an exempt namespace: kube-system, the scheduler's and OPA's own, and `admission.exempt_namespaces`
+  (matched by the `kubernetes.io/metadata.name` label, which the API server sets and nobody can change).
+A GPU pod that names a node and is not exempt is rejected in both modes: the scheduler never sees a bound pod, so
+setting schedulerName on it would change nothing (and it would skip the GPU taint, a scheduler matter too).
 """
 from __future__ import annotations
 
@@ -21,6 +31,10 @@ IGNORE_VALUE = "ignore"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 BUILTIN_EXEMPT = ("kube-system",)
+NODE_PREFIX = "system:node:"  # a kubelet's user name (Node authorizer); the only creator of mirror pods
+DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",
+                         "system:kube-controller-manager")  # the latter: --use-service-account-credentials=false
+VALIDATOR_SERVICE_ACCOUNT = "nvidia-operator-validator"  # gpu-operator's assets/state-operator-validation
 
 
 @dataclass(frozen=True)
@@ -31,34 +45,44 @@ class Policy:
     mode: str  # mutate | enforce
     exempt_namespaces: tuple[str, ...]
     override_other_schedulers: bool
+    operator_namespace: str = "gpu-operator"  # where the gpu-operator's validator creates its pods
 
     @property
     def message(self) -> str:
         return (f"GPU pods must use the bin-packing scheduler: set spec.schedulerName: {self.scheduler} "
-                f"(gpu-bootstrap admission; to opt a namespace out, label it {IGNORE_LABEL}={IGNORE_VALUE})")
+                f"(gpu-bootstrap admission; a cluster admin can exempt a namespace with admission.exempt_namespaces)")
+
+    @property
+    def node_message(self) -> str:
+        return ("GPU pods may not name a node: remove spec.nodeName and use a nodeSelector on kubernetes.io/hostname, "
+                f"so that the bin-packing scheduler ({self.scheduler}) places the pod (gpu-bootstrap admission)")
+
+    @property
+    def validator(self) -> str:
+        return f"system:serviceaccount:{self.operator_namespace}:{VALIDATOR_SERVICE_ACCOUNT}"
 
 
 def of(config) -> Policy:
-    """The policy the config asks for: exempt = kube-system, the gpu-operator's, the scheduler's and OPA's own
-    namespaces, plus admission.exclude_namespaces."""
+    """The policy the config asks for: exempt = kube-system, the scheduler's and OPA's own namespaces, plus
+    admission.exempt_namespaces. The gpu-operator's namespace is not exempt as a whole: its DaemonSets' pods and
+    its validator's pods are, by who creates them."""
     settings = config.admission
-    exempt = [*BUILTIN_EXEMPT, config.gpu_operator.namespace, config.scheduler.namespace, settings.opa.namespace,
-              *settings.exclude_namespaces]
+    exempt = [*BUILTIN_EXEMPT, config.scheduler.namespace, settings.opa.namespace, *settings.exempt_namespaces]
     return Policy(config.scheduler.name, settings.mode, tuple(sorted(set(exempt))),
-                  settings.override_other_schedulers)
+                  settings.override_other_schedulers, config.gpu_operator.namespace)
 
 
 def namespace_selector(policy: Policy) -> dict:
-    """Keeps the exempt namespaces (by name, and any labelled gpu-bootstrap.io/admission=ignore) out."""
+    """Keeps the exempt namespaces out, by the name label the API server sets on every namespace (1.21+) and lets
+    nobody change. No other label opts a namespace out: whoever may label a namespace could exempt it."""
     return {"matchExpressions": [
-        {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": list(policy.exempt_namespaces)},
-        {"key": IGNORE_LABEL, "operator": "NotIn", "values": [IGNORE_VALUE]}]}
+        {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": list(policy.exempt_namespaces)}]}
 
 
 # --- Rego -------------------------------------------------------------------------------------------------------------
 def rego(policy: Policy) -> str:
     """The policy OPA serves at its root path: data.system.main answers an admission.k8s.io/v1 AdmissionReview with
-    the AdmissionReview response (a base64 JSONPatch when it mutates)."""
+    the AdmissionReview response (a base64 JSONPatch when it mutates, a 403 for a GPU pod that names a node)."""
     if policy.override_other_schedulers:
         wants = """wants_ours if object.get(input.request.object.spec, "schedulerName", "") != scheduler"""
     else:
@@ -84,7 +108,15 @@ scheduler := {json.dumps(policy.scheduler)}
 
 message := {json.dumps(policy.message)}
 
+node_message := {json.dumps(policy.node_message)}
+
 exempt_namespaces := {{{", ".join(json.dumps(n) for n in policy.exempt_namespaces)}}}
+
+daemonset_controllers := {{{", ".join(json.dumps(n) for n in DAEMONSET_CONTROLLERS)}}}
+
+operator_namespace := {json.dumps(policy.operator_namespace)}
+
+validator := {json.dumps(policy.validator)}
 
 main := {{
 	"apiVersion": "admission.k8s.io/v1",
@@ -92,30 +124,76 @@ main := {{
 	"response": response,
 }}
 
-response := steered if {{
+response := bound if {{
+	names_a_node
+}} else := steered if {{
 	steer
 }} else := {{"uid": input.request.uid, "allowed": true}}
 
 {verdict}
 
-steer if {{
+bound := {{
+	"uid": input.request.uid,
+	"allowed": false,
+	"status": {{"code": 403, "reason": "Forbidden", "message": node_message}},
+}}
+
+applies if {{
 	input.request.operation == "CREATE"
 	input.request.kind.kind == "Pod"
 	not exempt
 	gpu_pod
+}}
+
+# A bound pod never meets a scheduler: only the system may create one (see exempt).
+names_a_node if {{
+	applies
+	node_name != ""
+}}
+
+steer if {{
+	applies
 	wants_ours
+}}
+
+node_name := object.get(input.request.object.spec, "nodeName", "")
+
+# Who sent the request, as the API server authenticated it (not a field the pod's creator writes).
+requester := object.get(input.request, ["userInfo", "username"], "")
+
+by_a_node if startswith(requester, {json.dumps(NODE_PREFIX)})
+
+owned_by(kind) if {{
+	some owner in object.get(input.request.object.metadata, "ownerReferences", [])
+	owner.kind == kind
 }}
 
 exempt if input.request.namespace in exempt_namespaces
 
-exempt if object.get(input.request.object.spec, "nodeName", "") != ""
-
 exempt if {{
-	some owner in object.get(input.request.object.metadata, "ownerReferences", [])
-	owner.kind in {{"DaemonSet", "Node"}}
+	by_a_node
+	node_name != ""
 }}
 
-exempt if object.get(input.request.object.metadata, ["annotations", {json.dumps(MIRROR_ANNOTATION)}], null) != null
+exempt if {{
+	by_a_node
+	object.get(input.request.object.metadata, ["annotations", {json.dumps(MIRROR_ANNOTATION)}], null) != null
+}}
+
+exempt if {{
+	by_a_node
+	owned_by("Node")
+}}
+
+exempt if {{
+	requester in daemonset_controllers
+	owned_by("DaemonSet")
+}}
+
+exempt if {{
+	input.request.namespace == operator_namespace
+	requester == validator
+}}
 
 containers contains container if some container in object.get(input.request.object.spec, "containers", [])
 
@@ -147,21 +225,33 @@ def _quoted(names) -> str:
     return "[" + ", ".join(json.dumps(n) for n in names) + "]"
 
 
+REQUESTER = "(has(request.userInfo) && has(request.userInfo.username) ? request.userInfo.username : '')"
+NAMES_A_NODE = "has(object.spec.nodeName) && object.spec.nodeName != ''"
+
+
+def _owned_by(kind: str) -> str:
+    return f"(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, o.kind == '{kind}'))"
+
+
 def exemption_conditions(policy: Policy) -> list[dict]:
     """matchConditions (name, expression) that hold for a pod the policy applies to: a GPU pod that is not exempt.
+    Each exemption names who must have sent the request (request.userInfo, set by the API server's authenticator).
     Every field is guarded with has(), so no pod can make them fail to evaluate."""
     per_section = " || ".join(
         f"(has(c.resources.{s}) && c.resources.{s}.exists(r, {_gpu_name('r')}))" for s in ("limits", "requests"))
+    mirror = f"(has(object.metadata.annotations) && '{MIRROR_ANNOTATION}' in object.metadata.annotations)"
     return [
         {"name": "gpu-pod", "expression":
             "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
             f".exists(c, has(c.resources) && ({per_section}))"},
-        {"name": "not-bound-to-a-node", "expression": "!has(object.spec.nodeName) || object.spec.nodeName == ''"},
-        {"name": "not-daemonset-or-node-owned", "expression":
-            "!has(object.metadata.ownerReferences) || "
-            "!object.metadata.ownerReferences.exists(o, o.kind == 'DaemonSet' || o.kind == 'Node')"},
-        {"name": "not-a-mirror-pod", "expression":
-            f"!has(object.metadata.annotations) || !('{MIRROR_ANNOTATION}' in object.metadata.annotations)"},
+        {"name": "not-a-kubelet-bound-or-mirror-pod", "expression":
+            f"!({REQUESTER}.startsWith('{NODE_PREFIX}') && "
+            f"(({NAMES_A_NODE}) || {mirror} || {_owned_by('Node')}))"},
+        {"name": "not-a-daemonset-controller-pod", "expression":
+            f"!({REQUESTER} in {_quoted(DAEMONSET_CONTROLLERS)} && {_owned_by('DaemonSet')})"},
+        {"name": "not-a-gpu-operator-validator-pod", "expression":
+            f"!(request.namespace == {json.dumps(policy.operator_namespace)} && "
+            f"{REQUESTER} == {json.dumps(policy.validator)})"},
         {"name": "not-an-exempt-namespace", "expression":
             f"!(request.namespace in {_quoted(policy.exempt_namespaces)})"},
     ]
@@ -177,16 +267,56 @@ def wants_ours_expression(policy: Policy) -> str:
 
 
 def match_conditions(policy: Policy) -> list[dict]:
-    """The webhook's (and the mutating policy's) matchConditions: only pods the policy steers reach it."""
-    return exemption_conditions(policy) + [{"name": "not-on-the-wanted-scheduler",
+    """The webhook's matchConditions: only the pods OPA changes or rejects reach it (those it steers, and those that
+    name a node)."""
+    return exemption_conditions(policy) + [{"name": "steered-or-bound", "expression":
+                                            f"({NAMES_A_NODE}) || ({wants_ours_expression(policy)})"}]
+
+
+def mutation_conditions(policy: Policy) -> list[dict]:
+    """The MutatingAdmissionPolicy's matchConditions: the pods it steers (a bound pod is left to the backstop)."""
+    return exemption_conditions(policy) + [{"name": "not-bound-to-a-node", "expression": f"!({NAMES_A_NODE})"},
+                                           {"name": "not-on-the-wanted-scheduler",
                                             "expression": wants_ours_expression(policy)}]
 
 
-def validation(policy: Policy) -> dict:
-    """The ValidatingAdmissionPolicy's one validation: a matching pod that is still not on our scheduler fails."""
-    return {"expression": f"!({wants_ours_expression(policy)})", "message": policy.message, "reason": "Forbidden"}
+def validations(policy: Policy) -> list[dict]:
+    """The ValidatingAdmissionPolicy's validations, in both modes: a matching pod may not name a node, and one that is
+    still not on our scheduler (after any mutation) fails."""
+    return [{"expression": f"!({NAMES_A_NODE})", "message": policy.node_message, "reason": "Forbidden"},
+            {"expression": f"!({wants_ours_expression(policy)})", "message": policy.message, "reason": "Forbidden"}]
 
 
 def apply_configuration(policy: Policy) -> str:
     """The MutatingAdmissionPolicy's mutation (patchType ApplyConfiguration)."""
     return f"Object{{spec: Object.spec{{schedulerName: {json.dumps(policy.scheduler)}}}}}"
+
+
+# --- OPA's own API ------------------------------------------------------------------------------------------------------
+def authz_rego() -> str:
+    """OPA's authorization policy (`--authorization=basic` evaluates data.system.authz.allow for every HTTP request,
+    input = {method, path (the URL path split at '/'), params, headers, identity when a bearer token was sent, body}).
+
+    The kube-apiserver calls a webhook without credentials (it sends a bearer token or client certificate only when
+    the admission configuration file holds a kubeconfig for the webhook, which managed clusters do not let anyone
+    set), so the decision path must be open to anonymous callers. That is harmless: POST / evaluates
+    data.system.main on the caller's own input and returns only the verdict. Everything else (the policy and data
+    APIs, queries, config, status, metrics) is refused to everybody: no token is configured, so nobody can manage
+    this OPA over HTTP; its policy comes from the ConfigMap only."""
+    return """# Rendered by gpu-bootstrap (admission-opa step): who may use OPA's HTTP API.
+package system.authz
+
+default allow := false
+
+# The admission webhook: the API server POSTs an AdmissionReview to the root path (data.system.main).
+allow if {
+	input.method == "POST"
+	input.path == [""]
+}
+
+# The kubelet's readiness and liveness probes.
+allow if {
+	input.method == "GET"
+	input.path == ["health"]
+}
+"""

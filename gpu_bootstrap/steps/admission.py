@@ -29,7 +29,7 @@ from .node_prep import gpu_taint, no_room_warning
 GROUP = render.GROUP
 OPA_KINDS = (  # (apiVersion, kind) owned in OPA's namespace, in apply order
     ("v1", "ServiceAccount"), ("v1", "ConfigMap"), ("v1", "Secret"), ("apps/v1", "Deployment"), ("v1", "Service"),
-    ("policy/v1", "PodDisruptionBudget"),
+    ("policy/v1", "PodDisruptionBudget"), ("networking.k8s.io/v1", "NetworkPolicy"),
     (render.CERT_MANAGER, "Issuer"), (render.CERT_MANAGER, "Certificate"),
 )
 MAP_VERSIONS = (f"{GROUP}/v1", f"{GROUP}/v1beta1")
@@ -153,7 +153,8 @@ class AdmissionOpa(Step):
         objects = [render.service_account(config), render.policy_configmap(config)]
         if config.admission.certificates == "cert-manager":
             objects += render.cert_manager_objects(config)
-        objects += [render.deployment(config, tls_hash, tolerate), render.service(config)]
+        objects += [render.deployment(config, tls_hash, tolerate), render.service(config),
+                    render.network_policy(config)]
         if pdb := render.disruption_budget(config):
             objects.append(pdb)
         return objects
@@ -339,11 +340,40 @@ class Admission(Step):
             "discovery shows MutatingAdmissionPolicy (admissionregistration.k8s.io/v1beta1 on 1.34-1.35 when enabled, "
             "v1 from 1.36); on other clusters use admission.engine: opa (nothing was changed)")
 
+    def _refuse_without_opa(self, ctx) -> None:
+        """`up --only admission` on a cluster with no OPA would make a webhook with no server and a backstop that
+        then rejects every GPU pod (nothing steers them). Refuse, naming the step to run first."""
+        selected = ctx.options.selected
+        if not selected or "admission-opa" in selected:
+            return
+        ns = ctx.config.admission.opa.namespace
+        if ctx.kube.get("apps/v1", "Deployment", render.NAME, ns) is None:
+            raise ConfigError(
+                f"admission: OPA is not deployed (no Deployment {ns}/{render.NAME}) and this run does not include the "
+                f"admission-opa step: the webhook would have no server, and the backstop would reject every GPU pod",
+                "run `gpu-bootstrap up --only admission-opa,admission` (or without --only); nothing was changed")
+
+    def _labelled_namespaces(self, ctx) -> list[str]:
+        """Namespaces still carrying the old opt-out label, which no longer exempts anything."""
+        exempt = set(policy_render.of(ctx.config).exempt_namespaces)
+        try:
+            found = ctx.kube.list("v1", "Namespace", label_selector=f"{policy_render.IGNORE_LABEL}="
+                                                                    f"{policy_render.IGNORE_VALUE}")
+        except ClusterError as error:
+            if isinstance(error, Unreachable) or error.status:
+                raise
+            return []
+        return sorted(n["metadata"]["name"] for n in found if n["metadata"]["name"] not in exempt)
+
     def desired(self, ctx) -> tuple[list[dict], list[str]]:
         """The objects to apply, in order, and notes for the plan. Raises ConfigError for what cannot work here."""
         config, version = ctx.config, ctx.server_version()
         settings = config.admission
         notes = []
+        if labelled := self._labelled_namespaces(ctx):
+            notes.append(f"namespace(s) {', '.join(labelled[:5])} carry {policy_render.IGNORE_LABEL}="
+                         f"{policy_render.IGNORE_VALUE}, which no longer exempts anything (anyone who may label a "
+                         f"namespace could use it): list them in admission.exempt_namespaces if they must stay exempt")
         if "binpack-scheduler" not in ctx.options.playbook or not config.scheduler.enabled:
             notes.append(f"this playbook does not deploy the bin-packing scheduler: make sure a scheduler named "
                          f"{config.scheduler.name} runs, or steered GPU pods stay Pending")
@@ -356,7 +386,9 @@ class Admission(Step):
             version_served = next((v for v in MAP_VERSIONS if served(ctx.kube, v, "MutatingAdmissionPolicy")), None)
             if version_served is None:
                 raise self._refuse_vap(version, "mutate", "API discovery shows no MutatingAdmissionPolicy")
-            return render.mutating_policy(config, version_served), notes
+            # The backstop too: it rejects the GPU pods that name a node, which no mutation can steer.
+            return render.mutating_policy(config, version_served) + render.validating_policy(config), notes
+        self._refuse_without_opa(ctx)
         bundle = None
         if settings.certificates == "generated":
             stored = certs.Stored.from_secret(ctx.kube.get("v1", "Secret", render.SECRET, settings.opa.namespace))
@@ -424,10 +456,10 @@ class Admission(Step):
             ok = config.admission.mode == "enforce" and error.status in (400, 403, 422) and \
                 "spec.schedulerName" in error.message
             results.append(("GPU pod", ok, f"rejected ({error.status}): {error.message}"))
-        for what, pod in (("CPU pod", render.sample_pod("gpu-bootstrap-admission-probe-cpu", ns, gpu=False)),
-                          ("GPU pod with nodeName (exempt)",
-                           render.sample_pod("gpu-bootstrap-admission-probe-bound", ns, node_name=(
-                               config.nodes[0].name if config.nodes else "gpu-bootstrap-probe")))):
+        bound = render.sample_pod("gpu-bootstrap-admission-probe-bound", ns, node_name=(
+            config.nodes[0].name if config.nodes else "gpu-bootstrap-probe"))
+        results.append(self._probe_bound(ctx, bound))
+        for what, pod in (("CPU pod", render.sample_pod("gpu-bootstrap-admission-probe-cpu", ns, gpu=False)),):
             try:
                 answer = ctx.kube.create(pod, dry_run=True)
                 got = (answer.get("spec") or {}).get("schedulerName")
@@ -437,6 +469,19 @@ class Admission(Step):
                     raise
                 results.append((what, False, f"rejected ({error.status}): {error.message}"))
         return results
+
+    @staticmethod
+    def _probe_bound(ctx, pod: dict) -> tuple[str, bool, str]:
+        """A GPU pod that names a node, sent by us (not a kubelet): rejected in both modes."""
+        what = "GPU pod naming a node (not sent by a node)"
+        try:
+            answer = ctx.kube.create(pod, dry_run=True)
+        except ClusterError as error:
+            if isinstance(error, Unreachable) or not error.status:
+                raise
+            ok = error.status in (400, 403, 422) and "spec.nodeName" in error.message
+            return what, ok, f"rejected ({error.status}): {error.message}"
+        return what, False, f"admitted with schedulerName {(answer.get('spec') or {}).get('schedulerName')}"
 
     def verify(self, ctx) -> Check:
         timeout = ctx.config.admission.wait_timeout
@@ -452,7 +497,8 @@ class Admission(Step):
                                f"{timeout}s — " + "; ".join(failed))
         verdict = results[0][2]
         return Check(PASS, f"a dry-run GPU pod is {'steered' if ctx.config.admission.mode == 'mutate' else 'rejected'}"
-                           f" ({verdict[:80]}); CPU and exempt pods pass untouched", done=True)
+                           f" ({verdict[:80]}); a GPU pod naming a node is rejected; a CPU pod passes untouched",
+                     done=True)
 
     # --- doctor --------------------------------------------------------------------------------------------------------
     def doctor(self, ctx) -> list[Check]:

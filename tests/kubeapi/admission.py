@@ -8,6 +8,9 @@ real CEL runtime) matched. Services have no cluster network here: `route(namespa
 says where a Service's port is served on this machine (the OPA stand-in routes its Service itself); a Service
 without a route answers as one without endpoints does.
 
+Who sent the request (the AdmissionReview's userInfo, CEL's request.userInfo) is the emulator's admin unless the
+client impersonates someone, as kubectl --as/--as-group does (`Impersonate-User` / `Impersonate-Group` headers).
+
 Approximations (see README): CREATE and UPDATE (PUT) run the chain, PATCH and DELETE do not; reinvocationPolicy,
 ValidatingAdmissionPolicy params (paramKind/paramRef), audit annotations and warnings are not modelled; CEL sees
 untyped maps instead of schema-typed objects.
@@ -29,6 +32,7 @@ from .selectors import selector_object_matches
 from .util import ApiError, jcopy
 
 GROUP = "admissionregistration.k8s.io"
+ADMIN = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
 NOT_ADMITTED = {GROUP}  # configurations are never sent through webhooks (the recovery path must stay open)
 
 
@@ -65,7 +69,8 @@ class AdmissionChain:
         return any(objects.get((GROUP, plural)) for plural in (
             "mutatingwebhookconfigurations", "validatingwebhookconfigurations", "validatingadmissionpolicybindings"))
 
-    def mutate(self, rt, namespace: str | None, obj: dict, old: dict | None, operation: str, dry_run: bool) -> dict:
+    def mutate(self, rt, namespace: str | None, obj: dict, old: dict | None, operation: str, dry_run: bool,
+               user: dict | None = None) -> dict:
         """Defaulting and the built-in mutating plugins, then every matching mutating webhook (by configuration
         name, then webhook order). Returns the object to store."""
         obj = jcopy(obj)
@@ -78,14 +83,15 @@ class AdmissionChain:
             obj.pop("status", None)
         for config in self._configurations("mutatingwebhookconfigurations"):
             for hook in config.get("webhooks") or []:
-                obj = self._call(hook, rt, namespace, obj, old, operation, dry_run, mutating=True)
+                obj = self._call(hook, rt, namespace, obj, old, operation, dry_run, mutating=True, user=user)
         return obj
 
-    def validate(self, rt, namespace: str | None, obj: dict, old: dict | None, operation: str, dry_run: bool) -> None:
-        self._policies(rt, namespace, obj, old, operation)
+    def validate(self, rt, namespace: str | None, obj: dict, old: dict | None, operation: str, dry_run: bool,
+                 user: dict | None = None) -> None:
+        self._policies(rt, namespace, obj, old, operation, user)
         for config in self._configurations("validatingwebhookconfigurations"):
             for hook in config.get("webhooks") or []:
-                self._call(hook, rt, namespace, obj, old, operation, dry_run, mutating=False)
+                self._call(hook, rt, namespace, obj, old, operation, dry_run, mutating=False, user=user)
 
     def _configurations(self, plural: str) -> list[dict]:
         with self.emulator.store.lock:
@@ -125,14 +131,14 @@ class AdmissionChain:
         return any(selector_object_matches(object_selector, labels) for labels in candidates)
 
     @staticmethod
-    def _request(rt, namespace, obj, old, operation, dry_run) -> dict:
+    def _request(rt, namespace, obj, old, operation, dry_run, user: dict | None = None) -> dict:
         meta = obj.get("metadata") or {}
         return {"uid": str(uuid.uuid4()), "kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
                 "resource": {"group": rt.group, "version": rt.version, "resource": rt.plural},
                 "requestKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
                 "requestResource": {"group": rt.group, "version": rt.version, "resource": rt.plural},
                 "name": meta.get("name", ""), "namespace": namespace or "", "operation": operation,
-                "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+                "userInfo": jcopy(user or ADMIN),
                 "object": obj, "oldObject": old, "dryRun": dry_run,
                 "options": {"apiVersion": "meta.k8s.io/v1",
                             "kind": "CreateOptions" if operation == "CREATE" else "UpdateOptions"}}
@@ -151,13 +157,14 @@ class AdmissionChain:
         return True
 
     # --- webhooks --------------------------------------------------------------------------------------------------
-    def _call(self, hook: dict, rt, namespace, obj, old, operation, dry_run, mutating: bool) -> dict:
+    def _call(self, hook: dict, rt, namespace, obj, old, operation, dry_run, mutating: bool,
+              user: dict | None = None) -> dict:
         name = hook.get("name", "")
         fail = hook.get("failurePolicy", "Fail") == "Fail"
         if not self._rules_match(hook.get("rules"), rt, operation) or \
                 not self._selected(hook, rt, namespace, obj, old):
             return obj
-        request = self._request(rt, namespace, obj, old, operation, dry_run)
+        request = self._request(rt, namespace, obj, old, operation, dry_run, user)
         variables = {"object": obj, "oldObject": old, "request": request}
         if not self._conditions_hold(hook.get("matchConditions"), variables, f'webhook "{name}"', fail):
             return obj
@@ -265,7 +272,7 @@ class AdmissionChain:
             raise WebhookError(f"received invalid webhook response: {error}")
 
     # --- ValidatingAdmissionPolicy -----------------------------------------------------------------------------------
-    def _policies(self, rt, namespace, obj, old, operation) -> None:
+    def _policies(self, rt, namespace, obj, old, operation, user: dict | None = None) -> None:
         store = self.emulator.store
         with store.lock:
             policies = {k[1]: jcopy(v) for k, v in store.objects.get((GROUP, "validatingadmissionpolicies"), {}).items()}
@@ -276,9 +283,9 @@ class AdmissionChain:
             policy = policies.get(spec.get("policyName", ""))
             if policy is None or (policy.get("spec") or {}).get("paramKind"):
                 continue  # params are not modelled
-            self._evaluate_policy(policy, binding, rt, namespace, obj, old, operation)
+            self._evaluate_policy(policy, binding, rt, namespace, obj, old, operation, user)
 
-    def _evaluate_policy(self, policy, binding, rt, namespace, obj, old, operation) -> None:
+    def _evaluate_policy(self, policy, binding, rt, namespace, obj, old, operation, user=None) -> None:
         spec, binding_spec = policy.get("spec") or {}, binding.get("spec") or {}
         constraints = spec.get("matchConstraints") or {}
         if not self._rules_match([{**r, "scope": r.get("scope", "*")} for r in constraints.get("resourceRules") or []],
@@ -291,7 +298,7 @@ class AdmissionChain:
                 resources["resourceRules"], rt, operation)) or not self._selected(resources, rt, namespace, obj, old)):
             return
         fail = spec.get("failurePolicy", "Fail") == "Fail"
-        request = self._request(rt, namespace, obj, old, operation, False)
+        request = self._request(rt, namespace, obj, old, operation, False, user)
         ns_obj = self.emulator.store.objects.get(("", "namespaces"), {}).get(("", namespace)) if namespace else None
         variables = {"object": obj, "oldObject": old, "request": request, "namespaceObject": ns_obj}
         name, binding_name = policy["metadata"]["name"], binding["metadata"]["name"]

@@ -5,7 +5,11 @@ what `opa run --server` does from the same inputs: it reads the TLS certificate 
 the --tls-cert-file / --tls-private-key-file paths and the policy files named on the command line from their
 ConfigMap, loads the policy into a real Rego engine (tests/kubeapi/rego.py), and serves HTTPS on 127.0.0.1: POST to
 the root path answers with data.system.main for the AdmissionReview sent as input (OPA's webhook contract), GET
-/health answers 200. Every Service in the namespace whose selector picks those pods is routed there for webhook
+/health answers 200, and the management API parts an attacker would use are served too (PUT/DELETE
+/v1/policies/<id>, GET/POST /v1/data/<path>). With `--authorization=basic` every request first goes through
+data.system.authz.allow with the input OPA's server builds (v1/server/authorizer: method, path split at '/', params,
+headers, identity = the bearer token under `--authentication=token`, body for POSTs of / and /v1/data), and a refusal
+is OPA's 401 "request rejected by administrative policy". Every Service in the namespace whose selector picks those pods is routed there for webhook
 calls. Like a container, it reads its files when its set of ready pods changes (a rollout), not on every Secret edit;
 with no ready pod it stops serving and its Services have no endpoint.
 """
@@ -18,6 +22,7 @@ import ssl
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from .controllers import pod_is_ready
 from .selectors import selector_object_matches
@@ -26,11 +31,31 @@ OPA_IMAGE = "openpolicyagent/opa"
 GRACE_SECONDS = 2.0
 
 
+def authz_input(method: str, target: str, headers, body, authentication: str | None) -> dict:
+    """What OPA's authorizer gives data.system.authz (v1/server/authorizer/authorizer.go makeInput)."""
+    split = urlsplit(target)
+    path = [unquote(part) for part in split.path[1:].split("/")] if split.path else []
+    document = {"method": method.upper(), "path": path, "params": parse_qs(split.query, keep_blank_values=True),
+                "headers": {key.title(): headers.get_all(key) for key in set(headers.keys())}}
+    expects_body = method.upper() == "POST" and (path == [""] or (len(path) >= 2 and path[0] in ("v0", "v1") and
+                                                                 path[1] == "data"))
+    if expects_body and body is not None:
+        document["body"] = body
+    header = headers.get("Authorization", "")
+    if authentication == "token" and header.startswith("Bearer "):
+        document["identity"] = header[len("Bearer "):]
+    return document
+
+
 class OpaServer:
-    def __init__(self, cert_pem: str, key_pem: str, modules: dict[str, str]):
+    def __init__(self, cert_pem: str, key_pem: str, modules: dict[str, str], authorization: bool = False,
+                 authentication: str | None = None):
         from .rego import Policy
         self.policy = Policy(modules)
         self.requests = 0
+        self.authorization = authorization
+        self.authentication = authentication
+        self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,19 +72,62 @@ class OpaServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
+            def _body(self) -> bytes:
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _allowed(self, raw: bytes | None) -> bool:
+                """OPA's authorizer; False after sending its 401."""
+                if not server.authorization:
+                    return True
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = None
+                document = authz_input(self.command, self.path, self.headers, body, server.authentication)
+                if server.policy.decide("data.system.authz.allow", document) is True:
+                    return True
+                self._send(401, {"code": "unauthorized", "message": "request rejected by administrative policy"})
+                return False
+
             def do_GET(self):  # noqa: N802
-                if self.path.split("?")[0] == "/health":
+                if not self._allowed(None):
+                    return None
+                path = urlsplit(self.path).path
+                if path == "/health":
                     return self._send(200, {})
+                if path.startswith("/v1/data"):
+                    rule = ".".join(["data", *[p for p in path[len("/v1/data"):].split("/") if p]])
+                    return self._send(200, {"result": server.policy.decide(rule, {})})
                 return self._send(404, {"code": "resource_not_found"})
+
+            def do_PUT(self):  # noqa: N802
+                raw = self._body()
+                if not self._allowed(None):
+                    return None
+                path = urlsplit(self.path).path
+                if not path.startswith("/v1/policies/"):
+                    return self._send(404, {"code": "resource_not_found"})
+                try:
+                    server.replace_module(unquote(path[len("/v1/policies/"):]), raw.decode())
+                except Exception as error:  # noqa: BLE001 - OPA answers a policy that does not compile with 400
+                    return self._send(400, {"code": "invalid_parameter", "message": str(error)})
+                return self._send(200, {})
 
             def do_POST(self):  # noqa: N802
                 server.requests += 1
-                length = int(self.headers.get("Content-Length") or 0)
+                raw = self._body()
                 try:
-                    document = json.loads(self.rfile.read(length) or b"null")
+                    document = json.loads(raw or b"null")
                 except ValueError:
                     return self._send(400, {"code": "invalid_parameter", "message": "body is not JSON"})
-                if self.path.split("?")[0] != "/":
+                if not self._allowed(raw):
+                    return None
+                path = urlsplit(self.path).path
+                if path.startswith("/v1/data"):
+                    rule = ".".join(["data", *[p for p in path[len("/v1/data"):].split("/") if p]])
+                    given = (document or {}).get("input") if isinstance(document, dict) else None
+                    return self._send(200, {"result": server.policy.decide(rule, given)})
+                if path != "/":
                     return self._send(404, {"code": "resource_not_found"})
                 try:
                     return self._send(200, server.policy.decide("data.system.main", document))
@@ -83,6 +151,12 @@ class OpaServer:
     @property
     def port(self) -> int:
         return self.httpd.server_address[1]
+
+    def replace_module(self, name: str, text: str) -> None:
+        """PUT /v1/policies/<id>: the module set with this one added or replaced must compile."""
+        from .rego import Policy
+        with self._lock:
+            self.policy = Policy({**self.policy.modules, name: text})
 
     def stop(self) -> None:
         self.httpd.shutdown()
@@ -175,7 +249,8 @@ class OpaSim:
             self.errors[key] = "a mounted file is missing (the container would not start)"
             return None
         try:
-            server = OpaServer(cert, private, modules)
+            server = OpaServer(cert, private, modules, authorization=flags.get("--authorization") == "basic",
+                               authentication=flags.get("--authentication"))
         except Exception as error:  # noqa: BLE001 - a policy that does not parse: OPA exits at start
             self.errors[key] = f"{type(error).__name__}: {error}"
             return None

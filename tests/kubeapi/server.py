@@ -364,7 +364,8 @@ class Handler(BaseHTTPRequestHandler):
         chain = self.server.emulator.admission
         if options.subresource or not chain.applies(rt):
             return obj
-        obj = chain.mutate(rt, namespace, obj, old, operation, options.dry_run)
+        user = self._user_info()
+        obj = chain.mutate(rt, namespace, obj, old, operation, options.dry_run, user)
         store = self.server.emulator.store
         preview_options = WriteOptions(manager=options.manager, dry_run=True, field_validation=options.field_validation,
                                        warnings=[])
@@ -373,8 +374,17 @@ class Handler(BaseHTTPRequestHandler):
             obj.setdefault("metadata", {})["name"] = preview["metadata"]["name"]  # generateName: keep the one admitted
         else:
             preview = store.update(rt, namespace, old["metadata"]["name"], obj, preview_options)
-        chain.validate(rt, namespace, preview, old, operation, options.dry_run)
+        chain.validate(rt, namespace, preview, old, operation, options.dry_run, user)
         return obj
+
+    def _user_info(self) -> dict | None:
+        """The requester admission sees: whom the client impersonates (kubectl --as / --as-group), else the admin
+        (None). The emulator's one credential is an admin's, which may impersonate anyone."""
+        name = self.headers.get("Impersonate-User")
+        if not name:
+            return None
+        groups = self.headers.get_all("Impersonate-Group") or []
+        return {"username": name, "groups": [*groups, "system:authenticated"]}
 
     def _update(self, rt, namespace, name, sub, query, body) -> None:
         store = self.server.emulator.store
