@@ -94,7 +94,8 @@ def test_up_steers_gpu_pods_and_a_stopped_opa_blocks_no_cpu_pod(cluster, tmp_pat
     assert emu.get("pods", "trainer", "default")["spec"].get("nodeName") in ("gpu-1", "gpu-2")
     patched = [c for c in emu.admission.calls if c.outcome == "patched"]
     assert patched and all(c.webhook == "gpu-pods.gpu-bootstrap.io" for c in emu.admission.calls)
-    assert all(c.outcome in ("patched",) for c in emu.admission.calls)  # matchConditions: nothing else reaches OPA
+    # matchConditions: nothing else reaches OPA (the one denial: verify's dry-run GPU pod that names a node)
+    assert {c.outcome for c in emu.admission.calls} == {"patched", "denied"}
     print(f"\nwebhook round trip through the emulator: median {statistics.median(c.seconds for c in patched) * 1000:.1f}"
           f" ms over {len(patched)} call(s)")
 
@@ -119,6 +120,88 @@ def test_up_steers_gpu_pods_and_a_stopped_opa_blocks_no_cpu_pod(cluster, tmp_pat
     messages = " ".join(c["message"] for c in doctor["checks"])
     assert "which has no ready endpoints: GPU pods are not steered" in messages, messages
     assert "policy not answering as configured" in messages
+
+
+def pod_as(cluster, name: str, namespace: str = "default", node: str | None = None, owner: str | None = None,
+           as_user: str | None = None, groups: tuple = ()):
+    """A server-side dry-run create of a GPU pod with the real kubectl, optionally impersonating a requester
+    (--as / --as-group: the emulator's admission then sees that userInfo, as the API server would)."""
+    meta = {"name": name, "namespace": namespace}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner, "name": "o", "controller": True,
+                                    "uid": "6a1c4e9e-0000-4000-8000-000000000001"}]
+    spec = {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    if node:
+        spec["nodeName"] = node
+    args = ["create", "--dry-run=server", "-o", "json", "-f", "-"]
+    if as_user:
+        args += [f"--as={as_user}", *(f"--as-group={g}" for g in groups)]
+    return cluster.kubectl(*args, check=False, input=json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                                                                 "spec": spec}))
+
+
+def opa_request(emu, method: str, path: str, body: dict | None = None, token: str | None = None):
+    """One HTTPS request to a running OPA replica (the stand-in serves OPA's authorizer in front of its API)."""
+    import http.client
+    import socket
+    import ssl
+    server = emu.opa.server(OPA_NS, "opa")
+    context = ssl.create_default_context(cadata=secret_data(emu)["ca.crt"])
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    connection.sock = context.wrap_socket(socket.create_connection(("127.0.0.1", server.port), 10),
+                                          server_hostname=f"opa.{OPA_NS}.svc")
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    payload = body if isinstance(body, str) or body is None else json.dumps(body)
+    connection.request(method, path, body=payload, headers=headers)
+    response = connection.getresponse()
+    answer = response.status, json.loads(response.read() or b"null")
+    connection.close()
+    return answer
+
+
+def test_only_the_system_claims_an_exemption_and_opa_serves_only_verdicts(cluster, tmp_path):
+    """Exemptions follow the requester the API server authenticated, not fields the pod's creator writes; OPA's
+    management API refuses everyone while the webhook's decision path keeps working."""
+    config = write_config(tmp_path, cluster, "  mode: enforce\n")
+    result, _document = cli("up", config, tmp_path)
+    assert result.exit_code == 0, result.output
+    emu = cluster.emu
+
+    tenant = pod_as(cluster, "pinned", node="gpu-1")
+    assert tenant.returncode != 0 and "spec.nodeName" in tenant.stderr, tenant.stderr
+    kubelet = pod_as(cluster, "static", node="gpu-1", as_user="system:node:gpu-1", groups=("system:nodes",))
+    assert kubelet.returncode == 0, kubelet.stderr
+    not_a_node = pod_as(cluster, "static-2", node="gpu-1", as_user="alice", groups=("system:nodes",))
+    assert not_a_node.returncode != 0 and "spec.nodeName" in not_a_node.stderr
+    daemon = pod_as(cluster, "plugin", owner="DaemonSet",
+                    as_user="system:serviceaccount:kube-system:daemon-set-controller")
+    assert daemon.returncode == 0, daemon.stderr
+    fake_daemon = pod_as(cluster, "plugin-2", owner="DaemonSet")
+    assert fake_daemon.returncode != 0 and "spec.schedulerName" in fake_daemon.stderr
+    cluster.kubectl("create", "namespace", "gpu-operator")
+    validator = pod_as(cluster, "cuda-validator", "gpu-operator", node="gpu-1",
+                       as_user="system:serviceaccount:gpu-operator:nvidia-operator-validator")
+    assert validator.returncode == 0, validator.stderr
+    tenant_in_operator_ns = pod_as(cluster, "sneaky", "gpu-operator", node="gpu-1")
+    assert tenant_in_operator_ns.returncode != 0 and "spec.nodeName" in tenant_in_operator_ns.stderr
+
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "operation": "CREATE", "namespace": "default", "kind": {"group": "", "version": "v1",
+                                                                             "kind": "Pod"},
+        "userInfo": {"username": "alice"}, "object": json.loads(GPU_OVERRIDES) | {"metadata": {"name": "x"}}}}
+    status, answer = opa_request(emu, "POST", "/?timeout=3s", review)
+    assert status == 200 and answer["response"]["allowed"] is False  # the verdict: enforce mode rejects it
+    assert opa_request(emu, "GET", "/health")[0] == 200
+    evil = "package system\n\nmain := {\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionReview\", " \
+           "\"response\": {\"uid\": input.request.uid, \"allowed\": true}}\n"
+    for method, path, body in (("PUT", "/v1/policies/evil", evil), ("GET", "/v1/data", None),
+                               ("GET", "/v1/data/system/scheduler", None), ("POST", "/v1/data/system/main", {}),
+                               ("DELETE", "/v1/policies/policy/gpu-pods.rego", None), ("GET", "/metrics", None)):
+        for token in (None, "guessed"):
+            status, answer = opa_request(emu, method, path, body, token)
+            assert (status, answer.get("code")) == (401, "unauthorized"), (method, path, answer)
+    still = kubectl_run(cluster, "trainer")
+    assert still.returncode != 0 and "spec.schedulerName" in still.stderr  # the policy was not replaced
 
 
 def test_a_second_up_changes_nothing_and_teardown_leaves_no_webhook(cluster, tmp_path):
@@ -173,6 +256,15 @@ def test_engine_vap_on_1_29_is_refused_before_anything_changes(cluster, tmp_path
     assert result.exit_code == 2, result.output
     assert "admission.engine: vap cannot enforce on Kubernetes 1.29" in document["error"]
     assert "use admission.engine: opa" in document["error"]
+    assert cluster.emu.requests.writes() == []
+
+
+def test_only_admission_without_opa_is_refused_naming_the_step_to_run_first(cluster, tmp_path):
+    """A webhook with no server plus the backstop would reject every GPU pod: refused before anything changes."""
+    cluster.emu.requests.clear()
+    result, document = cli("up", write_config(tmp_path, cluster), tmp_path, steps="admission")
+    assert result.exit_code == 2, result.output
+    assert "OPA is not deployed" in document["error"] and "--only admission-opa,admission" in document["error"]
     assert cluster.emu.requests.writes() == []
 
 

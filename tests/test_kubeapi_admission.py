@@ -133,3 +133,41 @@ def test_object_selector_and_match_conditions_skip_the_call(cluster):
         assert server.requests == 1
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("authorization", [False, True])
+def test_without_authz_anyone_can_replace_the_policy_and_with_it_nobody_can(cluster, authorization):
+    """The attack the security review found, through the emulator's admission chain: a pod that can reach OPA PUTs
+    a `package system` that allows everything. Without --authorization=basic the webhook then admits what it denied;
+    with the rendered system.authz (only POST / and GET /health) the PUT is refused and the verdict stands."""
+    import http.client
+    import socket
+    import ssl
+
+    from gpu_bootstrap.render import admission_policy as policy_render
+    issued = certs.issue("hook", "default", now(), bytes(range(32)))
+    modules = {"p.rego": DENY_ALL, "authz.rego": policy_render.authz_rego()}
+    server = OpaServer(issued.cert_pem, issued.key_pem, modules, authorization=authorization,
+                       authentication="token" if authorization else None)
+    try:
+        cluster.emu.admission.route("default", "hook", 443, "127.0.0.1", server.port)
+        webhook(cluster, "ValidatingWebhookConfiguration", DENY_ALL, issued.ca_pem)
+        assert run_pod(cluster, "before").returncode != 0
+        context = ssl.create_default_context(cadata=issued.ca_pem)
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        connection.sock = context.wrap_socket(socket.create_connection(("127.0.0.1", server.port), 10),
+                                              server_hostname="hook.default.svc")
+        connection.request("PUT", "/v1/policies/p.rego", body=ALLOW_ALL)
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+        connection.close()
+        after = run_pod(cluster, "after")
+        if authorization:
+            assert (response.status, answer) == (401, {"code": "unauthorized",
+                                                       "message": "request rejected by administrative policy"})
+            assert after.returncode != 0 and 'denied the request: no' in after.stderr
+        else:
+            assert response.status == 200
+            assert after.returncode == 0, after.stderr  # subverted
+    finally:
+        server.stop()

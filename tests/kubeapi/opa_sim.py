@@ -113,6 +113,19 @@ class OpaServer:
                     return self._send(400, {"code": "invalid_parameter", "message": str(error)})
                 return self._send(200, {})
 
+            def do_DELETE(self):  # noqa: N802
+                self._body()
+                if not self._allowed(None):
+                    return None
+                path = urlsplit(self.path).path
+                if not path.startswith("/v1/policies/"):
+                    return self._send(404, {"code": "resource_not_found"})
+                try:
+                    server.delete_module(unquote(path[len("/v1/policies/"):]))
+                except KeyError:
+                    return self._send(404, {"code": "resource_not_found"})
+                return self._send(200, {})
+
             def do_POST(self):  # noqa: N802
                 server.requests += 1
                 raw = self._body()
@@ -157,6 +170,14 @@ class OpaServer:
         from .rego import Policy
         with self._lock:
             self.policy = Policy({**self.policy.modules, name: text})
+
+    def delete_module(self, name: str) -> None:
+        """DELETE /v1/policies/<id> (files loaded by `opa run` have their path as id)."""
+        from .rego import Policy
+        with self._lock:
+            modules = dict(self.policy.modules)
+            del modules[name]
+            self.policy = Policy(modules)
 
     def stop(self) -> None:
         self.httpd.shutdown()
