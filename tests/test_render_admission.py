@@ -131,7 +131,8 @@ def objects_for(config, kube: str) -> list[dict]:
     cert = decide(config, None, NOW, SEED, None)
     objects = [render.namespace(config), render.service_account(config), render.policy_configmap(config),
                cert.secret, render.deployment(config, cert.tls_hash), render.service(config),
-               render.disruption_budget(config), render.webhook_configuration(config, kube, cert.bundle)]
+               render.disruption_budget(config), render.network_policy(config),
+               render.webhook_configuration(config, kube, cert.bundle)]
     if render.cel_available(kube):
         objects += render.validating_policy(config)
     return [o for o in objects if o]
