@@ -241,6 +241,7 @@ def test_admission_opa_creates_its_namespace_a_new_certificate_and_the_server_in
         (Verb.APPLY, "ConfigMap gpu-bootstrap-admission/opa-policy", "create"),
         (Verb.APPLY, "Deployment gpu-bootstrap-admission/opa", "create"),
         (Verb.APPLY, "Service gpu-bootstrap-admission/opa", "create"),
+        (Verb.APPLY, "NetworkPolicy gpu-bootstrap-admission/opa", "create"),
         (Verb.APPLY, "PodDisruptionBudget gpu-bootstrap-admission/opa", "create")]
     secret = changes[1].body
     assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
