@@ -163,9 +163,15 @@ def test_only_the_system_claims_an_exemption_and_opa_serves_only_verdicts(cluste
     """Exemptions follow the requester the API server authenticated, not fields the pod's creator writes; OPA's
     management API refuses everyone while the webhook's decision path keeps working."""
     config = write_config(tmp_path, cluster, "  mode: enforce\n")
-    result, _document = cli("up", config, tmp_path)
+    cluster.kubectl("create", "namespace", "legacy")
+    cluster.kubectl("label", "namespace", "legacy", "gpu-bootstrap.io/admission=ignore")  # the old opt-out
+    result, document = cli("up", config, tmp_path)
     assert result.exit_code == 0, result.output
+    assert "legacy carry gpu-bootstrap.io/admission=ignore, which no longer exempts anything" in \
+        steps_of(document)["admission"]["message"]
     emu = cluster.emu
+    labelled = kubectl_run(cluster, "trainer", namespace="legacy")
+    assert labelled.returncode != 0 and "spec.schedulerName" in labelled.stderr
 
     tenant = pod_as(cluster, "pinned", node="gpu-1")
     assert tenant.returncode != 0 and "spec.nodeName" in tenant.stderr, tenant.stderr
