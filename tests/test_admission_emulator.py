@@ -340,3 +340,17 @@ def test_rotation_near_expiry_keeps_every_request_succeeding(cluster, tmp_path, 
     during = sum(1 for t in stamps if switch_started <= t <= switch_ended)
     print(f"rotation: {during} of them while the rotating `up` ran ({switch_ended - switch_started:.1f} s)")
     assert during >= 3 and failures == [], (failures[:3], errors[:3])
+
+
+@pytest.mark.parametrize("emulator_options", [{"kube_version": "1.36.0", "gpu_nodes": ["gpu-1"]}])
+def test_engine_vap_mutate_plans_the_backstop_beside_the_mutating_policy(cluster, tmp_path):
+    """No mutation can steer a GPU pod that names a node: the ValidatingAdmissionPolicy that rejects it comes with
+    the MutatingAdmissionPolicy."""
+    result, document = cli("up", write_config(tmp_path, cluster, "  engine: vap\n"), tmp_path, "--dry-run",
+                           steps="admission")
+    assert result.exit_code == 0, result.output
+    step = steps_of(document)["admission"]
+    assert step["changes"] == 4, step
+    for kind in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+                 "ValidatingAdmissionPolicyBinding"):
+        assert f"{kind} gpu-bootstrap-gpu-pods: missing" in step["message"], step["message"]

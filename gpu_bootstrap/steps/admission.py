@@ -387,7 +387,8 @@ class Admission(Step):
             if version_served is None:
                 raise self._refuse_vap(version, "mutate", "API discovery shows no MutatingAdmissionPolicy")
             # The backstop too: it rejects the GPU pods that name a node, which no mutation can steer.
-            return render.mutating_policy(config, version_served) + render.validating_policy(config), notes
+            return render.mutating_policy(config, version_served) + (
+                render.validating_policy(config) if vap else []), notes
         self._refuse_without_opa(ctx)
         bundle = None
         if settings.certificates == "generated":
