@@ -460,15 +460,14 @@ class Admission(Step):
         bound = render.sample_pod("gpu-bootstrap-admission-probe-bound", ns, node_name=(
             config.nodes[0].name if config.nodes else "gpu-bootstrap-probe"))
         results.append(self._probe_bound(ctx, bound))
-        for what, pod in (("CPU pod", render.sample_pod("gpu-bootstrap-admission-probe-cpu", ns, gpu=False)),):
-            try:
-                answer = ctx.kube.create(pod, dry_run=True)
-                got = (answer.get("spec") or {}).get("schedulerName")
-                results.append((what, got in (None, policy_render.DEFAULT_SCHEDULER), f"schedulerName {got}"))
-            except ClusterError as error:
-                if isinstance(error, Unreachable) or not error.status:
-                    raise
-                results.append((what, False, f"rejected ({error.status}): {error.message}"))
+        try:
+            answer = ctx.kube.create(render.sample_pod("gpu-bootstrap-admission-probe-cpu", ns, gpu=False), dry_run=True)
+            got = (answer.get("spec") or {}).get("schedulerName")
+            results.append(("CPU pod", got in (None, policy_render.DEFAULT_SCHEDULER), f"schedulerName {got}"))
+        except ClusterError as error:
+            if isinstance(error, Unreachable) or not error.status:
+                raise
+            results.append(("CPU pod", False, f"rejected ({error.status}): {error.message}"))
         return results
 
     @staticmethod
