@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from ..config import selector_equalities
+from .. import images
 from ..objects import deep_merge
 from ..paths import data_path
 from ..versions import version_tuple
@@ -149,6 +150,8 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
     _sharing(facts, config, derived, labels, warnings)
     _pool_operands(config, playbook_steps, derived, warnings)
     _dcgm_scrape(config, playbook_steps, scrape, derived)
+    derived += [Derived(path, value, why) for path, value, why in images.gpu_operator_values(
+        getattr(config, "registry", None))]
     tree: dict = {}
     for item in derived:
         _set(tree, item.path, item.value)

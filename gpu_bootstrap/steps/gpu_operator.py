@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import yaml
 
 from .. import versions
+from ..images import registry_inputs
 from ..adapters import charts
 from ..objects import pin_resource_version, pod_ready, pod_state
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
@@ -171,7 +172,8 @@ class GpuOperator(Step):
         return {"config": ctx.config.gpu_operator.model_dump(mode="json"), "chart": self.version_of(chart, meta),
                 "facts": facts_digest(ctx.node_facts.reports()),
                 "kube": ".".join(ctx.server_version().split(".")[:2]),
-                "node_prep": ctx.config.node_prep.model_dump(mode="json"), "playbook": list(ctx.options.playbook)}
+                "node_prep": ctx.config.node_prep.model_dump(mode="json"), "playbook": list(ctx.options.playbook),
+                **registry_inputs(ctx.config)}
 
     # --- check / plan ---------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:
