@@ -218,6 +218,8 @@ def doctor(options: Options, node_names: str | None) -> DoctorReport:
             rows = [("cluster", check) for check in cluster_checks(ctx)]
             if all(check.status != FAIL for _name, check in rows):
                 rows += [(step.id, check) for step, check in runner.doctor()]
+            if ctx.config.registry.mirror and rows and rows[0][1].status != FAIL:
+                rows.append(("registry", mirror_check(options, ctx.server_version(), ctx.node_facts.reports())))
     finally:
         ctx.close()
     ok = all(check.status != FAIL for _name, check in rows) and all(r.ok for r in reports)
@@ -298,6 +300,25 @@ def _rendered_documents(render: Path) -> tuple[dict, dict]:
         if missing.exists():
             not_rendered[step] = missing.read_text().splitlines()[0]
     return documents, not_rendered
+
+
+def mirror_check(options: Options, version: str, reports: dict):
+    """doctor with registry.mirror set: is every image of `images` in the mirror? (the same check as --check)"""
+    from .pipeline.step import Check
+    try:
+        found = images(options, (version, reports))
+        present = check_images(found)
+    except GpuBootstrapError as error:
+        return Check(FAIL, error.one_line(), facts={"id": "registry"})
+    missing = sorted(ref for ref, there in present.items() if not there)
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return Check(FAIL, f"{len(missing)} of {len(present)} images missing from {found.mirror}: {shown}; "
+                           f"gpu-bootstrap images --check lists them", facts={"id": "registry", "missing": missing})
+    if found.incomplete:
+        return Check(WARN, f"all {len(present)} listed images are in {found.mirror}, but the list is incomplete: "
+                           f"{'; '.join(found.incomplete)}", facts={"id": "registry"})
+    return Check(PASS, f"all {len(present)} images are in {found.mirror}", facts={"id": "registry"})
 
 
 def check_images(found, environ: dict | None = None) -> dict[str, bool]:

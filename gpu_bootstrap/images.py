@@ -43,7 +43,7 @@ class Reference:
 
     def canonical_repository(self) -> str:
         """docker.io/library/busybox for 'busybox': one spelling to compare repositories by."""
-        path = self.path if self.registry or "/" in self.path else f"library/{self.path}"
+        path = self.path if self.host != DOCKER_HUB or "/" in self.path else f"library/{self.path}"
         return f"{self.host}/{path}"
 
     def __str__(self) -> str:
@@ -60,6 +60,8 @@ def parse(text: str) -> Reference:
     tag = ""
     if ":" in last:
         last, tag = last.split(":", 1)
+        if not tag:
+            raise ValueError(f"{text!r} has an empty tag")
     name = f"{head}{slash}{last}"
     first, _, rest = name.partition("/")
     registry, path = (first, rest) if rest and ("." in first or ":" in first or first == "localhost") else ("", name)
