@@ -16,8 +16,11 @@ from . import images
 SANDBOX_OPERANDS = {"vgpuManager", "vgpuDeviceManager", "vfioManager", "kataManager", "sandboxDevicePlugin",
                     "kataSandboxDevicePlugin", "ccManager"}
 CHART_OF_STEP = {"gpu-operator": "gpu-operator", "monitoring": "kube-prometheus-stack"}
-# Arguments whose value is an image the Prometheus Operator adds to the pods it makes (the config reloader sidecar)
-OPERATOR_IMAGE_ARGS = re.compile(r"--prometheus-config-reloader=(\S+)")
+# Arguments whose value is an image the Prometheus Operator adds to the pods it makes: the config reloader sidecar
+# (always), and Thanos' (only for a Prometheus with a Thanos sidecar)
+OPERATOR_IMAGE_ARGS = re.compile(r"--(prometheus-config-reloader|thanos-default-base-image)=(\S+)")
+ARG_NOTES = {"thanos-default-base-image": "the Prometheus Operator's image for Thanos sidecars: pulled only when a "
+                                          "Prometheus sets spec.thanos"}
 
 
 @dataclass
@@ -75,13 +78,25 @@ def container_images(node, found: list[str] | None = None) -> list[str]:
             for container in containers:
                 if isinstance(container, dict) and isinstance(container.get("image"), str):
                     found.append(container["image"])
-                    for arg in [*(container.get("args") or []), *(container.get("command") or [])]:
-                        found += OPERATOR_IMAGE_ARGS.findall(str(arg))
         for value in node.values():
             container_images(value, found)
     elif isinstance(node, list):
         for value in node:
             container_images(value, found)
+    return found
+
+
+def argument_images(node, found: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """(image, note) named by an operator's arguments (--prometheus-config-reloader=…) anywhere in a document."""
+    found = [] if found is None else found
+    if isinstance(node, dict):
+        for value in node.values():
+            argument_images(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            argument_images(value, found)
+    elif isinstance(node, str):
+        found += [(ref, ARG_NOTES.get(name, "")) for name, ref in OPERATOR_IMAGE_ARGS.findall(node)]
     return found
 
 
@@ -181,6 +196,8 @@ def collect(documents_by_step: dict[str, list[tuple[str, dict]]], facts_reports:
                 else f"gpu-bootstrap {step} ({doc.get('kind')} {((doc.get('metadata') or {}).get('name'))})"
             for ref in container_images(doc) + custom_resource_images(doc):
                 result.add(ref, mirror, where)
+            for ref, note in argument_images(doc):
+                result.add(ref, mirror, where, note)
             if doc.get("kind") == "ClusterPolicy":
                 _operands(result, doc, facts_reports, known_facts, driver_management, mirror)
     for step, why in sorted(not_rendered.items()):

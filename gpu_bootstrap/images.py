@@ -230,15 +230,28 @@ GPU_OPERATOR_SECRET_LISTS = ("operator", "validator", "driver", "toolkit", "devi
                              "kataSandboxDevicePlugin", "ccManager", "draDriver")
 
 
-def gpu_operator_values(registry) -> list[tuple[str, object, str]]:
-    """(values path, value, why) that point the gpu-operator, its operands and NFD at the mirror."""
+def image_repositories(values, prefix: str = "") -> dict[str, str]:
+    """values path -> repository of every {repository, image} pair in a chart's values (its image-bearing values)."""
+    found = {}
+    if isinstance(values, dict):
+        if isinstance(values.get("repository"), str) and values["repository"] and "image" in values:
+            found[prefix] = values["repository"]
+        for key, value in values.items():
+            found.update(image_repositories(value, f"{prefix}.{key}" if prefix else str(key)))
+    return found
+
+
+def gpu_operator_values(registry, chart_values: dict | None = None) -> list[tuple[str, object, str]]:
+    """(values path, value, why) that point the gpu-operator, its operands and NFD at the mirror. `chart_values`: the
+    chart's own defaults (a local chart), whose {repository, image} pairs are moved; else the table above."""
     out = []
     if registry is None:
         return out
     if registry.mirror:
         why = f"registry.mirror: the operand images come from {registry.mirror}"
+        table = image_repositories(chart_values) if chart_values else GPU_OPERATOR_REPOSITORIES
         out += [(f"{path}.repository", mirror_path(default, registry.mirror), why)
-                for path, default in GPU_OPERATOR_REPOSITORIES.items()]
+                for path, default in sorted(table.items())]
         out.append(("node-feature-discovery.image.repository", mirror_path(NFD_REPOSITORY, registry.mirror),
                     f"registry.mirror: NFD's image comes from {registry.mirror}"))
     if registry.pull_secret:

@@ -191,7 +191,8 @@ def test_container_images_include_init_containers_and_the_config_reloader():
         "initContainers": [{"name": "i", "image": "a.io/init:1"}],
         "containers": [{"name": "c", "image": "a.io/op:1", "args": ["--prometheus-config-reloader=a.io/rl:2",
                                                                      "--log-level=info"]}]}}}}
-    assert sorted(image_list.container_images(deployment)) == ["a.io/init:1", "a.io/op:1", "a.io/rl:2"]
+    assert sorted(image_list.container_images(deployment)) == ["a.io/init:1", "a.io/op:1"]
+    assert image_list.argument_images(deployment) == [("a.io/rl:2", "")]
     prometheus = {"apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus", "spec": {"image": "a.io/p:3"}}
     assert image_list.custom_resource_images(prometheus) == ["a.io/p:3"]
 

@@ -163,8 +163,11 @@ class GpuOperator(Step):
                 scrape = dcgm_scrape(ctx)  # the monitoring step's DCGM ServiceMonitor values (one source)
             except MonitoringProblem as problem:
                 raise values_render.Refusal(f"monitoring: {problem.message}", problem.hint) from None
+            # a local chart's own defaults say which values hold an image repository (registry.mirror)
+            defaults = charts.local_chart_values(chart.ref) if chart.repo is None else None
             self._values = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
-                                                list(ctx.options.playbook), deployed, no_room, scrape)
+                                                list(ctx.options.playbook), deployed, no_room, scrape,
+                                                chart_values=defaults)
         return self._values
 
     def inputs(self, ctx) -> dict:
