@@ -280,6 +280,8 @@ def _saved_facts(version: str, reports: dict, report_path: Path) -> dict:
     """The options that plan offline with these facts: a 0600 preflight report written for the offline render."""
     import json
     from .probes.report import document
+    if not reports:  # no node facts (doctor --no-nodes): the driver's OS is unknown, and the list says so
+        return {"kube_version": version}
     report_path.touch(mode=0o600)
     report_path.write_text(json.dumps(document(list(reports.values()))))
     return {"kube_version": version, "preflight_report": report_path}

@@ -353,3 +353,27 @@ def test_the_default_config_pulls_nothing_unpinned_that_the_catalogue_does_not_e
     unexplained = sorted(ref for ref in refs if "@sha256:" not in ref and images.unpinned_reason(ref) is None)
     assert unexplained == []
     assert not any(host in ref for ref in refs if "@" not in ref for host in ("pause",))
+
+
+# --- doctor -------------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def emulator_options() -> dict:
+    return {"kube_version": "1.33.2", "gpu_nodes": ["gpu-1", "gpu-2"], "cpu_nodes": ["cpu-1"]}
+
+
+def test_doctor_checks_the_mirror_when_one_is_set(cluster, oci_registry, tmp_path, helm_on_path):
+    """doctor (emulated cluster, no SSH) runs the same check as `images --check` (whose present/missing answers are
+    tested above): the cluster's version, the real charts, the real registry, here still empty."""
+    mirror = f"{oci_registry.host}/mirror"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes:\n  - name: gpu-1\n  - name: gpu-2\n"
+                      f"registry: {{mirror: '{mirror}'}}\n"
+                      f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n"
+                      f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n")
+    args = ["doctor", "-c", str(config), "--no-nodes", "-o", "json", "--log-file", str(tmp_path / "log")]
+    result = runner.invoke(app, args)
+    row = {c["id"]: c for c in json.loads(result.stdout)["checks"]}["registry"]
+    assert result.exit_code == 1 and row["status"] == "fail"
+    assert f"missing from {mirror}" in row["message"] and "images --check" in row["message"]
+    assert re.match(r"(\d+) of \1 images missing", row["message"])  # an empty registry: every image is missing
+    assert "/nvidia/driver:" in row["message"] or "more" in row["message"]
