@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from ..objects import unschedulable, waiting
-from ..images import locate_pods, registry_inputs
+from ..images import locate, locate_pods, registry_inputs
 from ..pipeline.step import FAIL, PASS, Change, Check, Ref, Step, Verb
 from .preflight import facts_digest
 
@@ -56,7 +56,8 @@ class Validate(Step):
     def check(self, ctx) -> Check:
         # Nothing persists between runs (the pods are removed), so the record's fingerprint decides.
         leftovers = tuple(p["metadata"]["name"] for p in self._pods(ctx))
-        return Check(PASS, f"CUDA vector-add ({ctx.config.validation.image}) on {len(self.nodes(ctx.config))} GPU "
+        return Check(PASS, f"CUDA vector-add ({locate(ctx.config.validation.image, ctx.config.registry)}) on "
+                           f"{len(self.nodes(ctx.config))} GPU "
                            f"node(s)", done=True, facts=ValidateFacts(leftovers))
 
     def _pod_name(self, node: str) -> str:
