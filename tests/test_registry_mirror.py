@@ -302,8 +302,6 @@ def test_images_check_against_the_real_registry(oci_registry, tmp_path, helm_on_
     for reference in references:
         if reference not in left_out:
             oci_registry.push(reference.split("@")[0])  # pushed by tag: the digest of our tiny artefact differs
-    tag_only = [r for r in references if "@" not in r]
-    assert tag_only == references or len(tag_only) < len(references)
     result = runner.invoke(app, [*args, "--check"])
     pinned = [r for r in references if "@" in r]  # pinned by a digest our tiny artefacts cannot have
     assert result.exit_code == 1
