@@ -235,6 +235,20 @@ def rendered_references(out: Path, enabled_operands_only: bool = False) -> list[
     return found
 
 
+def pod_specs(node) -> list[dict]:
+    """Every pod spec in a document (a dict with containers), and the Prometheus Operator's resources' specs."""
+    found = []
+    if isinstance(node, dict):
+        if isinstance(node.get("containers"), list) or node.get("kind") in ("Prometheus", "Alertmanager"):
+            found.append(node if "containers" in node else node.get("spec") or {})
+        for value in node.values():
+            found += pod_specs(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += pod_specs(value)
+    return found
+
+
 def _repositories(values) -> list[str]:
     out = []
     if isinstance(values, dict):
@@ -261,8 +275,16 @@ def test_with_a_mirror_no_image_reference_leaves_it(kube, tmp_path, helm_on_path
         assert any("manifests.yaml" in w and "kube-webhook-certgen" in r for w, r in found)
         assert any("manifests.yaml" in w and "/nvidia/driver:" in r for w, r in found)  # ClusterPolicy
         assert any("prometheus-config-reloader" in r for _w, r in found)
-    # the pull secret reaches our pods and the charts' values
-    assert "regcred" in (out / "06-binpack-scheduler" / "08-apply-deployment-gpu-binpack-scheduler.yaml").read_text()
+    # the pull secret reaches every pod spec we apply or a chart renders (operands: the ClusterPolicy's lists)
+    without = [(path.name, doc.get("kind")) for path in out.rglob("*.yaml") if path.name != "values.yaml"
+               for doc in yaml.safe_load_all(path.read_text()) for spec in pod_specs(doc)
+               if {"name": "regcred"} not in (spec.get("imagePullSecrets") or [])]
+    assert without == []
+    policies = [doc for path in out.rglob("manifests.yaml") for doc in yaml.safe_load_all(path.read_text())
+                if isinstance(doc, dict) and doc.get("kind") == "ClusterPolicy"]
+    assert [key for policy in policies for key, section in policy["spec"].items()
+            if isinstance(section, dict) and section.get("repository") and section.get("image")
+            and "regcred" not in (section.get("imagePullSecrets") or [])] == []
 
 
 def test_images_is_exactly_what_the_render_pulls_and_names_the_driver_per_os(tmp_path, helm_on_path):
