@@ -50,14 +50,14 @@ def load_config(options: Options):
     return config_module.load(options.config, overrides=overrides)
 
 
-def build(options: Options, reporter, mode_for_dry_run: str | None = None):
+def build(options: Options, reporter, mode_for_dry_run: str | None = None, config=None):
     """Load config and playbook, choose the adapters and the gate's mode, build the context and the runner.
-    Raises ConfigError (exit 2) before anything is touched."""
+    Raises ConfigError (exit 2) before anything is touched. `config`: an already loaded config (images)."""
     if options.offline and not options.dry_run:
         raise UsageError("--offline only makes sense with --dry-run", "add --dry-run")
     if options.kube_version and not options.offline:
         raise UsageError("--kube-version is for --offline dry runs; online, the cluster's version is used")
-    config = load_config(options)
+    config = config if config is not None else load_config(options)
     playbook = load_playbook(options.playbook)
     selected, skipped = select(playbook, options.only, options.skip)
     kube, helm, mode, kube_version = _cluster_adapters(options, config)
@@ -218,10 +218,118 @@ def doctor(options: Options, node_names: str | None) -> DoctorReport:
             rows = [("cluster", check) for check in cluster_checks(ctx)]
             if all(check.status != FAIL for _name, check in rows):
                 rows += [(step.id, check) for step, check in runner.doctor()]
+            if ctx.config.registry.mirror and rows and rows[0][1].status != FAIL:
+                rows.append(("registry", mirror_check(options, ctx.server_version(), ctx.node_facts.reports())))
     finally:
         ctx.close()
     ok = all(check.status != FAIL for _name, check in rows) and all(r.ok for r in reports)
     return DoctorReport(rows, reports, ok)
+
+
+def images(options: Options, cluster_facts: tuple[str, dict] | None = None):
+    """`images`: the image_list.ImageList of what the configured platform pulls on this cluster. It is read from a
+    fresh-install plan (an offline render, as `up --dry-run --offline --render-dir` makes) for the cluster's
+    Kubernetes version and its GPU nodes' facts: offline, --kube-version and --preflight-report give them; online,
+    the API server and preflight over SSH do. The render is made without the mirror, so each image's source is known;
+    its mirror reference is the same path on registry.mirror (what the mirrored render holds). `cluster_facts`:
+    (Kubernetes version, node reports) already read (doctor), so nothing is read twice."""
+    import dataclasses
+    import tempfile
+    from . import image_list
+    config = load_config(options)
+    plain = config.model_copy(update={"registry": config.registry.model_copy(update={"mirror": None})})
+    with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-images-") as folder:
+        render = Path(folder) / "render"
+        offline = dataclasses.replace(options, dry_run=True, offline=True, render_dir=render, only=[], skip=[])
+        if cluster_facts is not None:
+            offline = dataclasses.replace(offline, **_saved_facts(*cluster_facts, Path(folder) / "facts.json"))
+        elif not options.offline:
+            offline = dataclasses.replace(offline, **_cluster_facts(options, config, Path(folder) / "facts.json"))
+        ctx, runner, _playbook = build(offline, LogReporter(), config=plain)
+        try:
+            results = runner.up()
+            reports = ctx.node_facts.reports()
+        finally:
+            ctx.close()
+        failed = [r for r in results if r.status == "failed"]
+        if failed:
+            raise GpuBootstrapError(f"the plan the image list is read from failed at {failed[0].id}: "
+                                    f"{failed[0].message}", "gpu-bootstrap up --dry-run shows the same plan")
+        documents, not_rendered = _rendered_documents(render)
+    found = image_list.collect(documents, reports, bool(reports), config.gpu_operator.driver_management,
+                               config.registry.mirror, not_rendered)
+    found.mirror, found.plain_http = config.registry.mirror, config.registry.plain_http
+    return found
+
+
+def _cluster_facts(options: Options, config, report_path: Path) -> dict:
+    """Online `images`: the API server's version and the GPU nodes' facts (preflight over SSH, or the
+    --preflight-report), saved for the offline render. Reads only."""
+    import dataclasses
+    ctx, _runner, _playbook = build(dataclasses.replace(options, dry_run=True, only=[], skip=[]), LogReporter(),
+                                    config=config)
+    try:
+        version = ctx.server_version()
+        reports = ctx.node_facts.reports()
+    finally:
+        ctx.close()
+    return _saved_facts(version, reports, report_path)
+
+
+def _saved_facts(version: str, reports: dict, report_path: Path) -> dict:
+    """The options that plan offline with these facts: a 0600 preflight report written for the offline render."""
+    import json
+    from .probes.report import document
+    if not reports:  # no node facts (doctor --no-nodes): the driver's OS is unknown, and the list says so
+        return {"kube_version": version}
+    report_path.touch(mode=0o600)
+    report_path.write_text(json.dumps(document(list(reports.values()))))
+    return {"kube_version": version, "preflight_report": report_path}
+
+
+def _rendered_documents(render: Path) -> tuple[dict, dict]:
+    """step id -> [(file name, document)] of a render dir, and step id -> why its chart was not rendered."""
+    import yaml
+    documents: dict[str, list] = {}
+    not_rendered: dict[str, str] = {}
+    for folder in sorted(p for p in render.iterdir() if p.is_dir()):
+        step = folder.name.split("-", 1)[1]
+        for path in sorted(folder.glob("*.yaml")):
+            if path.name in ("values.yaml", "release.yaml"):
+                continue
+            documents.setdefault(step, []).extend((path.name, doc) for doc in yaml.safe_load_all(path.read_text()))
+        missing = folder / "manifests-not-rendered.txt"
+        if missing.exists():
+            not_rendered[step] = missing.read_text().splitlines()[0]
+    return documents, not_rendered
+
+
+def mirror_check(options: Options, version: str, reports: dict):
+    """doctor with registry.mirror set: is every image of `images` in the mirror? (the same check as --check)"""
+    from .pipeline.step import Check
+    try:
+        found = images(options, (version, reports))
+        present = check_images(found)
+    except GpuBootstrapError as error:
+        return Check(FAIL, error.one_line(), facts={"id": "registry"})
+    missing = sorted(ref for ref, there in present.items() if not there)
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return Check(FAIL, f"{len(missing)} of {len(present)} images missing from {found.mirror}: {shown}; "
+                           f"gpu-bootstrap images --check lists them", facts={"id": "registry", "missing": missing})
+    if found.incomplete:
+        return Check(WARN, f"all {len(present)} listed images are in {found.mirror}, but the list is incomplete: "
+                           f"{'; '.join(found.incomplete)}", facts={"id": "registry"})
+    return Check(PASS, f"all {len(present)} images are in {found.mirror}", facts={"id": "registry"})
+
+
+def check_images(found, environ: dict | None = None) -> dict[str, bool]:
+    """`images --check` and doctor: reference -> present in registry.mirror (the OCI distribution API)."""
+    from .adapters.registry import check
+    if not found.mirror:
+        raise UsageError("images --check asks registry.mirror, and none is set",
+                         "set registry.mirror: HOST[:PORT][/PREFIX] in the config")
+    return check([image.reference for image in found.sorted()], found.plain_http, environ)
 
 
 def simulate(sim_options, options: Options, progress=None) -> dict:

@@ -121,6 +121,40 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
 register_status(app)  # `status` (its flags live in cli_status.py), listed after doctor
 
 
+@command("playbook", *CLUSTER)
+def images(common, offline: Annotated[bool, Option("--offline", help=(
+        "No cluster and no SSH: list for --kube-version and the nodes in --preflight-report."))] = False,
+           kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y[.Z]", help=(
+               "With --offline: the Kubernetes version to list for (default 1.33.0)."))] = None,
+           preflight_report: Annotated[Optional[Path], Option("--preflight-report", metavar="FILE", help=(
+               "Node facts (the GPU nodes' OS) from a saved 'gpu-bootstrap doctor -o json' instead of SSH."))] = None,
+           check: Annotated[bool, Option("--check", help=(
+               "Ask registry.mirror for each image (a HEAD on its manifest, OCI distribution API); exit 1 when any "
+               "is missing. Credentials come from your docker config file."))] = False) -> None:
+    """List every image the configured platform pulls on this cluster: our own, the charts' (hooks included) and the
+    gpu-operator's operands (the driver per GPU node OS), sorted, each once, with who pulls it.
+
+    With registry.mirror set, each line shows the image on the mirror and where to copy it from. Nothing is changed.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap images
+      gpu-bootstrap images --offline --kube-version 1.31 --preflight-report report.json -o json
+      gpu-bootstrap images --check            # is every image in registry.mirror?
+    """
+    options = options_from(common, offline=offline, kube_version=kube_version, preflight_report=preflight_report)
+
+    def body():
+        from . import app as application
+        from .ui_images import show_images
+        found = application.images(options)
+        present = application.check_images(found) if check else None
+        if not show_images(found, present, options.json):
+            raise typer.Exit(EXIT_FAILED)
+
+    run("images", common, body)
+
+
 @command(*PIPELINE)
 def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
         "Show what would be removed; change nothing."))] = False,

@@ -452,9 +452,8 @@ OPA_IMAGE = "openpolicyagent/opa:1.16.1"
 
 
 class OpaConfig(Section):
-    # The pin follows the OPA image that open-policy-agent/kube-mgmt's chart (charts/opa-kube-mgmt/values.yaml,
-    # image.tag) ships: 1.16.1 at kube-mgmt commit 9257c9f (2026-07-14). Bump both together with that chart.
-    image: str = Field(OPA_IMAGE, description="the official OPA image, pinned; point it at a mirror if needed")
+    image: str = Field(default_factory=lambda: _catalogued("opa"),
+                       description="the official OPA image (default: data/images.yaml); registry.mirror moves it")
     replicas: int = Field(2, ge=1, le=10)
     namespace: str = Field("gpu-bootstrap-admission", description="OPA's own namespace (always exempt)")
 
@@ -502,8 +501,8 @@ class AdmissionConfig(Section):
 
 class ValidateConfig(Section):
     enabled: bool = True
-    image: str = Field("nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
-                       description="the CUDA vector-add sample; point it at a mirror for air-gapped clusters")
+    image: str = Field(default_factory=lambda: _catalogued("cuda-sample"),
+                       description="the CUDA vector-add sample (default: data/images.yaml); registry.mirror moves it")
     nodes: Literal["all", "sample"] | int = Field("all", description="all GPU nodes, one ('sample'), or N of them")
     namespace: str = "gpu-bootstrap"
     timeout: int = Field(300, ge=10, le=3600)
@@ -644,6 +643,40 @@ class PoolConfig(Section):
         return value
 
 
+def _catalogued(name: str) -> str:
+    """A default image from the supply-chain catalogue (data/images.yaml), by digest where it records one."""
+    from .images import default
+    return default(name)
+
+
+class RegistryConfig(Section):
+    """Air-gapped and mirrored clusters: every image gpu-bootstrap causes to be pulled comes from `mirror`, repository
+    paths kept (`gpu-bootstrap images` lists them; `images --check` asks the mirror for each)."""
+
+    mirror: str | None = Field(None, description="HOST[:PORT][/PREFIX], e.g. registry.example.com:5000/mirror (no "
+                                                 "scheme): quay.io/prometheus/prometheus becomes "
+                                                 "<mirror>/prometheus/prometheus")
+    pull_secret: str | None = Field(None, description="a kubernetes.io/dockerconfigjson Secret, in each namespace we "
+                                                      "deploy to, that pods pull with (you create it)")
+    plain_http: bool = Field(False, description="images --check talks plain HTTP to the mirror (always for "
+                                                "localhost/127.0.0.1)")
+
+    @field_validator("mirror")
+    @classmethod
+    def _mirror(cls, value):
+        if value is None:
+            return value
+        from .images import check_mirror
+        return check_mirror(value)
+
+    @field_validator("pull_secret")
+    @classmethod
+    def _secret(cls, value):
+        if value is not None and (len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value)):
+            raise ValueError(f"{value[:60]!r} is not a Secret name (a lowercase DNS subdomain)")
+        return value
+
+
 class Config(Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
@@ -657,6 +690,7 @@ class Config(Section):
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")  # BaseModel owns .validate
     pools: list[PoolConfig] = Field(default_factory=list, description="autoscaled GPU pools (Karpenter)")
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
 
     # `nodes: <label selector>`: the GPU nodes are the cluster's nodes that match, resolved when a run starts
     # (with_selected_nodes); the ones it matched are not probed over SSH (their facts come from their pool).
@@ -1008,7 +1042,7 @@ gpu_operator:                       # the NVIDIA gpu-operator, with values deriv
 
 validate:                           # run NVIDIA's CUDA vector-add sample on the GPU nodes, then clean up
   enabled: true
-  image: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0   # point it at a mirror if needed
+  # image: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0   # default: data/images.yaml (by digest where known)
   nodes: all                        # all | sample | a number
   namespace: gpu-bootstrap
   timeout: 300
@@ -1020,7 +1054,7 @@ admission:                          # keep GPU pods on the bin-packing scheduler
   exempt_namespaces: []             # left alone besides kube-system, the scheduler's and OPA's own (the only opt-out)
   override_other_schedulers: false  # false: a GPU pod naming another scheduler (e.g. volcano) is left alone
   opa:
-    image: openpolicyagent/opa:1.16.1  # pinned (kube-mgmt's chart pins the same); point it at a mirror if needed
+    # image: openpolicyagent/opa:1.16.1   # default: data/images.yaml (by digest where known)
     replicas: 2
     namespace: gpu-bootstrap-admission
   certificates: generated           # generated (a CA of our own, kept only in a Secret) | cert-manager
@@ -1043,6 +1077,10 @@ monitoring:                         # who uses which GPU: Prometheus, the DCGM e
   wait_timeout: 600
   skip_version_check: false
   values: {}                        # your helm values for kube-prometheus-stack, applied last
+
+registry:                           # air-gapped clusters (README: "Air-gapped clusters"); `gpu-bootstrap images` lists
+  mirror: null                      # what to copy. e.g. registry.example.com:5000/mirror: every image comes from there
+  pull_secret: null                 # a docker-registry Secret (you create it in each namespace) pods pull with
 
 pools: []                           # autoscaled GPU pools (Karpenter >= 1.0 on EKS; README: "Autoscaled GPU pools")
 # - name: gpu                       # a NodePool and an EC2NodeClass of this name; nodes get node_prep's taint/labels

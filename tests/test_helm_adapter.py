@@ -83,7 +83,9 @@ def upgrades(fake: FakeHelm) -> list[dict]:
     return [c for c in fake.calls() if c["argv"][0] == "upgrade"]
 
 
-CHART = Chart("gpu-operator", "https://charts.example.invalid/nvidia", "v26.7.0")
+# A local chart: a repository chart is first pulled and checked against the catalogue (tests/test_chart_digest.py),
+# which this fake helm does not script.
+CHART = Chart("/charts/gpu-operator-v26.7.0.tgz", None, None)
 RELEASE_JSON = json.dumps({"name": "gpu-operator", "info": {"status": "deployed"}})
 
 

@@ -12,6 +12,7 @@ from gpu_bootstrap import config as cfg
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import certificates as certs
 from gpu_bootstrap.steps.admission import decide
+from gpu_bootstrap import images
 from tests.tools import tool
 
 NOW = _dt.datetime(2026, 11, 23, 12, 0, tzinfo=_dt.timezone.utc)
@@ -185,7 +186,7 @@ def test_opa_runs_hardened_and_off_the_gpu_nodes():
     deploy = render.deployment(conf(), "abc")
     spec = deploy["spec"]["template"]["spec"]
     container = spec["containers"][0]
-    assert container["image"] == "openpolicyagent/opa:1.16.1"
+    assert container["image"] == images.default("opa")
     assert container["args"][:2] == ["run", "--server"] and "--tls-cert-file=/certs/tls.crt" in container["args"]
     assert container["securityContext"]["readOnlyRootFilesystem"] and spec["securityContext"]["runAsNonRoot"]
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8443, "scheme": "HTTPS"}

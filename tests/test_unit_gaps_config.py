@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpu_bootstrap import config as cfg
+from gpu_bootstrap import images
 from gpu_bootstrap.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -224,7 +225,7 @@ def test_every_default():
                       "lease_name": None, "wait_timeout": 300},
         "admission": {"enabled": True, "engine": "opa", "mode": "mutate", "exempt_namespaces": [],
                       "override_other_schedulers": False,
-                      "opa": {"image": "openpolicyagent/opa:1.16.1", "replicas": 2,
+                      "opa": {"image": images.default("opa"), "replicas": 2,
                               "namespace": "gpu-bootstrap-admission"},
                       "certificates": "generated", "rotate_before_days": 30, "wait_timeout": 300},
         "monitoring": {"enabled": True, "mode": "auto", "chart": "kube-prometheus-stack",
@@ -232,9 +233,9 @@ def test_every_default():
                        "release": "kube-prometheus-stack", "namespace": "monitoring", "values": {},
                        "retention": "15d", "storage": None, "grafana": {"enabled": True}, "prometheus": None,
                        "scrape_interval": "15s", "wait_timeout": 600, "skip_version_check": False},
-        "validate": {"enabled": True, "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", "nodes": "all",
+        "validate": {"enabled": True, "image": images.default("cuda-sample"), "nodes": "all",
                      "namespace": "gpu-bootstrap", "timeout": 300},
-        "pools": [],
+        "pools": [], "registry": {"mirror": None, "pull_secret": None, "plain_http": False},
     }
     home = Path(os.path.expanduser("~"))
     assert (config.ssh.identity_file, config.ssh.known_hosts) == (home / ".ssh/id_ed25519", home / ".ssh/known_hosts")

@@ -13,6 +13,7 @@ from gpu_bootstrap import config as cfg
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import admission_policy as policy_render
 from gpu_bootstrap.render import certificates as certs
+from gpu_bootstrap import images
 
 pytestmark = pytest.mark.unit
 
@@ -49,7 +50,7 @@ def test_opa_namespace_service_account_service_and_policy_are_exact():
 
 PROBE = {"httpGet": {"path": "/health", "port": 8443, "scheme": "HTTPS"}}
 CONTAINER = {
-    "name": "opa", "image": "openpolicyagent/opa:1.16.1",
+    "name": "opa", "image": images.default("opa"),
     "args": ["run", "--server", "--addr=0.0.0.0:8443", "--tls-cert-file=/certs/tls.crt",
              "--tls-private-key-file=/certs/tls.key", "--authentication=token", "--authorization=basic",
              "--disable-telemetry", "--log-level=info", "/policy/gpu-pods.rego", "/policy/authz.rego"],
@@ -180,7 +181,7 @@ def test_the_policies_match_pod_creation_outside_the_exempt_namespaces():
 
 
 TOLERATE_ALL_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
-PAUSE = {"name": "probe", "image": "registry.k8s.io/pause:3.10"}
+PAUSE = {"name": "probe", "image": images.default("pause")}  # by digest (data/images.yaml)
 
 
 @pytest.mark.parametrize("args, spec", [

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS_BIN = ROOT / ".tools" / "bin"
 SYSTEM_TOOLS = {"sshd": "/usr/sbin/sshd", "busybox": "/bin/busybox", "promtool": "/usr/bin/promtool",
                 "prometheus": "/usr/bin/prometheus",
-                "openssl": "/usr/bin/openssl", "ssh-keygen": "/usr/bin/ssh-keygen"}
+                "openssl": "/usr/bin/openssl", "ssh-keygen": "/usr/bin/ssh-keygen",
+                "docker-registry": "/usr/bin/docker-registry"}
 
 
 def shared_dir() -> Path:

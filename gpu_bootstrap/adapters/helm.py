@@ -37,7 +37,7 @@ import yaml
 
 from .. import interrupts
 from . import backoff
-from ..errors import ClusterError, ConfigError, ReleaseNotFound
+from ..errors import ClusterError, ConfigError, GpuBootstrapError, ReleaseNotFound
 from ..refs import Chart
 
 log = logging.getLogger("gpu_bootstrap.helm")
@@ -122,6 +122,10 @@ class Attempt:
         return _error_line(self.stderr)
 
 
+class ChartDigestMismatch(GpuBootstrapError):
+    """A repository chart whose archive is not the one the catalogue pins: nothing is installed from it (exit 1)."""
+
+
 class Helm:
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, executable: str | None = None,
                  timeout: str = "10m", read_deadline: float = READ_DEADLINE,
@@ -135,6 +139,7 @@ class Helm:
         self.read_attempt_timeout = read_attempt_timeout
         self.attempts = 0  # helm processes started
         self.retries = 0  # of which repeats after a transient failure
+        self._pulled: dict[tuple, Path] = {}  # (repository, chart, version) -> its verified archive
 
     # --- running helm ---------------------------------------------------------------------------------------------
     def _argv(self, args: list[str]) -> list[str]:
@@ -277,14 +282,51 @@ class Helm:
                         f"{first_cause.removeprefix('Error: ')})"
         return ClusterError(f"{what} failed: {line}{tried}", "see the log for helm's full output")
 
-    @staticmethod
-    def _chart_args(chart: Chart) -> list[str]:
+    def _chart_args(self, chart: Chart) -> list[str]:
+        if chart.repo and chart.version and not chart.repo.startswith("oci://"):
+            return [str(self.verified_chart(chart))]
         args = [chart.ref]
         if chart.repo:
             args += ["--repo", chart.repo]
         if chart.version:
             args += ["--version", chart.version]
         return args
+
+    def verified_chart(self, chart: Chart) -> Path:
+        """A repository chart, pulled once into a private folder and checked against the sha256 the supply-chain
+        catalogue (data/images.yaml) records for its version; every helm command then uses that very archive, so
+        what was checked is what is installed. A mismatch is refused; a version the catalogue lacks is used with a
+        warning (not verified)."""
+        key = (chart.repo, chart.ref, chart.version)
+        if key in self._pulled:
+            return self._pulled[key]
+        import atexit
+        import hashlib
+        import tempfile
+        from ..images import chart_sha256
+        folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-chart-"))
+        atexit.register(shutil.rmtree, folder, True)
+        self._run(["pull", chart.ref, "--repo", chart.repo, "--version", chart.version, "--destination", str(folder)],
+                  what=f"helm pull {chart.ref} {chart.version}", retry="read")
+        archives = sorted(folder.glob("*.tgz"))
+        if len(archives) != 1:
+            raise ClusterError(f"helm pull {chart.ref} {chart.version} from {chart.repo} left {len(archives)} "
+                               f"archives, expected one")
+        actual = hashlib.sha256(archives[0].read_bytes()).hexdigest()
+        expected = chart_sha256(chart.ref, chart.version)
+        if expected is None:
+            log.warning("chart %s %s from %s is not in gpu-bootstrap's catalogue (data/images.yaml): its archive "
+                        "(sha256 %s) is used unverified", chart.ref, chart.version, chart.repo, actual)
+        elif actual != expected:
+            raise ChartDigestMismatch(
+                f"chart {chart.ref} {chart.version} from {chart.repo} has sha256 {actual}, but gpu-bootstrap's "
+                f"catalogue pins {expected}: refused (the repository serves another archive under this version)",
+                "do not install it: compare with the repository's index.yaml digest and the chart's provenance, or "
+                "install from a local .tgz you verified (helm pull; gpu_operator.chart / monitoring.chart)")
+        else:
+            log.info("chart %s %s: sha256 %s matches the catalogue", chart.ref, chart.version, actual)
+        self._pulled[key] = archives[0]
+        return archives[0]
 
     # --- reading ---------------------------------------------------------------------------------------------------
     def show_chart(self, chart: Chart) -> dict:

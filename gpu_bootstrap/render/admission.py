@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 
 from ..versions import minor_of
+from .. import images
 from . import admission_policy as policy_render
 from . import certificates as certs
 
@@ -258,7 +259,7 @@ def mutating_policy(config, api_version: str) -> list[dict]:
 
 # --- the sample pods verify and doctor send as server-side dry runs ----------------------------------------------------
 def sample_pod(name: str, namespace: str, gpu: bool = True, node_name: str | None = None) -> dict:
-    container = {"name": "probe", "image": "registry.k8s.io/pause:3.10"}
+    container = {"name": "probe", "image": images.default("pause")}  # never started: server-side dry runs only
     if gpu:
         container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
     spec = {"containers": [container], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}

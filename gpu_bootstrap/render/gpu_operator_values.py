@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from ..config import selector_equalities
+from .. import images
 from ..objects import deep_merge
 from ..paths import data_path
 from ..versions import version_tuple
@@ -122,7 +123,8 @@ def base_values() -> dict:
 
 
 def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps: list[str],
-           deployed: dict | None = None, no_room: bool = False, scrape: dict | None = None) -> ValuesPlan:
+           deployed: dict | None = None, no_room: bool = False, scrape: dict | None = None,
+           chart_values: dict | None = None) -> ValuesPlan:
     """`scrape`: the DCGM exporter's ServiceMonitor values the monitoring step decided (steps.monitoring.dcgm_scrape:
     labels that the Prometheus it installs or attaches to selects); None with monitoring in the playbook means its
     install-mode values. `deployed`: the values of the release that runs now (None when none does). With a node's
@@ -149,6 +151,8 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
     _sharing(facts, config, derived, labels, warnings)
     _pool_operands(config, playbook_steps, derived, warnings)
     _dcgm_scrape(config, playbook_steps, scrape, derived)
+    derived += [Derived(path, value, why) for path, value, why in images.gpu_operator_values(
+        getattr(config, "registry", None), chart_values)]
     tree: dict = {}
     for item in derived:
         _set(tree, item.path, item.value)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from .. import images
 from ..objects import deep_merge
 from ..paths import data_path
 from .gpu_operator_values import Derived, ValuesPlan, _set
@@ -242,9 +243,10 @@ TOLERATING = ("prometheusOperator.tolerations", "prometheusOperator.admissionWeb
               "grafana.tolerations", "kube-state-metrics.tolerations")
 
 
-def stack_values(section, no_room_toleration: dict | None = None) -> ValuesPlan:
+def stack_values(section, no_room_toleration: dict | None = None, registry=None) -> ValuesPlan:
     """`no_room_toleration`: when tainting the GPU nodes leaves no other node, the toleration the stack's own pods
-    need to run at all (the same rule as the gpu-operator's control plane)."""
+    need to run at all (the same rule as the gpu-operator's control plane). `registry`: the registry section
+    (registry.mirror moves every image of the stack there)."""
     base = base_values()
     derived = [Derived("prometheus.prometheusSpec.retention", section.retention, "monitoring.retention")]
     if no_room_toleration is not None:
@@ -260,6 +262,7 @@ def stack_values(section, no_room_toleration: dict | None = None) -> ValuesPlan:
                                + (f" of class {section.storage.storage_class}" if section.storage.storage_class
                                   else " of the default StorageClass")))
     derived.append(Derived("grafana.enabled", section.grafana.enabled, "monitoring.grafana.enabled"))
+    derived += [Derived(path, value, why) for path, value, why in images.stack_values(registry)]
     derived.append(Derived("gpuBootstrap.installedBy", "gpu-bootstrap", "marks the release as installed by "
                                                                          "gpu-bootstrap (teardown uninstalls only such "
                                                                          "a release)"))

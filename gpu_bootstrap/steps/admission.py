@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import ClusterError, ConfigError, Unreachable
+from ..images import locate_pods, registry_inputs
 from ..objects import differences, pod_ready, pod_state, toleration_for
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from ..render import admission as render
@@ -142,7 +143,7 @@ class AdmissionOpa(Step):
     def inputs(self, ctx) -> dict:
         settings = ctx.config.admission
         return {"admission": settings.model_dump(mode="json"), "policy": policy_render.of(ctx.config).__dict__,
-                "kube": ctx.server_version()}
+                "kube": ctx.server_version(), **registry_inputs(ctx.config)}
 
     def _objects(self, ctx, tls_hash: str, nodes: list[dict]) -> list[dict]:
         """`nodes`: the cluster's nodes; when tainting the GPU nodes leaves none free, OPA tolerates the taint."""
@@ -157,7 +158,7 @@ class AdmissionOpa(Step):
                     render.network_policy(config)]
         if pdb := render.disruption_budget(config):
             objects.append(pdb)
-        return objects
+        return locate_pods(objects, config.registry)  # OPA's image from registry.mirror, when set
 
     def check(self, ctx) -> Check:
         config = ctx.config

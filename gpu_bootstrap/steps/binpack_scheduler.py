@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from ..errors import ConfigError
+from ..images import locate_pods, registry_inputs
 from ..objects import differences, lease_fresh, parse_time, toleration_for, unschedulable, waiting
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from ..render import scheduler as render
@@ -51,7 +52,8 @@ class BinpackScheduler(Step):
         return ctx.config.scheduler.enabled
 
     def inputs(self, ctx) -> dict:
-        return {"scheduler": ctx.config.scheduler.model_dump(mode="json"), "kube": ctx.server_version()}
+        return {"scheduler": ctx.config.scheduler.model_dump(mode="json"), "kube": ctx.server_version(),
+                **registry_inputs(ctx.config)}
 
     def desired(self, ctx, nodes: list[dict]) -> list[dict]:
         """`nodes`: the cluster's nodes; when tainting the GPU nodes leaves none of them free, the scheduler
@@ -59,7 +61,9 @@ class BinpackScheduler(Step):
         tolerations = []
         if no_room_warning(nodes, ctx.config, ctx.options.playbook):
             tolerations = [toleration_for(gpu_taint(ctx.config, ctx.options.playbook))]
-        return render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations)
+        # pinned to the catalogue's digest for this tag and moved to registry.mirror (images.py)
+        return locate_pods(render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations),
+                           ctx.config.registry)
 
     # --- reading the cluster ------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:

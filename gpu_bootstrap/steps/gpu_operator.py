@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import yaml
 
 from .. import versions
+from ..images import registry_inputs
 from ..adapters import charts
 from ..objects import pin_resource_version, pod_ready, pod_state
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
@@ -162,8 +163,11 @@ class GpuOperator(Step):
                 scrape = dcgm_scrape(ctx)  # the monitoring step's DCGM ServiceMonitor values (one source)
             except MonitoringProblem as problem:
                 raise values_render.Refusal(f"monitoring: {problem.message}", problem.hint) from None
+            # a local chart's own defaults say which values hold an image repository (registry.mirror)
+            defaults = charts.local_chart_values(chart.ref) if chart.repo is None else None
             self._values = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
-                                                list(ctx.options.playbook), deployed, no_room, scrape)
+                                                list(ctx.options.playbook), deployed, no_room, scrape,
+                                                chart_values=defaults)
         return self._values
 
     def inputs(self, ctx) -> dict:
@@ -171,7 +175,8 @@ class GpuOperator(Step):
         return {"config": ctx.config.gpu_operator.model_dump(mode="json"), "chart": self.version_of(chart, meta),
                 "facts": facts_digest(ctx.node_facts.reports()),
                 "kube": ".".join(ctx.server_version().split(".")[:2]),
-                "node_prep": ctx.config.node_prep.model_dump(mode="json"), "playbook": list(ctx.options.playbook)}
+                "node_prep": ctx.config.node_prep.model_dump(mode="json"), "playbook": list(ctx.options.playbook),
+                **registry_inputs(ctx.config)}
 
     # --- check / plan ---------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:

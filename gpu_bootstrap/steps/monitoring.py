@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import versions
+from ..images import registry_inputs
 from ..adapters import charts
 from ..errors import ClusterError, GpuBootstrapError
 from ..objects import differences, pod_ready, toleration_for
@@ -153,7 +154,8 @@ class Monitoring(Step):
     def inputs(self, ctx) -> dict:
         return {"monitoring": ctx.config.monitoring.model_dump(mode="json"),
                 "kube": ".".join(ctx.server_version().split(".")[:2]),
-                "operator_namespace": ctx.config.gpu_operator.namespace, "nodes": [n.name for n in ctx.config.nodes]}
+                "operator_namespace": ctx.config.gpu_operator.namespace, "nodes": [n.name for n in ctx.config.nodes],
+                **registry_inputs(ctx.config)}
 
     # --- the chart (install mode) --------------------------------------------------------------------------------------
     def chart(self, ctx) -> tuple[Chart, dict | None, versions.Choice]:
@@ -238,7 +240,7 @@ class Monitoring(Step):
             version = str((meta or {}).get("version") or chart.version or "")
             no_room = no_room_warning(ctx.kube.list("v1", "Node"), ctx.config, ctx.options.playbook)
             plan = render.stack_values(section, toleration_for(gpu_taint(ctx.config, ctx.options.playbook))
-                                       if no_room else None)
+                                       if no_room else None, ctx.config.registry)
             facts.update(chart=chart, version=version, choice=choice, values=plan,
                          release=self._release_state(ctx, chart, version, plan.merged))
         return MonitoringFacts(**facts)

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from ..objects import unschedulable, waiting
+from ..images import locate, locate_pods, registry_inputs
 from ..pipeline.step import FAIL, PASS, Change, Check, Ref, Step, Verb
 from .preflight import facts_digest
 
@@ -42,7 +43,8 @@ class Validate(Step):
     def inputs(self, ctx) -> dict:
         return {"validate": ctx.config.validation.model_dump(mode="json"), "nodes": self.nodes(ctx.config),
                 "operator": ctx.config.gpu_operator.model_dump(mode="json"),
-                "facts": facts_digest(ctx.node_facts.reports()), "scheduler": self.scheduler_name(ctx)}
+                "facts": facts_digest(ctx.node_facts.reports()), "scheduler": self.scheduler_name(ctx),
+                **registry_inputs(ctx.config)}
 
     @staticmethod
     def scheduler_name(ctx) -> str | None:
@@ -54,7 +56,8 @@ class Validate(Step):
     def check(self, ctx) -> Check:
         # Nothing persists between runs (the pods are removed), so the record's fingerprint decides.
         leftovers = tuple(p["metadata"]["name"] for p in self._pods(ctx))
-        return Check(PASS, f"CUDA vector-add ({ctx.config.validation.image}) on {len(self.nodes(ctx.config))} GPU "
+        return Check(PASS, f"CUDA vector-add ({locate(ctx.config.validation.image, ctx.config.registry)}) on "
+                           f"{len(self.nodes(ctx.config))} GPU "
                            f"node(s)", done=True, facts=ValidateFacts(leftovers))
 
     def _pod_name(self, node: str) -> str:
@@ -71,10 +74,11 @@ class Validate(Step):
                                 "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
         if scheduler := self.scheduler_name(ctx):
             spec["schedulerName"] = scheduler
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": self._pod_name(node), "namespace": ctx.config.validation.namespace,
-                             "labels": dict(LABEL)},
-                "spec": spec}
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": self._pod_name(node), "namespace": ctx.config.validation.namespace,
+                            "labels": dict(LABEL)},
+               "spec": spec}
+        return locate_pods([pod], ctx.config.registry)[0]  # the sample from registry.mirror, when set
 
     def plan(self, ctx, check: Check) -> list[Change]:
         namespace = ctx.config.validation.namespace
