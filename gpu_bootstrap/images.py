@@ -167,6 +167,12 @@ def chart_sha256(chart: str, version: str) -> str | None:
     return versions.get(version) or versions.get(version.lstrip("v")) or versions.get(f"v{version.lstrip('v')}")
 
 
+def chart_sha256_verified(chart: str) -> bool:
+    """Whether the catalogue's sums for a chart were read from its repository's index (a mismatch is then refused),
+    rather than from our own reproducible packaging of the release tag (a mismatch is then only warned about)."""
+    return bool((catalogue()["charts"].get(chart) or {}).get("verified"))
+
+
 def registry_inputs(config) -> dict:
     """The registry section for a step's inputs fingerprint: empty by default, so fingerprints recorded before the
     section existed still match."""

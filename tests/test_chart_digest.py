@@ -99,7 +99,31 @@ def test_the_pinned_archive_is_checked_and_then_used(chart_repository, tmp_path,
     assert client.attempts == 3  # pull once, then show and template use that archive
 
 
-def test_another_archive_under_the_pinned_version_is_refused(chart_repository, tmp_path, helm_on_path):
+def verified_catalogue(monkeypatch):
+    """The catalogue as it reads once a chart's sums come from its repository's index (`verified: true`)."""
+    from gpu_bootstrap import images
+    loaded = images.catalogue()
+    loaded["charts"]["gpu-operator"]["verified"] = True
+    monkeypatch.setattr(images, "catalogue", lambda: loaded)
+
+
+def test_another_archive_under_a_pinned_version_is_used_with_a_warning_while_the_sum_is_ours(
+        chart_repository, tmp_path, helm_on_path):
+    """The shipped sums come from our own packaging of the release tags (not the repository's index), so the
+    repository's own archive may differ: it is used, with both sums named, never silently."""
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    tampered(chart("gpu-operator-v26.7.0.tgz"), folder / "gpu-operator-v26.7.0.tgz")
+    url = chart_repository(folder)
+    with Records() as records:
+        manifests = helm(tmp_path).template("gpu-operator", Chart("gpu-operator", url, "v26.7.0"), {}, "gpu-operator",
+                                            "1.33.0")
+    assert "kind: ClusterPolicy" in manifests
+    assert "eaedb7ef706eb1c3" in records.text and "used unverified" in records.text
+
+
+def test_another_archive_under_the_pinned_version_is_refused(chart_repository, tmp_path, helm_on_path, monkeypatch):
+    verified_catalogue(monkeypatch)
     folder = tmp_path / "repo"
     folder.mkdir()
     tampered(chart("gpu-operator-v26.7.0.tgz"), folder / "gpu-operator-v26.7.0.tgz")
