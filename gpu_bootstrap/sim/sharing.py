@@ -447,7 +447,7 @@ class ShareOutcome:
     placed: int = 0
     failed: int = 0
     gpus_in_use: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # CPU time of the replay (the machine may be shared)
 
     def at(self, percent: int) -> float | None:
         if percent in self.curve:
@@ -459,7 +459,7 @@ class ShareOutcome:
 def replay(nodes, sequence: list[SharePod], policy: str, seed: int,
            typical: list[TypicalPod] | None = None, ties: str = "name") -> ShareOutcome:
     import time
-    started = time.perf_counter()
+    started = time.process_time()
     cluster = ShareCluster(nodes)
     scheduler = ShareScheduler(cluster, policy, random.Random(seed * 7919 + 1), typical, ties)
     capacity = cluster.capacity_milli
@@ -478,5 +478,5 @@ def replay(nodes, sequence: list[SharePod], policy: str, seed: int,
         entry[1] += 1
     outcome.curve = {p: round(total / count, 2) for p, (total, count) in sorted(sums.items())}
     outcome.gpus_in_use = cluster.gpus_in_use()
-    outcome.seconds = time.perf_counter() - started
+    outcome.seconds = time.process_time() - started
     return outcome
