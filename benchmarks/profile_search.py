@@ -29,6 +29,8 @@ BAR_100, BAR_130 = 98.3, 99.44
 SHAPES = {"up": ((0, 0), (100, 10)), "steep": ((0, 0), (50, 2), (100, 10)), "early": ((0, 0), (50, 8), (100, 10))}
 REFINED_SHAPES = {"steep": SHAPES["steep"], "steeper": ((0, 0), (50, 1), (100, 10)),
                   "late": ((0, 0), (75, 2), (100, 10)), "knee90": ((0, 0), (90, 5), (100, 10))}
+FINE_SHAPES = {"steeper": REFINED_SHAPES["steeper"], "knee40": ((0, 0), (40, 1), (100, 10)),
+               "knee60": ((0, 0), (60, 1), (100, 10))}
 
 
 def candidates() -> list[Profile]:
@@ -56,6 +58,12 @@ def candidates() -> list[Profile]:
     for sname, shape in REFINED_SHAPES.items():
         for fit_weight, bw in ((1, 1), (1, 2), (1, 3), (2, 1)):
             out.append(Profile(f"RTCR {sname} gpu bal=cpu,mem,gpu w{fit_weight}/{bw}", "RequestedToCapacityRatio",
+                               weights["gpu"], shape=shape, fit_weight=fit_weight, balanced_weight=bw,
+                               balanced_resources=("cpu", "memory", GPU), percentage_of_nodes_to_score=100))
+    # round 3: between round 2's two best weightings (2/1 and 1/1), near the bar
+    for sname, shape in FINE_SHAPES.items():
+        for fit_weight, bw in ((3, 2), (4, 3), (5, 4)):
+            out.append(Profile(f"RTCR {sname} gpu bal=cpu,mem,gpu w{fit_weight}:{bw}", "RequestedToCapacityRatio",
                                weights["gpu"], shape=shape, fit_weight=fit_weight, balanced_weight=bw,
                                balanced_resources=("cpu", "memory", GPU), percentage_of_nodes_to_score=100))
     for bname in ("cpu,mem", "cpu,mem,gpu"):
