@@ -19,7 +19,7 @@ import math
 import random
 import statistics
 
-from . import engine, sharing
+from . import FIRST_SEED, engine, sharing
 from .scoring import Profile
 
 DEVICE_PLUGIN_POLICIES = ("distributed", "packed")
@@ -97,7 +97,7 @@ def report(nodes, pods: list[sharing.SharePod], profile: Profile, replicas: int 
         raise ValueError("the pod list has no GPU pods")
     typical = sharing.typical_pods(pods)
     setups: dict[str, list[dict]] = {}
-    for seed in range(sharing_first_seed(), sharing_first_seed() + seeds):
+    for seed in range(FIRST_SEED, FIRST_SEED + seeds):
         order = list(gpu_pods)
         random.Random(seed).shuffle(order)
         setups.setdefault("whole GPUs", []).append(whole_gpus(nodes, order, profile, seed))
@@ -118,8 +118,3 @@ def report(nodes, pods: list[sharing.SharePod], profile: Profile, replicas: int 
                       "gpus": sum(n.gpus for n in nodes)},
         "replicas": replicas, "seeds": seeds, "profile": profile.describe(), "scheduler": profile.name,
     }
-
-
-def sharing_first_seed() -> int:
-    from . import FIRST_SEED
-    return FIRST_SEED
