@@ -214,7 +214,13 @@ def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=
              workers: Annotated[Optional[int], Option("--workers", min=1, help=(
                  "Processes (default: one per core)."))] = None,
              plot_file: Annotated[Optional[Path], Option("--plot", metavar="FILE.png", help=(
-                 "Draw GPU allocation against arrived demand for each policy (needs matplotlib)."))] = None) -> None:
+                 "Draw GPU allocation against arrived demand for each policy (needs matplotlib)."))] = None,
+             sharing: Annotated[bool, Option("--sharing", help=(
+                 "GPUs the trace's GPU pods need: whole GPUs, shared (milli-GPU) under each FGD-paper policy, and "
+                 "time-slicing with --replicas per GPU and the device plugin's distributed/packed allocation."))] = False,
+             replicas: Annotated[int, Option("--replicas", metavar="N", help=(
+                 "Time-slicing replicas per GPU for --sharing (as gpu_operator.sharing.replicas).")
+             )] = 4) -> None:
     """Replay a GPU workload trace onto nodes with kube-scheduler's scoring: the default profile against the
     bin-packing profile `up` deploys (from your config's `scheduler` section), before you deploy it.
 
@@ -228,10 +234,11 @@ def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=
       gpu-bootstrap simulate --nodes N.csv --pods P.csv
       gpu-bootstrap simulate --nodes N.csv --pods P.csv --track B --plot p.png
       gpu-bootstrap simulate --from-cluster --pods P.csv --set fit_weight=2
+      gpu-bootstrap simulate --nodes N.csv --pods P.csv --sharing --replicas 4
     """
     from .sim.command import SimOptions
     sim_options = SimOptions(pods, nodes, from_cluster, list(set_ or []), track.value, seeds, tune, list(policy or []),
-                             default_nodes_to_score, departures, workers)
+                             default_nodes_to_score, departures, workers, sharing, replicas)
 
     def body():
         from . import app as application

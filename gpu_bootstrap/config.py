@@ -386,6 +386,10 @@ class SchedulerConfig(Section):
     fit_weight: int = Field(1, ge=1, le=100, description="weight of the NodeResourcesFit score plugin")
     balanced_allocation_weight: int = Field(
         0, ge=0, le=100, description="weight of NodeResourcesBalancedAllocation; 0 turns it off (it spreads)")
+    balanced_allocation_resources: list[str] = Field(
+        default_factory=lambda: ["cpu", "memory"],
+        description="resources NodeResourcesBalancedAllocation balances (with nvidia.com/gpu it keeps cpu and memory "
+                    "in step with the GPUs; see README, 'Choosing the scoring')")
     percentage_of_nodes_to_score: int = Field(
         100, ge=0, le=100, description="100: score every feasible node (best packing); 0: kube-scheduler's adaptive "
                                         "default")
@@ -421,6 +425,18 @@ class SchedulerConfig(Section):
                 raise ValueError(f"{name!r} is not a resource name (e.g. cpu, memory, nvidia.com/gpu)")
             if not 1 <= weight <= 100:
                 raise ValueError(f"{name}: weight {weight} must be between 1 and 100 (kube-scheduler's limit)")
+        return value
+
+    @field_validator("balanced_allocation_resources")
+    @classmethod
+    def _balanced_resources(cls, value: list) -> list:
+        if not value:
+            raise ValueError("list at least one resource (e.g. [cpu, memory, nvidia.com/gpu])")
+        for name in value:
+            if not SCHEDULER_RESOURCE.fullmatch(name):
+                raise ValueError(f"{name!r} is not a resource name (e.g. cpu, memory, nvidia.com/gpu)")
+        if len(set(value)) != len(value):
+            raise ValueError("a resource is listed twice")
         return value
 
     @field_validator("shape")
@@ -1022,6 +1038,7 @@ scheduler:                          # a second kube-scheduler that packs GPU pod
   strategy: MostAllocated           # or RequestedToCapacityRatio (with `shape`)
   resource_weights: {nvidia.com/gpu: 100}   # GPU only: cpu/memory weights cost packing (README)
   balanced_allocation_weight: 0     # 0: NodeResourcesBalancedAllocation off (it spreads pods)
+  balanced_allocation_resources: [cpu, memory]   # add nvidia.com/gpu to keep cpu/memory in step with GPUs (README)
   replicas: 2                       # leader-elected; `gpu-bootstrap simulate` shows what a profile buys
 
 gpu_operator:                       # the NVIDIA gpu-operator, with values derived from what preflight found

@@ -207,10 +207,16 @@ def show_simulation(run, as_json: bool, plot_file: Path | None) -> None:
     if plot_file:
         plot(document, plot_file)
     if as_json:
-        print_json(document | {"policies": [{k: v for k, v in p.items() if k != "curve"}
+        print_json(document if "sharing" in document else
+                   document | {"policies": [{k: v for k, v in p.items() if k != "curve"}
                                             for p in document["policies"]]})
         return
     out = console()
+    if "sharing" in document:
+        out.print(sharing_table(document))
+        for line in sharing_notes(document):
+            out.print(escape(line))
+        return
     out.print(table(document))
     for line in notes(document):
         out.print(escape(line))
@@ -312,6 +318,32 @@ def table(document: dict):
                  "", "", "", "", "", style="dim")
     grid.add_row("aggregate bound", "100.00", "100.00", "", "", "", "", "", style="dim")
     return grid
+
+
+def sharing_table(document: dict):
+    from rich.table import Table
+    pods = document["pods"]
+    grid = Table(title=f"GPUs needed by {pods['gpu_pods']} GPU pods ({pods['fractional_pods']} fractional, "
+                       f"{pods['gpu_equivalents']:g} GPU-equivalents), median of {document['seeds']} seed(s), on "
+                       f"{document['inventory']['gpus']} GPUs", title_justify="left")
+    for column in ("setup", "GPUs in use", "saved vs whole", "unplaced pods", "split pods"):
+        grid.add_column(column, justify="left" if column == "setup" else "right")
+    whole = document["sharing"][0]["gpus_in_use"]
+    for row in document["sharing"]:
+        grid.add_row(escape(row["setup"]), f"{row['gpus_in_use']:g}", f"{whole - row['gpus_in_use']:g}",
+                     f"{row['unplaced_pods']:g}", f"{row['split_pods']:g}")
+    return grid
+
+
+def sharing_notes(document: dict) -> list[str]:
+    return [f"whole GPUs: a fractional pod takes a whole GPU, placed by {document['scheduler']} "
+            f"({document['profile']}); {document['pods']['gpus_if_whole']} GPUs if every pod is placed.",
+            "shared: the FGD paper's milli-GPU model (a share of one GPU, GPU memory not modelled) under each policy; "
+            "only FGD-style schedulers (a custom scheduler or extender) can place pods this way.",
+            f"time-slicing x{document['replicas']}: the device plugin advertises {document['replicas']} replicas per "
+            f"GPU, a pod asks ceil(share x {document['replicas']}) of them, {document['scheduler']} places them; "
+            "distributed (default) or packed (device plugin v0.20.0+, gpu-operator v26.7.0+) picks the GPUs. "
+            "split pods: replicas on more GPUs than the pod asked for (it sees several GPUs, a share of each)."]
 
 
 def notes(document: dict) -> list[str]:

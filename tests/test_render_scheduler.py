@@ -189,3 +189,19 @@ def test_the_example_gpu_pod_asks_for_the_default_scheduler_name_and_is_valid():
     pod = yaml.safe_load((Path(__file__).resolve().parent.parent / "examples" / "gpu-pod.yaml").read_text())
     kubernetes_validate.validate(pod, "1.31.0", strict=True)
     assert pod["spec"]["schedulerName"] == SchedulerConfig().name
+
+
+@pytest.mark.unit
+def test_balanced_allocation_resources_are_rendered_and_simulated_as_configured():
+    """BalancedAllocation with nvidia.com/gpu among its resources (#27's profile search): rendered as the plugin's
+    args, read back by the simulator's profile_from_config; the upstream default (cpu, memory) stays implicit."""
+    from gpu_bootstrap.sim import scoring
+    settings = SchedulerConfig(balanced_allocation_weight=1,
+                               balanced_allocation_resources=["cpu", "memory", "nvidia.com/gpu"])
+    config = render.scheduler_configuration(settings, "1.33.0")
+    assert config["profiles"][0]["pluginConfig"][1] == {"name": "NodeResourcesBalancedAllocation", "args": {
+        "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
+                      {"name": "nvidia.com/gpu", "weight": 1}]}}
+    assert scoring.profile_from_config(config).balanced_resources == ("cpu", "memory", "nvidia.com/gpu")
+    default = render.scheduler_configuration(SchedulerConfig(balanced_allocation_weight=1), "1.33.0")
+    assert [c["name"] for c in default["profiles"][0]["pluginConfig"]] == ["NodeResourcesFit"]

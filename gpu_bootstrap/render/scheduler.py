@@ -49,8 +49,12 @@ def scheduler_configuration(settings, kube_version: str) -> dict:
         fit_args["scoringStrategy"]["requestedToCapacityRatio"] = {
             "shape": [{"utilization": p.utilization, "score": p.score} for p in settings.shape]}
     score: dict = {"enabled": [{"name": FIT, "weight": settings.fit_weight}]}
+    plugin_config = [{"name": FIT, "args": fit_args}]
     if settings.balanced_allocation_weight:
         score["enabled"].append({"name": BALANCED, "weight": settings.balanced_allocation_weight})
+        if list(settings.balanced_allocation_resources) != ["cpu", "memory"]:  # upstream's default stays implicit
+            plugin_config.append({"name": BALANCED, "args": {"resources": [
+                {"name": name, "weight": 1} for name in settings.balanced_allocation_resources]}})
     else:
         score["disabled"] = [{"name": BALANCED}]
     return {
@@ -60,7 +64,7 @@ def scheduler_configuration(settings, kube_version: str) -> dict:
                            "resourceNamespace": settings.namespace},
         "percentageOfNodesToScore": settings.percentage_of_nodes_to_score,
         "profiles": [{"schedulerName": settings.name, "plugins": {"score": score},
-                      "pluginConfig": [{"name": FIT, "args": fit_args}]}],
+                      "pluginConfig": plugin_config}],
     }
 
 

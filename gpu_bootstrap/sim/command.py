@@ -26,6 +26,8 @@ class SimOptions:
     default_percentage: int = 100
     departures: float = 0.0
     workers: int | None = None
+    sharing: bool = False  # --sharing: GPUs needed whole vs shared (sim/deployable.py)
+    replicas: int = 4  # --replicas: time-slicing replicas per GPU for the deployable setup
 
 
 def with_sets(options: SimOptions, settings):
@@ -78,6 +80,12 @@ def validate(options: SimOptions) -> None:
         raise UsageError(f"--departures {options.departures}: a probability per arrival, from 0 up to 1")
     if not 0 <= options.default_percentage <= 100:
         raise UsageError("--default-nodes-to-score: a percentage, 0 (adaptive) to 100")
+    if not 2 <= options.replicas <= 256:
+        raise UsageError(f"--replicas {options.replicas}: time-slicing replicas per GPU, from 2 to 256 (as "
+                         f"gpu_operator.sharing.replicas)")
+    if options.sharing and options.from_cluster:
+        raise UsageError("--sharing needs --nodes FILE: the GPU shares of a live cluster's running pods are not known",
+                         "export the nodes to the openb CSV format, or run without --sharing")
 
 
 def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
@@ -100,6 +108,8 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
         nodes = trace.load_nodes(options.nodes)
         source = str(options.nodes)
     chosen = profiles(options, settings, kube_version)
+    if options.sharing:
+        return simulate_sharing(options, nodes, pods, chosen[1], source)
     try:
         document = run(nodes, pods, chosen, options.track, options.seeds, options.tune, used, options.departures,
                        options.workers, progress)
@@ -109,4 +119,19 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     document["population"]["source"] = str(options.pods)
     document["gap_closed_pct"] = gap_closed(document, settings.name)
     document["scheduler"] = settings.name
+    return document
+
+
+def simulate_sharing(options: SimOptions, nodes, pods: list[dict], profile: scoring.Profile, source: str) -> dict:
+    """`simulate --sharing`: GPUs needed whole, shared under each policy, and with time-slicing (deployable.py)."""
+    try:
+        from . import deployable, sharing
+    except ImportError:
+        raise UsageError("--sharing needs numpy", "pip install 'gpu-bootstrap[sim]'") from None
+    try:
+        document = deployable.report(nodes, sharing.share_pods(pods), profile, options.replicas, options.seeds)
+    except ValueError as error:
+        raise ConfigError(f"{options.pods}: {error}", "--sharing compares the GPU pods of the trace") from None
+    document["inventory"]["source"] = source
+    document["pods"]["source"] = str(options.pods)
     return document

@@ -39,6 +39,8 @@ class Profile:
         if self.strategy == "RequestedToCapacityRatio":
             shape = " shape " + ",".join(f"{u}:{s}" for u, s in self.shape)
         balanced = f" + BalancedAllocation x{self.balanced_weight}" if self.balanced_weight else ""
+        if balanced and tuple(self.balanced_resources) != ("cpu", "memory"):
+            balanced += f" over {','.join(self.balanced_resources)}"
         return f"{self.strategy} ({weights}{shape}) x{self.fit_weight}{balanced}"
 
 
