@@ -503,6 +503,24 @@ class ValidateConfig(Section):
 
 
 
+class PreflightConfig(Section):
+    """Where node facts come from: SSH from this machine, or a short-lived read-only probe the cluster runs on every
+    GPU node (README: "Preflight without SSH")."""
+
+    via: Literal["auto", "ssh", "cluster"] = Field(
+        "auto", description="ssh | cluster | auto (ssh when the config has an `ssh` section or a node an "
+                            "`address`, else cluster)")
+    image: str = Field("busybox:1.37.0", description="the probe's image (needs sh, chroot, gzip, base64); point it "
+                                                     "at a mirror if needed")
+    timeout: int = Field(120, ge=2, le=3600, description="seconds to wait for the cluster probe; a node whose probe "
+                                                         "did not finish by then is unknown")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return OpaConfig._image(value)
+
+
 KARPENTER_DURATION = re.compile(r"([0-9]+(s|m|h))+|Never")  # Karpenter's own pattern for expireAfter/consolidateAfter
 BUDGET_NODES = re.compile(r"(100|[0-9]{1,2})%|[0-9]+")
 BUDGET_DURATION = re.compile(r"(([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?")
@@ -649,6 +667,7 @@ class Config(Section):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")  # BaseModel owns .validate
+    preflight: PreflightConfig = Field(default_factory=PreflightConfig)
     pools: list[PoolConfig] = Field(default_factory=list, description="autoscaled GPU pools (Karpenter)")
 
     # `nodes: <label selector>`: the GPU nodes are the cluster's nodes that match, resolved when a run starts
@@ -1036,6 +1055,12 @@ monitoring:                         # who uses which GPU: Prometheus, the DCGM e
   wait_timeout: 600
   skip_version_check: false
   values: {}                        # your helm values for kube-prometheus-stack, applied last
+
+preflight:                          # where node facts come from (README: "Preflight without SSH")
+  via: auto                         # ssh | cluster (a read-only probe pod per node, no keys) | auto: ssh when the
+                                    # config has an `ssh` section or a node an `address`, else cluster
+  image: busybox:1.37.0             # the cluster probe's image; point it at a mirror if needed
+  timeout: 120                      # seconds; a node whose probe did not finish by then is unknown
 
 pools: []                           # autoscaled GPU pools (Karpenter >= 1.0 on EKS; README: "Autoscaled GPU pools")
 # - name: gpu                       # a NodePool and an EC2NodeClass of this name; nodes get node_prep's taint/labels

@@ -131,6 +131,7 @@ class ControllerManager:
         self.pod_behaviour = default_pod_behaviour
         self.ready_delay = 0.0  # seconds between a pod being bound and the kubelet reporting it running
         self.plugins: list = []  # extra controllers (e.g. the gpu-operator stand-in): wants(key), reconcile()
+        self.kubelet_sim = None  # a kubelet that runs pods' commands on node trees (kubelet_sim.py)
         self._queue: list[tuple[float, int, tuple]] = []
         self._seq = 0
         self._cv = threading.Condition()
@@ -684,8 +685,11 @@ class ControllerManager:
                 self._schedule(pod)
 
     def _schedule(self, pod: dict) -> None:
-        nodes = sorted(self._bucket("", "nodes").values(), key=lambda n: n["metadata"]["name"])
         requests = pod_requests(pod["spec"])
+        pinned = self._bucket("", "nodes").get(("", pod_target_node(pod)))  # a DaemonSet's pod names its node
+        if pinned is not None and not self._unfit(pinned, pod, requests):
+            return self._bind(pod, pinned)
+        nodes = sorted(self._bucket("", "nodes").values(), key=lambda n: n["metadata"]["name"])
         reasons: dict[str, int] = {}
         fits = []
         for node in nodes:
@@ -707,6 +711,9 @@ class ControllerManager:
             self._write_status("", "pods", pod, status, "kube-scheduler")
             return
         best = min(fits, key=lambda n: (self._allocated_fraction(n), n["metadata"]["name"]))
+        return self._bind(pod, best)
+
+    def _bind(self, pod: dict, best: dict) -> None:
         body = jcopy(pod)
         body["spec"]["nodeName"] = best["metadata"]["name"]
         bound = self._update("", "pods", body, "kube-scheduler")
@@ -767,6 +774,8 @@ class ControllerManager:
             return
         if self.ready_delay and started and time.time() - _epoch(started) < self.ready_delay:
             self._enqueue(("", "pods", pod["metadata"]["namespace"], pod["metadata"]["name"]), 0.05)
+            return
+        if self.kubelet_sim is not None and self.kubelet_sim.handle(pod, node_name):
             return
         self._run_pod(pod, node_name)
 

@@ -93,6 +93,8 @@ class Emulator:
             self._server.server_close()
             self._server = None
         self.controllers.stop()
+        if self.controllers.kubelet_sim is not None:
+            self.controllers.kubelet_sim.close()
         if self.opa is not None:
             self.opa.stop_all()
 
@@ -183,6 +185,15 @@ class Emulator:
         """Make /api/v1/namespaces/{namespace}/services/{name}[:port]/proxy/... forward to `url` (e.g. a local
         Prometheus): the Service's one ready endpoint, as far as the API server's service proxy is concerned."""
         self.service_proxies[(namespace, name)] = url
+
+    def kubelet(self):
+        """The kubelet stand-in that runs pods' commands against node file trees (kubelet_sim.py), made once:
+        `emu.kubelet().attach(node, tree_root)`, `.unpullable.add(image)`, `.canned[node] = {...}`."""
+        if self.controllers.kubelet_sim is None:
+            from tests.tools import tool
+            from .kubelet_sim import KubeletSim
+            self.controllers.kubelet_sim = KubeletSim(self.controllers, tool("busybox"))
+        return self.controllers.kubelet_sim
 
     def register_scheduler(self, name: str) -> None:
         self.controllers.register_scheduler(name)
