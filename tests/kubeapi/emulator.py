@@ -195,6 +195,25 @@ class Emulator:
             self.controllers.kubelet_sim = KubeletSim(self.controllers, tool("busybox"))
         return self.controllers.kubelet_sim
 
+    def set_node_not_ready(self, name: str) -> dict:
+        """The node's kubelet stops posting status, as the node lifecycle controller then records it: Ready
+        Unknown (NodeStatusUnknown) and the unreachable taints."""
+        with self.store.lock:
+            rt = self.resource("nodes")
+            node = jcopy(self.store.find(rt, None, name))
+            for condition in node["status"]["conditions"]:
+                condition.update(status="Unknown", reason="NodeStatusUnknown",
+                                 message="Kubelet stopped posting node status.", lastTransitionTime=now())
+            self.store.update(rt, None, name, node, WriteOptions(manager="kube-controller-manager",
+                                                                 subresource="status"))
+            node = jcopy(self.store.find(rt, None, name))
+            node["spec"]["taints"] = [t for t in node["spec"].get("taints") or []
+                                      if t.get("key") != "node.kubernetes.io/unreachable"] + [
+                {"key": "node.kubernetes.io/unreachable", "effect": effect, **({"timeAdded": now()}
+                                                                              if effect == "NoExecute" else {})}
+                for effect in ("NoSchedule", "NoExecute")]
+            return self.store.update(rt, None, name, node, WriteOptions(manager="kube-controller-manager"))
+
     def register_scheduler(self, name: str) -> None:
         self.controllers.register_scheduler(name)
 

@@ -66,16 +66,19 @@ class KubeletSim:
         self.canned: dict[str, dict[str, tuple[int, str]]] = {}
         self.unpullable: set[str] = set()
         self.executed: list[tuple[str, str, str]] = []  # (node, pod, container) in the order they ran
+        self.delay = 0.0  # seconds a pod waits before its containers run (a slow image pull)
         self.workdir = Path(tempfile.mkdtemp(prefix="kubelet-sim-"))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kubelet-sim")
         self._seen: set[str] = set()  # pod uids handled (started or refused)
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
 
     def attach(self, node: str, root: Path) -> None:
         """Pods bound to `node` run against this file tree (its /, as the node sees it)."""
         self.trees[node] = Path(root)
 
     def close(self) -> None:
+        self._stopping.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -105,6 +108,12 @@ class KubeletSim:
         spec = pod["spec"]
         return next((c["image"] for c in (spec.get("initContainers") or []) + spec["containers"]
                      if c.get("image") in self.unpullable), "")
+
+    def _exists(self, pod: dict) -> bool:
+        with self.store.lock:
+            current = self.store.objects.get(("", "pods"), {}).get((pod["metadata"]["namespace"],
+                                                                    pod["metadata"]["name"]))
+            return current is not None and current["metadata"]["uid"] == pod["metadata"]["uid"]
 
     # --- statuses ---------------------------------------------------------------------------------------------------
     def _write(self, pod: dict, status: dict) -> None:
@@ -165,6 +174,8 @@ class KubeletSim:
         spec = pod["spec"]
         inits = spec.get("initContainers") or []
         results: dict[str, tuple[int, str]] = {}
+        if self.delay and (self._stopping.wait(self.delay) or not self._exists(pod)):
+            return  # the emulator stops, or the pod was deleted while it "pulled"
         if node_name in self.canned:
             results = {c["name"]: self.canned[node_name].get(c["name"], (0, "")) for c in inits}
         else:
