@@ -6,8 +6,8 @@ the same chrooted trees the sshd tests serve: tests/nodes) this does what a kube
 * the image is "pulled" (every image is busybox here) unless it is listed in `unpullable`: then the pod stays
   Pending with ErrImagePull, as on a node that cannot reach the registry;
 * a NotReady node's kubelet runs nothing: the pod stays Pending with no container statuses;
-* init containers run one after the other, each in its own root (busybox applets, /dev/null) inside a private
-  mount namespace, with the pod's volumes bind-mounted: a hostPath maps to the node's tree (read-only when the
+* init containers run one after the other, each in its own root (busybox applets, /dev/null, zero, random) in a
+  private mount namespace, with the pod's volumes bind-mounted: a hostPath maps to the node's tree (read-only when the
   mount says so), an emptyDir to a folder shared by the pod's containers, /dev/termination-log to a file per
   container. Their exit codes and termination messages go into the pod's status with the kubelet's limits (the
   last 4,096 bytes per container, then 12 KiB per pod split evenly over all containers, keeping the first bytes);
@@ -242,8 +242,9 @@ class KubeletSim:
             link = root / "bin" / applet
             if not link.exists():
                 link.symlink_to("busybox")
-        os.mknod(root / "dev" / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-        (root / "dev" / "null").chmod(0o666)
+        for device, minor in (("null", 3), ("zero", 5), ("random", 8), ("urandom", 9)):  # what a runtime gives
+            os.mknod(root / "dev" / device, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+            (root / "dev" / device).chmod(0o666)
         return root
 
     def _mounts(self, pod: dict, container: dict, node_name: str, folder: Path, root: Path) -> list[str]:
