@@ -232,3 +232,32 @@ def test_an_interrupted_probe_converges_on_the_next_run(small, tmp_path, sig):
     _, after = doctor(small.config, tmp_path, "--via", "cluster")
     assert facts(after) == facts(before)
     assert gone(small.emu), probe_leftovers(small.emu)
+
+
+def test_teardown_removes_what_a_killed_probe_left(small, tmp_path):
+    small.kubelet.delay = 60.0
+    process = start_doctor(small.config, tmp_path)
+    wait_for_probe_pods(small.emu, process)
+    process.kill()
+    process.wait(timeout=15)
+    assert probe_leftovers(small.emu)
+    result = runner.invoke(app, ["teardown", "-c", str(small.config), "--only", "preflight", "--yes", "-o", "json",
+                                 "--log-file", str(tmp_path / "log")])
+    assert result.exit_code == 0, result.output
+    assert gone(small.emu), probe_leftovers(small.emu)
+
+
+def test_an_oversized_result_is_reported_never_cut(small, tmp_path):
+    """A node whose runtime configs do not compress into the termination messages: unknown with the reason, the
+    other node's facts unaffected (the kubelet stand-in cuts messages exactly as the kubelet does)."""
+    import secrets
+    tree = small.farm.nodes["other"].root
+    (tree / "etc/containerd/conf.d").mkdir(parents=True, exist_ok=True)
+    noise = "\n".join(f"# {secrets.token_hex(60)}" for _ in range(120))  # ~15 KB that gzip cannot shrink much
+    (tree / "etc/containerd/conf.d/99-big.toml").write_text(noise)
+    result, document = doctor(small.config, tmp_path, "--via", "cluster")
+    reasons = unknown_reasons(document)
+    assert list(reasons) == ["other"] and "too large for the termination messages" in reasons["other"]
+    assert "preflight.via: ssh" in reasons["other"]
+    _, over_ssh = doctor(small.config, tmp_path, "--via", "ssh")
+    assert facts(over_ssh)["good"] == facts(document)["good"]
