@@ -234,6 +234,7 @@ def test_every_default():
                        "scrape_interval": "15s", "wait_timeout": 600, "skip_version_check": False},
         "validate": {"enabled": True, "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", "nodes": "all",
                      "namespace": "gpu-bootstrap", "timeout": 300},
+        "preflight": {"via": "auto", "image": "busybox:1.37.0", "timeout": 120},
         "pools": [],
     }
     home = Path(os.path.expanduser("~"))
