@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
-import hashlib
+import re
 
 import pytest
 
@@ -15,20 +15,17 @@ pytestmark = pytest.mark.unit
 
 
 def pod(payload: str, cut: dict | None = None, codes: dict | None = None, count: int | None = None) -> dict:
-    """A pod as the kubelet reports it after the probe's shell ran: each init container's message is a header and
-    its slice of gzip+base64(payload)."""
-    text = base64.b64encode(gzip.compress(payload.encode())).decode()
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    total = count or -(-len(text) // SLICE_BYTES)
+    """A pod as the kubelet reports it after the probe's shell ran; `payload` is "<rc>\\n<stderr>\\n<stdout>"."""
+    rc, error, output = payload.split("\n", 2)
+    messages = incluster.encode(output, int(rc), error)
+    if count:
+        messages = [re.sub(r"^(gb1 \d+) \d+ ", rf"\g<1> {count} ", m) for m in messages]
     statuses = []
-    for index in range(SLICES):
-        name = "probe" if index == 0 else f"result-{index}"
-        body = text[index * SLICE_BYTES:(index + 1) * SLICE_BYTES]
-        message = f"gb1 {index} {total} {len(text)} {digest}\n{body}"
+    for index, message in enumerate(messages):
         if cut and index in cut:
             message = message[:cut[index]]
-        statuses.append({"name": name, "state": {"terminated": {"exitCode": (codes or {}).get(index, 0),
-                                                                "message": message}}})
+        statuses.append({"name": "probe" if index == 0 else f"result-{index}",
+                         "state": {"terminated": {"exitCode": (codes or {}).get(index, 0), "message": message}}})
     return {"spec": {"nodeName": "n1"}, "status": {"initContainerStatuses": statuses}}
 
 

@@ -187,6 +187,17 @@ def decode(pod: dict) -> Outcome:
     return Outcome(output=output, rc=rc, error=error)
 
 
+def encode(output: str, rc: int = 0, error: str = "") -> list[str]:
+    """What the probe's shell writes to the slice containers' termination messages for this output (the inverse of
+    decode; for tests and canned results)."""
+    payload = f"{rc}\n{error}\n{output}".encode()
+    text = base64.b64encode(gzip.compress(payload)).decode()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    count = -(-len(text) // SLICE_BYTES)
+    return [f"gb1 {i} {count} {len(text)} {digest}\n{text[i * SLICE_BYTES:(i + 1) * SLICE_BYTES]}"
+            for i in range(SLICES)]
+
+
 def why_unfinished(pod: dict | None, node: dict | None, image: str, timeout: int) -> str:
     """Why a node's probe did not finish within the timeout, from its pod and its Node: never 'no driver'."""
     if node is None:

@@ -13,8 +13,8 @@ the same chrooted trees the sshd tests serve: tests/nodes) this does what a kube
   last 4,096 bytes per container, then 12 KiB per pod split evenly over all containers, keeping the first bytes);
 * long-running main containers (`sleep`) are not executed: once the init containers succeeded they are Running.
 
-`canned[node] = {container: (exit code, message)}` skips the execution for a node and reports those results (the
-1,000-node benchmark). Nodes without a tree and without canned results keep the emulator's default behaviour.
+`canned[node] = {container: (exit code, message)}` (or a function of the pod giving that) skips the execution for a
+node and reports those results (the 1,000-node benchmark). Nodes without a tree and without canned results keep the emulator's default behaviour.
 """
 from __future__ import annotations
 
@@ -177,7 +177,9 @@ class KubeletSim:
         if self.delay and (self._stopping.wait(self.delay) or not self._exists(pod)):
             return  # the emulator stops, or the pod was deleted while it "pulled"
         if node_name in self.canned:
-            results = {c["name"]: self.canned[node_name].get(c["name"], (0, "")) for c in inits}
+            canned = self.canned[node_name]
+            canned = canned(pod) if callable(canned) else canned
+            results = {c["name"]: canned.get(c["name"], (0, "")) for c in inits}
         else:
             folder = Path(tempfile.mkdtemp(prefix=pod["metadata"]["name"] + "-", dir=self.workdir))
             try:
