@@ -261,3 +261,17 @@ def test_an_oversized_result_is_reported_never_cut(small, tmp_path):
     assert "preflight.via: ssh" in reasons["other"]
     _, over_ssh = doctor(small.config, tmp_path, "--via", "ssh")
     assert facts(over_ssh)["good"] == facts(document)["good"]
+
+
+def test_up_records_the_cluster_probes_facts_like_an_ssh_preflight(small, tmp_path):
+    from gpu_bootstrap.probes.report import RECORD_NAME, RECORD_NAMESPACE
+    result = runner.invoke(app, ["up", "-c", str(small.config), "--only", "preflight", "--via", "cluster", "-o",
+                                 "json", "--log-file", str(tmp_path / "log")])
+    assert result.exit_code == 0, result.output
+    record = small.emu.get("configmaps", RECORD_NAME, RECORD_NAMESPACE)
+    assert record["data"]["source"] == "cluster"
+    recorded = json.loads(record["data"]["nodes.json"])
+    _, document = doctor(small.config, tmp_path, "--via", "ssh")
+    assert facts(recorded) == facts(document)
+    assert {n["source"] for n in recorded["nodes"]} == {"cluster"}
+    assert gone(small.emu), probe_leftovers(small.emu)
