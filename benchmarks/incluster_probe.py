@@ -131,7 +131,7 @@ def main() -> None:
                     how = "every probe executed on its node tree"
                 else:
                     for index, name in enumerate(names):
-                        kubelet.canned[name] = canned[node_type(index)]
+                        kubelet.canned[name] = replay(emu, *canned[node_type(index)])
                     median, requests = measure(emu, kubeconfig, names, args.runs, folder)
                     how = f"canned result per node type ({len(canned)} types, each from a real run)"
                 print(f"cluster probe, {size} nodes: median {median:.2f} s, {requests} requests  [{how}]", flush=True)
@@ -146,23 +146,25 @@ def main() -> None:
 
 
 def capture(farm: NodeFarm, names: list[str]) -> dict:
-    """Per node type, a function of the probe pod giving its init containers' (exit code, termination message): the
-    real probe script's output on a node tree of that type (run once, chrooted into the tree), re-marked with the
-    pod's own run marker and encoded as the probe's shell encodes it."""
-    from gpu_bootstrap.probes import incluster, script
+    """Per node type, the real probe script's output on a node tree of that type (run once, chrooted into the tree)
+    and the marker it ran with."""
+    from gpu_bootstrap.probes import script
     marker = script.new_marker()
     canned = {}
     for index, name in enumerate(names[:len(TYPES)]):
-        done = subprocess.run([shutil.which("chroot"), str(farm.nodes[name].root), "/bin/sh", "-s"], capture_output=True, text=True,
-                              input=script.build(marker), env={"PATH": "/bin:/usr/bin"})
-        canned[node_type(index)] = _replay(done.stdout, marker, incluster)
+        done = subprocess.run([shutil.which("chroot"), str(farm.nodes[name].root), "/bin/sh", "-s"],
+                              capture_output=True, text=True, input=script.build(marker), env={"PATH": "/bin:/usr/bin"})
+        canned[node_type(index)] = (done.stdout, marker)
     return canned
 
 
-def _replay(output: str, marker: str, incluster):
+def replay(emu: Emulator, output: str, marker: str):
+    """The canned probe result for a pod: `output` re-marked with the pod's run marker (from the run's script)."""
+    from gpu_bootstrap.probes import incluster
+
     def results(pod: dict) -> dict:
-        env = {e["name"]: e.get("value", "") for e in pod["spec"]["initContainers"][0].get("env") or []}
-        current = re.search(r"GB_MARK='(@@gpu-bootstrap-[0-9a-f]{16}@@)'", env["GB_SCRIPT"]).group(1)
+        script = emu.get("configmaps", incluster.NAME, pod["metadata"]["namespace"])["data"]["probe.sh"]
+        current = re.search(r"GB_MARK='(@@gpu-bootstrap-[0-9a-f]{16}@@)'", script).group(1)
         messages = incluster.encode(output.replace(marker, current))
         return {("probe" if i == 0 else f"result-{i}"): (0, m) for i, m in enumerate(messages)}
     return results

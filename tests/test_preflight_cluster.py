@@ -105,7 +105,7 @@ def test_cluster_probe_ran_on_every_node_and_left_nothing(fleet, both):
 def test_the_probe_pod_is_read_only_tolerant_and_targeted(fleet, tmp_path):
     """What the cluster is asked to run: hostPath / read-only, every taint tolerated, nodes by name, privileged
     namespace of ours; and the probe cannot write to the host (the stand-in mounts /host read-only)."""
-    manifest = incluster.daemonset_manifest("abcd1234", ["n1", "n2"], "busybox:1.37.0", "echo")
+    manifest = incluster.daemonset_manifest("abcd1234", ["n1", "n2"], "busybox:1.37.0")
     spec = manifest["spec"]["template"]["spec"]
     assert spec["tolerations"] == [{"operator": "Exists"}]
     assert {"name": "host", "hostPath": {"path": "/", "type": "Directory"}} in spec["volumes"]

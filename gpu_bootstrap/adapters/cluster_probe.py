@@ -1,6 +1,6 @@
 """Node facts through the cluster: the probe DaemonSet's life, from creating its namespace to removing it.
 
-API requests do not grow with the node count beyond list pagination: one namespace and one DaemonSet created, one
+API requests do not grow with the node count beyond list pagination: one namespace, one ConfigMap (the script) and one DaemonSet created, one
 label-selected LIST of pods per poll, one LIST of nodes, one namespace deleted. Everything lives in a namespace of
 its own, removed on every exit path (a `finally`, which Ctrl-C and SIGTERM reach as KeyboardInterrupt); a namespace
 left by a run that was killed with -9 is removed by the next run (or teardown) once its creator is gone or it
@@ -83,7 +83,8 @@ class ClusterProbe:
         try:
             self._create(incluster.namespace_manifest(run_id, owner_id(), expires), "namespace")
             created = True
-            self._create(incluster.daemonset_manifest(run_id, names, self.image, script), "DaemonSet")
+            self._create(incluster.script_manifest(run_id, script), "ConfigMap")
+            self._create(incluster.daemonset_manifest(run_id, names, self.image), "DaemonSet")
             pods = self._wait(namespace, run_id, names)
             return self._outcomes(names, pods)
         finally:

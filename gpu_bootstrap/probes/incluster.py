@@ -3,8 +3,8 @@ DaemonSet on every selected GPU node, its output read back from the containers' 
 manifests, the shell the containers run, and the decoding of what a pod reports; the API calls live in
 adapters/cluster_probe.py.
 
-The pod: hostPath `/` mounted read-only at /host; init container `probe` pipes the script into the host's own
-shell (`chroot /host /bin/sh -s`, as NVIDIA's validator runs `chroot /host nvidia-smi`), compresses the output
+The pod: hostPath `/` mounted read-only at /host; init container `probe` pipes the script (a ConfigMap) into the
+host's own shell (`chroot /host /bin/sh -s`, as NVIDIA's validator runs `chroot /host nvidia-smi`), compresses the output
 (gzip + base64) into a shared emptyDir, and every init container writes one slice of it, with a header, to its
 termination message; the main container only sleeps (a DaemonSet's pods must keep running). The kubelet keeps at
 most 4,096 bytes per container and 12 KiB per pod split over its containers, keeping the first bytes, so each slice
@@ -40,7 +40,7 @@ HEADER = re.compile(r"gb1 (\d+) (\d+) (\d+) ([0-9a-f]{16})\n")
 # Runs in the probe image (busybox): the script goes to the host's shell; the result is "<rc>\n<stderr>\n<stdout>",
 # compressed. A host without /bin/sh (e.g. Bottlerocket) gives rc 127 and chroot's error, which the reader reports.
 PROBE_SHELL = (
-    'printf %s "$GB_SCRIPT" | chroot /host /bin/sh -s >/gb/out 2>/gb/err; rc=$?; '
+    'chroot /host /bin/sh -s </gb-script/probe.sh >/gb/out 2>/gb/err; rc=$?; '
     '{ echo "$rc"; head -c 300 /gb/err | tr "\\n" " "; echo; cat /gb/out; } | gzip -c | base64 | tr -d "\\n" '
     '>/gb/b64; ')
 # Runs in every init container: write slice $GB_SLICE of /gb/b64, with its header, as the termination message.
@@ -64,22 +64,34 @@ def namespace_manifest(run_id: str, owner: str, expires: int) -> dict:
                          "annotations": {OWNER_ANNOTATION: owner, EXPIRES_ANNOTATION: str(expires)}}}
 
 
-def daemonset_manifest(run_id: str, nodes: list[str], image: str, script: str) -> dict:
+def script_manifest(run_id: str, script: str) -> dict:
+    """The probe script, mounted into the probe container (kept out of the pod spec: every LIST of the pods would
+    carry it once per node)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": NAME, "namespace": namespace_name(run_id),
+                         "labels": {**MANAGED_BY, **COMPONENT, RUN_LABEL: run_id}},
+            "data": {"probe.sh": script}}
+
+
+def daemonset_manifest(run_id: str, nodes: list[str], image: str) -> dict:
     """One DaemonSet targeting exactly `nodes` by name, tolerating every taint (GPU nodes are tainted, maybe
-    NotReady), reading the host through a read-only hostPath."""
+    NotReady), reading the host through a read-only hostPath. Only the probe container is privileged (nvidia-smi
+    opens the GPU devices); the others only copy a slice of its result."""
     labels = {**MANAGED_BY, **COMPONENT, RUN_LABEL: run_id}
-    mounts = [{"name": "host", "mountPath": "/host", "readOnly": True}, {"name": "result", "mountPath": "/gb"}]
+    probe_mounts = [{"name": "host", "mountPath": "/host", "readOnly": True},
+                    {"name": "script", "mountPath": "/gb-script", "readOnly": True}]
+    result = [{"name": "result", "mountPath": "/gb"}]
 
     def slice_container(index: int) -> dict:
-        shell = (PROBE_SHELL if index == 0 else "") + SLICE_SHELL
-        env = [{"name": "GB_SLICE", "value": str(index)}]
+        container = {"name": "probe" if index == 0 else f"result-{index}", "image": image,
+                     "command": ["sh", "-c", (PROBE_SHELL if index == 0 else "") + SLICE_SHELL],
+                     "env": [{"name": "GB_SLICE", "value": str(index)}],
+                     "volumeMounts": (probe_mounts if index == 0 else []) + result,
+                     "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent",
+                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}}
         if index == 0:
-            env.append({"name": "GB_SCRIPT", "value": script})
-        return {"name": "probe" if index == 0 else f"result-{index}", "image": image, "command": ["sh", "-c", shell],
-                "env": env, "volumeMounts": mounts if index == 0 else mounts[1:],
-                "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent",
-                "securityContext": {"privileged": True, "runAsUser": 0},
-                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}}
+            container["securityContext"] = {"privileged": True, "runAsUser": 0}
+        return container
 
     return {"apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": NAME, "namespace": namespace_name(run_id), "labels": labels},
@@ -100,6 +112,7 @@ def daemonset_manifest(run_id: str, nodes: list[str], image: str, script: str) -
                                           "resources": {"requests": {"cpu": "1m", "memory": "4Mi"},
                                                         "limits": {"memory": "16Mi"}}}],
                                       "volumes": [{"name": "host", "hostPath": {"path": "/", "type": "Directory"}},
+                                                  {"name": "script", "configMap": {"name": NAME}},
                                                   {"name": "result", "emptyDir": {"sizeLimit": "4Mi"}}]}}}}
 
 

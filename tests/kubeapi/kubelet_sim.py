@@ -8,9 +8,10 @@ the same chrooted trees the sshd tests serve: tests/nodes) this does what a kube
 * a NotReady node's kubelet runs nothing: the pod stays Pending with no container statuses;
 * init containers run one after the other, each in its own root (busybox applets, /dev/null, zero, random) in a
   private mount namespace, with the pod's volumes bind-mounted: a hostPath maps to the node's tree (read-only when the
-  mount says so), an emptyDir to a folder shared by the pod's containers, /dev/termination-log to a file per
-  container. Their exit codes and termination messages go into the pod's status with the kubelet's limits (the
-  last 4,096 bytes per container, then 12 KiB per pod split evenly over all containers, keeping the first bytes);
+  mount says so), an emptyDir to a folder shared by the pod's containers, a configMap to its keys' files,
+  /dev/termination-log to a file per container. Their exit codes and termination messages go into the pod's status
+  with the kubelet's limits (the last 4,096 bytes per container, then 12 KiB per pod split evenly over all
+  containers, keeping the first bytes);
 * long-running main containers (`sleep`) are not executed: once the init containers succeeded they are Running.
 
 `canned[node] = {container: (exit code, message)}` (or a function of the pod giving that) skips the execution for a
@@ -259,8 +260,10 @@ class KubeletSim:
             elif "emptyDir" in volume:
                 source = folder / "volumes" / mount["name"]
                 source.mkdir(parents=True, exist_ok=True)
+            elif "configMap" in volume:
+                source = self._config_map(pod, volume, folder / "volumes" / mount["name"])
             else:
-                continue  # configMaps, secrets, projected tokens: not modelled
+                continue  # secrets, projected tokens: not modelled
             target = root / mount["mountPath"].lstrip("/")
             target.mkdir(parents=True, exist_ok=True)
             lines.append(f"{source} {target} {'ro' if mount.get('readOnly') else 'rw'}")
@@ -272,6 +275,18 @@ class KubeletSim:
         target.touch()
         lines.append(f"{log} {target} rw")
         return lines
+
+    def _config_map(self, pod: dict, volume: dict, folder: Path) -> Path:
+        """A configMap volume: one file per key (a missing ConfigMap gives an empty folder here; the kubelet would
+        keep the container waiting)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        with self.store.lock:
+            config_map = self.store.objects.get(("", "configmaps"), {}).get((pod["metadata"]["namespace"],
+                                                                             volume["configMap"]["name"])) or {}
+            data = dict(config_map.get("data") or {})
+        for key, value in data.items():
+            (folder / key).write_text(value)
+        return folder
 
     def _run(self, pod: dict, container: dict, node_name: str, folder: Path) -> tuple[int, str]:
         root = folder / "rootfs" if (folder / "rootfs").exists() else self._root(folder)
