@@ -510,8 +510,8 @@ class PreflightConfig(Section):
     via: Literal["auto", "ssh", "cluster"] = Field(
         "auto", description="ssh | cluster | auto (ssh when the config has an `ssh` section or a node an "
                             "`address`, else cluster)")
-    image: str = Field("busybox:1.37.0", description="the probe's image (needs sh, chroot, gzip, base64); point it "
-                                                     "at a mirror if needed")
+    image: str = Field("busybox:1.37.0", description="the probe's image (busybox, or any with its sh, chroot, gzip, "
+                                                     "base64, sha256sum); point it at a mirror if needed")
     timeout: int = Field(120, ge=2, le=3600, description="seconds to wait for the cluster probe; a node whose probe "
                                                          "did not finish by then is unknown")
 

@@ -275,3 +275,26 @@ def test_up_records_the_cluster_probes_facts_like_an_ssh_preflight(small, tmp_pa
     assert facts(recorded) == facts(document)
     assert {n["source"] for n in recorded["nodes"]} == {"cluster"}
     assert gone(small.emu), probe_leftovers(small.emu)
+
+
+def test_pods_refused_by_pod_security_get_one_clear_error(small, tmp_path):
+    """Pod Security (or a policy engine) rejects the DaemonSet's pods, not the DaemonSet: its controller reports
+    FailedCreate events, as the real one does (the emulator's controllers skip admission, so the test plays the
+    controller: no pods, and the event it would record)."""
+    small.emu.controllers.disable("daemonset")
+
+    def refuse(request):
+        namespace = request.path.split("/namespaces/")[1].split("/")[0]
+        small.emu.seed({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "probe.1", "namespace": namespace},
+                        "involvedObject": {"kind": "DaemonSet", "name": incluster.NAME, "namespace": namespace},
+                        "reason": "FailedCreate", "type": "Warning", "source": {"component": "daemonset-controller"},
+                        "message": f'Error creating: pods "{incluster.NAME}-x2x4q" is forbidden: violates PodSecurity '
+                                   f'"baseline:latest": hostPath volumes (volume "host")'})
+
+    small.emu.faults.add("POST", "/daemonsets$", observe=refuse)
+    result = runner.invoke(app, ["doctor", "-c", str(small.config), "--via", "cluster", "--log-file",
+                                 str(tmp_path / "log")])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1
+    assert "refused the node probe's pods" in text and 'violates PodSecurity "baseline:latest"' in text, text
+    assert gone(small.emu), probe_leftovers(small.emu)

@@ -111,3 +111,9 @@ def test_via_cluster_without_a_cluster_is_bad_input():
     from gpu_bootstrap.errors import UsageError
     with pytest.raises(UsageError, match="--no-cluster"):
         probe_via(Options(via="cluster", no_cluster=True), Config.model_validate({"nodes": [{"name": "a"}]}))
+
+
+def test_the_leftover_selector_matches_every_runs_namespace():
+    labels = incluster.namespace_manifest("r1", "host:1", 0)["metadata"]["labels"]
+    assert all(labels[key] == value for key, value in (pair.split("=") for pair in incluster.SELECTOR.split(",")))
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"

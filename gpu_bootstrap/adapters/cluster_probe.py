@@ -47,18 +47,17 @@ def _owner_gone(owner: str) -> bool:
     return False
 
 
-def remove_leftovers(kube, everything: bool = False) -> list[str]:
-    """Delete probe namespaces of runs that are gone (same host, process ended) or expired; `everything`: all of
-    ours (teardown). Returns their names."""
+def remove_leftovers(kube) -> list[str]:
+    """Delete probe namespaces of runs that are gone (same host, process ended) or expired (teardown removes them
+    all: preflight's undo). Returns their names."""
     removed = []
-    selector = ",".join(f"{k}={v}" for k, v in {**incluster.MANAGED_BY, **incluster.COMPONENT}.items())
-    for namespace in kube.list("v1", "Namespace", label_selector=selector):
+    for namespace in kube.list("v1", "Namespace", label_selector=incluster.SELECTOR):
         meta = namespace["metadata"]
         annotations = meta.get("annotations") or {}
         expires = annotations.get(incluster.EXPIRES_ANNOTATION, "0")
         stale = _owner_gone(annotations.get(incluster.OWNER_ANNOTATION, "")) or (
             expires.isdigit() and int(expires) < time.time())
-        if (everything or stale) and not meta.get("deletionTimestamp"):
+        if stale and not meta.get("deletionTimestamp"):
             kube.delete(Ref("v1", "Namespace", meta["name"]))
             removed.append(meta["name"])
     if removed:
@@ -86,6 +85,8 @@ class ClusterProbe:
             self._create(incluster.script_manifest(run_id, script), "ConfigMap")
             self._create(incluster.daemonset_manifest(run_id, names, self.image), "DaemonSet")
             pods = self._wait(namespace, run_id, names)
+            if not pods:
+                self._refused_pods(namespace)
             return self._outcomes(names, pods)
         finally:
             if created:
@@ -102,6 +103,20 @@ class ClusterProbe:
                                    f"namespaces and DaemonSets, no policy rejecting hostPath; GKE Autopilot refuses "
                                    f"it); {ALTERNATIVES}") from None
             raise
+
+    def _refused_pods(self, namespace: str) -> None:
+        """No probe pod exists at all: when the DaemonSet controller reported that the cluster refused them (Pod
+        Security, a policy engine), that is the one error to give, not an unknown node each."""
+        try:
+            events = self.kube.list("v1", "Event", namespace=namespace)
+        except GpuBootstrapError:
+            return
+        refusals = [e.get("message") or "" for e in events
+                    if e.get("reason") == "FailedCreate" and "forbidden" in (e.get("message") or "")]
+        if refusals:
+            raise ProbeRefused(f"the cluster refused the node probe's pods: {refusals[-1][:400]}",
+                               f"the probe needs a privileged namespace with a read-only hostPath (an exemption for "
+                               f"namespaces labelled gpu-bootstrap.io/component=node-probe); {ALTERNATIVES}")
 
     def _list(self, namespace: str, run_id: str) -> list[dict]:
         return self.kube.list("v1", "Pod", namespace=namespace, label_selector=f"{incluster.RUN_LABEL}={run_id}")

@@ -27,6 +27,7 @@ OWNER_ANNOTATION = "gpu-bootstrap.io/probe-owner"  # host:pid of the run that cr
 EXPIRES_ANNOTATION = "gpu-bootstrap.io/probe-expires"  # after this (epoch seconds) anyone may remove it
 NAMESPACE_PREFIX = "gpu-bootstrap-probe-"
 NAME = "gpu-bootstrap-node-probe"
+SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap,gpu-bootstrap.io/component=node-probe"  # ours, any run
 PRIVILEGED = {f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")}
 
 SLICES = 3  # init containers carrying the result; with the sleeping main container, 4 containers per pod

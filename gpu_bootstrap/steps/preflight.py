@@ -64,12 +64,11 @@ class Preflight(Step):
 
     def undo_plan(self, ctx) -> list[Change]:
         """Probe namespaces a killed cluster probe left behind (a run removes its own on every other exit path)."""
-        from ..probes.incluster import COMPONENT, MANAGED_BY
+        from ..probes.incluster import SELECTOR
         from ..refs import Ref, Verb
-        selector = ",".join(f"{k}={v}" for k, v in {**MANAGED_BY, **COMPONENT}.items())
         return [Change(Verb.DELETE, Ref("v1", "Namespace", ns["metadata"]["name"]), "remove",
                        "left by an interrupted cluster probe")
-                for ns in ctx.kube.list("v1", "Namespace", label_selector=selector)
+                for ns in ctx.kube.list("v1", "Namespace", label_selector=SELECTOR)
                 if not ns["metadata"].get("deletionTimestamp")]
 
     def doctor(self, ctx) -> list[Check]:

@@ -29,6 +29,7 @@ DAEMON_TOLERATIONS = [
     {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 ]
+DAEMON_BURST = 250  # pods a DaemonSet sync creates at most (the controller's burstReplicas)
 QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 SUFFIXES = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
             "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
@@ -582,9 +583,14 @@ class ControllerManager:
                 self._delete("", "pods", pod)
             else:
                 by_node[target] = pod
+        created = 0
         for node in nodes:
             name = node["metadata"]["name"]
+            if name not in by_node and created >= DAEMON_BURST:  # the rest in the next sync, as the real one does
+                self._enqueue(("apps", "daemonsets", ds["metadata"]["namespace"], ds["metadata"]["name"]))
+                break
             if name not in by_node:
+                created += 1
                 affinity = jcopy(spec.get("affinity") or {})
                 affinity.setdefault("nodeAffinity", {})["requiredDuringSchedulingIgnoredDuringExecution"] = {
                     "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
