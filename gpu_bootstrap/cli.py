@@ -104,7 +104,8 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
            no_nodes: Annotated[bool, Option("--no-nodes", help="Check the cluster and steps only (no SSH).")] = False,
            via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None,
            ) -> None:
-    """Check the cluster, every GPU node (over SSH, all at once) and every step, without changing anything.
+    """Check the cluster, every GPU node (over SSH, or with --via cluster a probe pod per node) and every step,
+    without changing anything.
 
     Exit 0 when no check failed, 1 otherwise. Node checks: ssh, nvidia-driver, nouveau, container-runtime,
     nvidia-container-toolkit — each pass, warn, fail or skip, with what to do about it.
