@@ -122,8 +122,7 @@ def main() -> None:
             names = [f"gpu-{i:04d}" for i in range(size)]
             emu = Emulator(gpu_nodes=names, history_limit=200000).start()
             try:
-                kubelet = emu.kubelet()
-                kubelet._pool._max_workers = 8
+                kubelet = emu.kubelet(workers=32)  # pods run at once (as many as the SSH fan-out's parallelism)
                 kubeconfig = emu.write_kubeconfig(folder / f"kubeconfig-{size}")
                 if size == real:
                     for name in names:

@@ -186,13 +186,14 @@ class Emulator:
         Prometheus): the Service's one ready endpoint, as far as the API server's service proxy is concerned."""
         self.service_proxies[(namespace, name)] = url
 
-    def kubelet(self):
-        """The kubelet stand-in that runs pods' commands against node file trees (kubelet_sim.py), made once:
-        `emu.kubelet().attach(node, tree_root)`, `.unpullable.add(image)`, `.canned[node] = {...}`."""
+    def kubelet(self, workers: int = 4):
+        """The kubelet stand-in that runs pods' commands against node file trees (kubelet_sim.py), made once (with
+        `workers` pods running at a time): `emu.kubelet().attach(node, tree_root)`, `.unpullable.add(image)`,
+        `.canned[node] = {...}`."""
         if self.controllers.kubelet_sim is None:
             from tests.tools import tool
             from .kubelet_sim import KubeletSim
-            self.controllers.kubelet_sim = KubeletSim(self.controllers, tool("busybox"))
+            self.controllers.kubelet_sim = KubeletSim(self.controllers, tool("busybox"), workers)
         return self.controllers.kubelet_sim
 
     def set_node_not_ready(self, name: str) -> dict:

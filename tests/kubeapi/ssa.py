@@ -218,7 +218,7 @@ def write_managers(obj: dict, managers: list[Manager]) -> None:
 def changed_paths(before, after, paths: set, schema: Schema) -> set:
     """Paths of `paths` whose value differs between before and after (containers only when newly added)."""
     changed = set()
-    inner = {path[:end] for path in paths for end in range(1, len(path))}  # what _is_leaf asks, for all at once
+    inner = {path[:end] for path in paths for end in range(1, len(path))}  # paths with others below: no leaves
     for path in paths:
         old = value_at(before, path, schema) if before is not None else _MISSING
         if old is _MISSING:
