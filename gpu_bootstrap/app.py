@@ -42,6 +42,7 @@ class Options:
     no_nodes: bool = False  # doctor --no-nodes: no SSH
     no_cluster: bool = False  # doctor --no-cluster: no Kubernetes API
     allow_operand_restart: bool = False
+    via: str | None = None  # doctor/up --via ssh|cluster|auto (None: the config's preflight.via)
 
 
 def load_config(options: Options):
@@ -139,8 +140,26 @@ def _reachable_facts(options: Options, config, kube, probe: bool):
         return NoNodeFacts(names, "none (--no-nodes)", "nodes not checked (--no-nodes)")
     if not probe:
         return RecordedNodes(names, kube)
+    if probe_via(options, config) == "cluster":
+        from .adapters.nodefacts import ClusterProbedNodes
+        return ClusterProbedNodes(names, kube, config.preflight, getattr(config, "registry", None))
     from .adapters.ssh import Ssh
     return ProbedNodes(names, Ssh(config.ssh, [n for n in config.nodes if n.name in names]))
+
+
+def probe_via(options: Options, config) -> str:
+    """ssh or cluster: --via, else preflight.via; `auto` is SSH when the config can reach the nodes over SSH (it has
+    an `ssh` section, or a node has an `address`) or there is no cluster to ask (--no-cluster), else the cluster."""
+    via = options.via or config.preflight.via
+    if via not in ("auto", "ssh", "cluster"):
+        raise UsageError(f"--via: {via!r} is not one of ssh, cluster, auto")
+    if via == "cluster" and options.no_cluster:
+        raise UsageError("--via cluster probes the nodes through the cluster, which --no-cluster leaves out",
+                         "drop --no-cluster, or use --via ssh")
+    if via == "auto":
+        reachable = "ssh" in config.model_fields_set or any(n.address for n in config.nodes)
+        via = "ssh" if reachable or options.no_cluster else "cluster"
+    return via
 
 
 def check_kubeconfig(path: Path | None, context: str | None) -> Path | None:
@@ -258,6 +277,10 @@ def images(options: Options, cluster_facts: tuple[str, dict] | None = None):
         documents, not_rendered = _rendered_documents(render)
     found = image_list.collect(documents, reports, bool(reports), config.gpu_operator.driver_management,
                                config.registry.mirror, not_rendered)
+    if probe_via(options, config) == "cluster":  # the probe runs at preflight time, so no render holds it
+        from .images import pin
+        found.add(pin(config.preflight.image), config.registry.mirror,
+                  "gpu-bootstrap preflight (DaemonSet of the in-cluster probe: preflight.via cluster)")
     found.mirror, found.plain_http = config.registry.mirror, config.registry.plain_http
     return found
 

@@ -27,6 +27,17 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]})
 
 
+class Via(str, Enum):
+    ssh = "ssh"
+    cluster = "cluster"
+    auto = "auto"
+
+
+VIA_HELP = ("How to read the node facts: ssh (from this machine), cluster (a short-lived read-only probe pod on each "
+            "node, no SSH keys), or auto (ssh when the config has an `ssh` section or node addresses, else cluster). "
+            "Default: the config's preflight.via.")
+
+
 def command(*shared: str):
     return _command(app, *shared)
 
@@ -57,7 +68,8 @@ def up(common, dry_run: Annotated[bool, Option("--dry-run", help=(
            "Write each step's exact manifests and patches to DIR/NN-STEP/."))] = None,
        allow_operand_restart: Annotated[bool, Option("--allow-operand-restart", help=(
            "Let a plan change the driver, toolkit or runtime values of a running gpu-operator (it restarts the "
-           "operands on every GPU node)."))] = False) -> None:
+           "operands on every GPU node)."))] = False,
+       via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None) -> None:
     """Bring the cluster to the configured state, step by step; resumes where a previous run stopped.
 
     [bold]Examples[/]
@@ -69,7 +81,7 @@ def up(common, dry_run: Annotated[bool, Option("--dry-run", help=(
     """
     options = options_from(common, dry_run=dry_run, offline=offline, kube_version=kube_version,
                        preflight_report=preflight_report, render_dir=render_dir,
-                       allow_operand_restart=allow_operand_restart)
+                       allow_operand_restart=allow_operand_restart, via=via.value if via else None)
 
     def body():
         from . import app as application
@@ -90,8 +102,10 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
            no_cluster: Annotated[bool, Option("--no-cluster", help=(
                "Check the nodes only (no Kubernetes API needed), e.g. before they join."))] = False,
            no_nodes: Annotated[bool, Option("--no-nodes", help="Check the cluster and steps only (no SSH).")] = False,
+           via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None,
            ) -> None:
-    """Check the cluster, every GPU node (over SSH, all at once) and every step, without changing anything.
+    """Check the cluster, every GPU node (over SSH, or with --via cluster a probe pod per node) and every step,
+    without changing anything.
 
     Exit 0 when no check failed, 1 otherwise. Node checks: ssh, nvidia-driver, nouveau, container-runtime,
     nvidia-container-toolkit — each pass, warn, fail or skip, with what to do about it.
@@ -101,8 +115,9 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
       gpu-bootstrap doctor
       gpu-bootstrap doctor --nodes node5,node6 --no-cluster
       gpu-bootstrap doctor -o json > report.json  # up --preflight-report
+      gpu-bootstrap doctor --via cluster      # no SSH: a probe pod per node
     """
-    options = options_from(common, no_nodes=no_nodes, no_cluster=no_cluster)
+    options = options_from(common, no_nodes=no_nodes, no_cluster=no_cluster, via=via.value if via else None)
 
     def body():
         from . import app as application

@@ -525,6 +525,25 @@ class ValidateConfig(Section):
 
 
 
+class PreflightConfig(Section):
+    """Where node facts come from: SSH from this machine, or a short-lived read-only probe the cluster runs on every
+    GPU node (README: "Preflight without SSH")."""
+
+    via: Literal["auto", "ssh", "cluster"] = Field(
+        "auto", description="ssh | cluster | auto (ssh when the config has an `ssh` section or a node an "
+                            "`address`, else cluster)")
+    image: str = Field(default_factory=lambda: _catalogued("busybox"),
+                       description="the probe's image (default: data/images.yaml; busybox, or any with its sh, chroot, "
+                                   "gzip, base64, sha256sum); registry.mirror moves it")
+    timeout: int = Field(120, ge=2, le=3600, description="seconds to wait for the cluster probe; a node whose probe "
+                                                         "did not finish by then is unknown")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return OpaConfig._image(value)
+
+
 KARPENTER_DURATION = re.compile(r"([0-9]+(s|m|h))+|Never")  # Karpenter's own pattern for expireAfter/consolidateAfter
 BUDGET_NODES = re.compile(r"(100|[0-9]{1,2})%|[0-9]+")
 BUDGET_DURATION = re.compile(r"(([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?")
@@ -705,6 +724,7 @@ class Config(Section):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     validation: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")  # BaseModel owns .validate
+    preflight: PreflightConfig = Field(default_factory=PreflightConfig)
     pools: list[PoolConfig] = Field(default_factory=list, description="autoscaled GPU pools (Karpenter)")
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
 
@@ -1098,6 +1118,11 @@ monitoring:                         # who uses which GPU: Prometheus, the DCGM e
 registry:                           # air-gapped clusters (README: "Air-gapped clusters"); `gpu-bootstrap images` lists
   mirror: null                      # what to copy. e.g. registry.example.com:5000/mirror: every image comes from there
   pull_secret: null                 # a docker-registry Secret (you create it in each namespace) pods pull with
+preflight:                          # where node facts come from (README: "Preflight without SSH")
+  via: auto                         # ssh | cluster (a read-only probe pod per node, no keys) | auto: ssh when the
+                                    # config has an `ssh` section or a node an `address`, else cluster
+  # image: busybox:1.37.0           # the cluster probe's image (default: data/images.yaml, by digest)
+  timeout: 120                      # seconds; a node whose probe did not finish by then is unknown
 
 pools: []                           # autoscaled GPU pools (Karpenter >= 1.0 on EKS; README: "Autoscaled GPU pools")
 # - name: gpu                       # a NodePool and an EC2NodeClass of this name; nodes get node_prep's taint/labels

@@ -106,6 +106,18 @@ EXPECTED = {
                {"nvidia-driver": {"gpu_count": 4, "first_gpu": {"index": 0, "name": "NVIDIA A100-SXM4-40GB",
                                                                 "memory_mib": 40960, "compute_capability": "8.0"}},
                 "container-runtime": {"version": "2.0.4"}}),
+    # managed-node layouts: the driver in GKE COS's and Bottlerocket's own folders
+    "gke-cos": ({"nvidia-driver": "pass", "nvidia-container-toolkit": "warn"},
+                {"nvidia-driver": {"driver_version": "550.54.15", "gpu_count": 1, "source": "nvidia-smi"},
+                 "ssh": {"os_id": "cos", "os_version": "117"},
+                 "container-runtime": {"runtime": "containerd", "version": "1.7.24"}}),
+    "bottlerocket": ({"nvidia-driver": "pass", "nvidia-container-toolkit": "pass"},
+                     {"nvidia-driver": {"driver_version": "535.183.01", "gpu_count": 4, "source": "nvidia-smi"},
+                      "ssh": {"os_id": "bottlerocket"},
+                      "nvidia-container-toolkit": {"installed": True, "runtime_configured": True,
+                                                   "default_runtime": True}}),
+    "al2023-nvidia": ({"nvidia-driver": "pass", "nvidia-container-toolkit": "pass"},
+                      {"ssh": {"os_id": "amzn", "os_version": "2023"}}),
 }
 
 

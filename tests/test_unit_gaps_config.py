@@ -236,6 +236,7 @@ def test_every_default():
                        "scrape_interval": "15s", "wait_timeout": 600, "skip_version_check": False},
         "validate": {"enabled": True, "image": images.default("cuda-sample"), "nodes": "all",
                      "namespace": "gpu-bootstrap", "timeout": 300},
+        "preflight": {"via": "auto", "image": images.default("busybox"), "timeout": 120},
         "pools": [], "registry": {"mirror": None, "pull_secret": None, "plain_http": False},
     }
     home = Path(os.path.expanduser("~"))

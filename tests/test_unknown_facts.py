@@ -128,3 +128,18 @@ def test_a_stale_report_cannot_restart_the_operands_without_the_flag(installed, 
     assert result.exit_code == 0, result.output
     revision, values = release(cluster)
     assert revision == 2 and values["driver"]["enabled"] is True
+
+
+def test_cluster_probes_that_never_run_leave_the_running_release_alone(installed, cluster, tmp_path):
+    """Preflight through the cluster (issue 24) whose probe pods never start (no kubelet runs them): every node is
+    unknown with its reason within preflight.timeout, `up` stops before any change, nothing of the probe is left."""
+    installed.write_text(installed.read_text() + "preflight: {timeout: 3}\n")
+    cluster.emu.controllers.disable("kubelet")
+    result, document = up(installed, tmp_path, "--via", "cluster")
+    assert result.exit_code == 1
+    assert "node5: ssh: unknown: the probe did not finish within preflight.timeout (3s)" in document["error"]
+    assert "node6: ssh: unknown" in document["error"]
+    assert release(cluster)[0] == 1
+    probe = [ns for ns in cluster.emu.list("namespaces") if ns["metadata"]["name"].startswith("gpu-bootstrap-probe")]
+    assert probe == [] and not [p for p in cluster.emu.list("pods")
+                                if p["metadata"]["namespace"].startswith("gpu-bootstrap-probe")]

@@ -113,14 +113,49 @@ class ProbedNodes(NodeFactsSource):
             ssh_check = report.check("ssh")
             if note and ssh_check.status == PASS:
                 ssh_check.status, ssh_check.message = WARN, f"{ssh_check.message}; {note}"
+            report.source = "ssh"
             return report
 
         outcomes = self.ssh.fan_out(probe, names)
-        return {name: outcome if isinstance(outcome, NodeReport) else unreachable(name, str(outcome))
-                for name, outcome in outcomes.items()}
+        reports = {name: outcome if isinstance(outcome, NodeReport) else unreachable(name, str(outcome))
+                   for name, outcome in outcomes.items()}
+        for report in reports.values():
+            report.source = "ssh"
+        return reports
 
     def close(self) -> None:
         self.ssh.close()
+
+
+class ClusterProbedNodes(NodeFactsSource):
+    """Facts probed now through the cluster: the same probe script, run by a DaemonSet on every node (no SSH; README
+    "Preflight without SSH"). A node whose probe did not finish comes back unknown with the reason read from its
+    pod, never as "no driver"."""
+
+    source = "cluster"
+
+    def __init__(self, names: list[str], kube, preflight, registry=None):
+        super().__init__(names)
+        self.kube = kube
+        self.preflight = preflight
+        self.registry = registry  # registry.mirror / pull_secret: the probe pulls from the mirror like our other pods
+
+    def _read(self, names: list[str]) -> dict[str, NodeReport]:
+        from .cluster_probe import ClusterProbe
+        marker = new_marker()
+        timeout = command_timeout(self.preflight.timeout)
+        outcomes = ClusterProbe(self.kube, self.preflight.image, self.preflight.timeout, self.registry).run(
+            names, build(marker, timeout))
+        reports = {}
+        for name in names:
+            outcome = outcomes[name]
+            if outcome.finished:
+                report = evaluate(name, split(outcome.output, marker), marker, timeout)
+            else:
+                report = unreachable(name, f"unknown: {outcome.reason}", how="no probe result")
+            report.source = "cluster"
+            reports[name] = report
+        return reports
 
 
 class WithPoolNodes(NodeFactsSource):

@@ -27,6 +27,7 @@ class NodeCheck:
 class NodeReport:
     name: str
     checks: list[NodeCheck]
+    source: str = ""  # where the facts came from: ssh | cluster (empty: not said, e.g. an older report)
 
     @property
     def ok(self) -> bool:
@@ -36,18 +37,21 @@ class NodeReport:
         return next(c for c in self.checks if c.id == check_id)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "checks": [asdict(c) for c in self.checks]}
+        document = {"name": self.name, "checks": [asdict(c) for c in self.checks]}
+        if self.source:
+            document["source"] = self.source
+        return document
 
     @classmethod
     def from_json(cls, data: dict) -> "NodeReport":
         return cls(data["name"], [NodeCheck(c["id"], c["status"], c.get("message", ""), c.get("data") or {})
-                                  for c in data.get("checks", [])])
+                                  for c in data.get("checks", [])], str(data.get("source") or ""))
 
 
-def unreachable(name: str, message: str) -> NodeReport:
-    """A node we could not run anything on: ssh fails, everything else is skipped."""
+def unreachable(name: str, message: str, how: str = "no SSH session") -> NodeReport:
+    """A node we could not run anything on: ssh fails, everything else is skipped (unknown, never absent)."""
     checks = [NodeCheck("ssh", FAIL, message)]
-    checks += [NodeCheck(i, SKIP, "skipped: no SSH session") for i in CHECK_IDS[1:]]
+    checks += [NodeCheck(i, SKIP, f"skipped: {how}") for i in CHECK_IDS[1:]]
     return NodeReport(name, checks)
 
 

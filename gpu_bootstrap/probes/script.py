@@ -36,7 +36,9 @@ CONTAINERD_BINARIES = (
 GPU_QUERY = "index,name,uuid,memory.total,compute_cap,driver_version"
 
 PRELUDE = r"""
-PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/home/kubernetes/bin/nvidia/bin"
+# Bottlerocket's NVIDIA variants keep the driver's tools in a versioned folder (GKE COS: the path above)
+for gb_d in /usr/libexec/nvidia/tesla/bin/*/; do [ -d "$gb_d" ] && PATH="$PATH:${gb_d%%/}"; done
 export LC_ALL=C
 exec 4>&1
 # A portable per-command timeout (no coreutils needed; busybox's `timeout` polls once a second). The background

@@ -1,4 +1,5 @@
-"""preflight: read every GPU node's facts (over SSH, or from --preflight-report) before anything is installed.
+"""preflight: read every GPU node's facts (over SSH, through a cluster probe, or from --preflight-report) before
+anything is installed.
 
 The facts come from the context's node-facts source, read once per run and shared with later steps, which include
 them in their fingerprints: a node whose driver or runtime changed makes exactly the steps that depend on it run
@@ -39,7 +40,7 @@ def judge(reports: dict, source: str, why_none: str = "") -> Check:
 
 class Preflight(Step):
     id = "preflight"
-    title = "Check GPU nodes over SSH"
+    title = "Check GPU nodes (over SSH or a cluster probe)"
     reads_only = True
     revision = 2  # records the facts it read (runs that leave preflight out use them)
 
@@ -60,6 +61,15 @@ class Preflight(Step):
         from ..pipeline.checkpoint import now
         from ..probes.report import record_manifest
         return record_manifest(check.facts.reports, check.facts.source, now())
+
+    def undo_plan(self, ctx) -> list[Change]:
+        """Probe namespaces a killed cluster probe left behind (a run removes its own on every other exit path)."""
+        from ..probes.incluster import SELECTOR
+        from ..refs import Ref, Verb
+        return [Change(Verb.DELETE, Ref("v1", "Namespace", ns["metadata"]["name"]), "remove",
+                       "left by an interrupted cluster probe")
+                for ns in ctx.kube.list("v1", "Namespace", label_selector=SELECTOR)
+                if not ns["metadata"].get("deletionTimestamp")]
 
     def doctor(self, ctx) -> list[Check]:
         return []  # its findings are the doctor's node section

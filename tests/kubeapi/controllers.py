@@ -29,6 +29,7 @@ DAEMON_TOLERATIONS = [
     {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 ]
+DAEMON_BURST = 250  # pods a DaemonSet sync creates at most (the controller's burstReplicas)
 QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 SUFFIXES = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
             "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
@@ -131,6 +132,7 @@ class ControllerManager:
         self.pod_behaviour = default_pod_behaviour
         self.ready_delay = 0.0  # seconds between a pod being bound and the kubelet reporting it running
         self.plugins: list = []  # extra controllers (e.g. the gpu-operator stand-in): wants(key), reconcile()
+        self.kubelet_sim = None  # a kubelet that runs pods' commands on node trees (kubelet_sim.py)
         self._queue: list[tuple[float, int, tuple]] = []
         self._seq = 0
         self._cv = threading.Condition()
@@ -581,9 +583,14 @@ class ControllerManager:
                 self._delete("", "pods", pod)
             else:
                 by_node[target] = pod
+        created = 0
         for node in nodes:
             name = node["metadata"]["name"]
+            if name not in by_node and created >= DAEMON_BURST:  # the rest in the next sync, as the real one does
+                self._enqueue(("apps", "daemonsets", ds["metadata"]["namespace"], ds["metadata"]["name"]))
+                break
             if name not in by_node:
+                created += 1
                 affinity = jcopy(spec.get("affinity") or {})
                 affinity.setdefault("nodeAffinity", {})["requiredDuringSchedulingIgnoredDuringExecution"] = {
                     "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
@@ -684,8 +691,11 @@ class ControllerManager:
                 self._schedule(pod)
 
     def _schedule(self, pod: dict) -> None:
-        nodes = sorted(self._bucket("", "nodes").values(), key=lambda n: n["metadata"]["name"])
         requests = pod_requests(pod["spec"])
+        pinned = self._bucket("", "nodes").get(("", pod_target_node(pod)))  # a DaemonSet's pod names its node
+        if pinned is not None and not self._unfit(pinned, pod, requests):
+            return self._bind(pod, pinned)
+        nodes = sorted(self._bucket("", "nodes").values(), key=lambda n: n["metadata"]["name"])
         reasons: dict[str, int] = {}
         fits = []
         for node in nodes:
@@ -707,6 +717,9 @@ class ControllerManager:
             self._write_status("", "pods", pod, status, "kube-scheduler")
             return
         best = min(fits, key=lambda n: (self._allocated_fraction(n), n["metadata"]["name"]))
+        return self._bind(pod, best)
+
+    def _bind(self, pod: dict, best: dict) -> None:
         body = jcopy(pod)
         body["spec"]["nodeName"] = best["metadata"]["name"]
         bound = self._update("", "pods", body, "kube-scheduler")
@@ -767,6 +780,8 @@ class ControllerManager:
             return
         if self.ready_delay and started and time.time() - _epoch(started) < self.ready_delay:
             self._enqueue(("", "pods", pod["metadata"]["namespace"], pod["metadata"]["name"]), 0.05)
+            return
+        if self.kubelet_sim is not None and self.kubelet_sim.handle(pod, node_name):
             return
         self._run_pod(pod, node_name)
 

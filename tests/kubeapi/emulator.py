@@ -93,6 +93,8 @@ class Emulator:
             self._server.server_close()
             self._server = None
         self.controllers.stop()
+        if self.controllers.kubelet_sim is not None:
+            self.controllers.kubelet_sim.close()
         if self.opa is not None:
             self.opa.stop_all()
 
@@ -183,6 +185,35 @@ class Emulator:
         """Make /api/v1/namespaces/{namespace}/services/{name}[:port]/proxy/... forward to `url` (e.g. a local
         Prometheus): the Service's one ready endpoint, as far as the API server's service proxy is concerned."""
         self.service_proxies[(namespace, name)] = url
+
+    def kubelet(self, workers: int = 4):
+        """The kubelet stand-in that runs pods' commands against node file trees (kubelet_sim.py), made once (with
+        `workers` pods running at a time): `emu.kubelet().attach(node, tree_root)`, `.unpullable.add(image)`,
+        `.canned[node] = {...}`."""
+        if self.controllers.kubelet_sim is None:
+            from tests.tools import tool
+            from .kubelet_sim import KubeletSim
+            self.controllers.kubelet_sim = KubeletSim(self.controllers, tool("busybox"), workers)
+        return self.controllers.kubelet_sim
+
+    def set_node_not_ready(self, name: str) -> dict:
+        """The node's kubelet stops posting status, as the node lifecycle controller then records it: Ready
+        Unknown (NodeStatusUnknown) and the unreachable taints."""
+        with self.store.lock:
+            rt = self.resource("nodes")
+            node = jcopy(self.store.find(rt, None, name))
+            for condition in node["status"]["conditions"]:
+                condition.update(status="Unknown", reason="NodeStatusUnknown",
+                                 message="Kubelet stopped posting node status.", lastTransitionTime=now())
+            self.store.update(rt, None, name, node, WriteOptions(manager="kube-controller-manager",
+                                                                 subresource="status"))
+            node = jcopy(self.store.find(rt, None, name))
+            node["spec"]["taints"] = [t for t in node["spec"].get("taints") or []
+                                      if t.get("key") != "node.kubernetes.io/unreachable"] + [
+                {"key": "node.kubernetes.io/unreachable", "effect": effect, **({"timeAdded": now()}
+                                                                              if effect == "NoExecute" else {})}
+                for effect in ("NoSchedule", "NoExecute")]
+            return self.store.update(rt, None, name, node, WriteOptions(manager="kube-controller-manager"))
 
     def register_scheduler(self, name: str) -> None:
         self.controllers.register_scheduler(name)

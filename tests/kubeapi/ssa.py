@@ -215,18 +215,15 @@ def write_managers(obj: dict, managers: list[Manager]) -> None:
         obj.get("metadata", {}).pop("managedFields", None)
 
 
-def _is_leaf(path: tuple, paths: set) -> bool:
-    return not any(len(p) > len(path) and p[:len(path)] == path for p in paths)
-
-
 def changed_paths(before, after, paths: set, schema: Schema) -> set:
     """Paths of `paths` whose value differs between before and after (containers only when newly added)."""
     changed = set()
+    inner = {path[:end] for path in paths for end in range(1, len(path))}  # paths with others below: no leaves
     for path in paths:
         old = value_at(before, path, schema) if before is not None else _MISSING
         if old is _MISSING:
             changed.add(path)
-        elif _is_leaf(path, paths) and old != value_at(after, path, schema):
+        elif path not in inner and old != value_at(after, path, schema):
             changed.add(path)
     return changed
 

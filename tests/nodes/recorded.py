@@ -236,3 +236,69 @@ DOCKER_DAEMON_NVIDIA_DEFAULT = """{
     }
 }
 """
+
+
+# Managed-node layouts (issue 24). COS: /etc/os-release of Container-Optimized OS (GKE node images); the GPU driver
+# installer puts the driver under /home/kubernetes/bin/nvidia (GKE docs "Install drivers manually"). Bottlerocket:
+# os-release of an aws-k8s-*-nvidia variant; its NVIDIA tools live in /usr/libexec/nvidia/tesla/bin/<version>
+# (bottlerocket-os/bottlerocket#1799; newer releases add /usr/bin links, bottlerocket-kernel-kit#85) and containerd
+# runs them through the nvidia runtime as its default.
+OS_RELEASE_COS = """NAME="Container-Optimized OS"
+ID=cos
+PRETTY_NAME="Container-Optimized OS from Google"
+HOME_URL="https://cloud.google.com/container-optimized-os/docs"
+BUG_REPORT_URL="https://cloud.google.com/container-optimized-os/docs/resources/support-policy#contact_us"
+GOOGLE_METRICS_PRODUCT_ID=26
+GOOGLE_CRASH_ID=Lakitu
+KERNEL_COMMIT_ID=2b3a2c9c1b8d5a0e7f4d3c2b1a0f9e8d7c6b5a4f
+VERSION=117
+VERSION_ID=117
+BUILD_ID=18613.164.4
+"""
+OS_RELEASE_BOTTLEROCKET = """NAME=Bottlerocket
+ID=bottlerocket
+VERSION="1.29.0 (aws-k8s-1.31-nvidia)"
+PRETTY_NAME="Bottlerocket OS 1.29.0 (aws-k8s-1.31-nvidia)"
+VARIANT_ID=aws-k8s-1.31-nvidia
+VERSION_ID=1.29.0
+BUILD_ID=c55d099c
+HOME_URL="https://github.com/bottlerocket-os/bottlerocket"
+SUPPORT_URL="https://github.com/bottlerocket-os/bottlerocket/discussions"
+BUG_REPORT_URL="https://github.com/bottlerocket-os/bottlerocket/issues"
+DOCUMENTATION_URL="https://bottlerocket.dev"
+"""
+OS_RELEASE_AL2023 = """NAME="Amazon Linux"
+VERSION="2023"
+ID="amzn"
+ID_LIKE="fedora"
+VERSION_ID="2023"
+PLATFORM_ID="platform:al2023"
+PRETTY_NAME="Amazon Linux 2023.6.20241121"
+ANSI_COLOR="0;33"
+CPE_NAME="cpe:2.3:o:amazon:amazon_linux:2023"
+HOME_URL="https://aws.amazon.com/linux/amazon-linux-2023/"
+"""
+CONTAINERD_BOTTLEROCKET_NVIDIA = """version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.native", "io.containerd.snapshotter.v1.zfs"]
+
+[grpc]
+address = "/run/containerd/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri"]
+enable_selinux = true
+sandbox_image = "localhost/kubernetes/pause:0.1.0"
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+default_runtime_name = "nvidia"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+runtime_type = "io.containerd.runc.v2"
+base_runtime_spec = "/etc/containerd/cri-base.json"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+SystemdCgroup = true
+BinaryName = "nvidia-oci"
+"""
+CONTAINERD_COS_VERSION = "containerd github.com/containerd/containerd v1.7.24 88bf19b2105c8b17560993bee28a01ddc2f97182\n"

@@ -200,6 +200,53 @@ def a100x4(tree: Tree) -> None:
     toolkit(tree)
 
 
+def gke_cos(tree: Tree) -> None:
+    """A GKE node on Container-Optimized OS with a T4: the driver installer put the driver under
+    /home/kubernetes/bin/nvidia; containerd without an nvidia runtime (GKE's device plugin mounts the driver)."""
+    tree.file("/etc/os-release", rec.OS_RELEASE_COS)
+    tree.file("/proc/sys/kernel/osrelease", "6.1.112+\n")
+    kernel_module(tree, proc_version=rec.PROC_VERSION_550)
+    devices(tree, 1)
+    cuda = rec.CUDA_FOR_DRIVER[DRIVER]
+    tree.fake_tool("/home/kubernetes/bin/nvidia/bin/nvidia-smi", {
+        "--query-gpu": (rec.gpu_query(rec.T4, 1, DRIVER), 0),
+        "-q": (rec.NVSMI_Q_TEMPLATE.format(driver=DRIVER, cuda=cuda, count=1), 0)})
+    tree.file("/etc/containerd/config.toml", rec.CONTAINERD_CONFIG_PLAIN)
+    tree.fake_tool("/usr/bin/containerd", {"--version": (rec.CONTAINERD_COS_VERSION, 0)})
+    tree.socket("/run/containerd/containerd.sock")
+    tree.process(640, ["/usr/bin/containerd", "--config", "/etc/containerd/config.toml"])
+    tree.process(702, ["/home/kubernetes/bin/kubelet", "--v=2", "--cloud-provider=external",
+                       "--container-runtime-endpoint=unix:///run/containerd/containerd.sock"])
+
+
+def bottlerocket(tree: Tree) -> None:
+    """Bottlerocket's aws-k8s-nvidia variant, A10G-class: NVIDIA tools under /usr/libexec/nvidia/tesla/bin/<ver>,
+    containerd's default runtime is nvidia (nvidia-oci), the toolkit's nvidia-ctk in /usr/bin."""
+    driver_version = "535.183.01"
+    tree.file("/etc/os-release", rec.OS_RELEASE_BOTTLEROCKET)
+    tree.file("/proc/sys/kernel/osrelease", "6.1.119\n")
+    kernel_module(tree, proc_version=rec.PROC_VERSION_550.replace(DRIVER, driver_version))
+    devices(tree, 4)
+    tree.fake_tool(f"/usr/libexec/nvidia/tesla/bin/{driver_version}/nvidia-smi", {
+        "--query-gpu": (rec.gpu_query(rec.A100, 4, driver_version), 0),
+        "-q": (rec.NVSMI_Q_TEMPLATE.format(driver=driver_version, cuda="12.2", count=4), 0)})
+    tree.file("/etc/containerd/config.toml", rec.CONTAINERD_BOTTLEROCKET_NVIDIA)
+    tree.fake_tool("/usr/bin/containerd", {"--version": (rec.CONTAINERD_VERSION, 0)})
+    tree.socket("/run/containerd/containerd.sock")
+    tree.process(810, ["/usr/bin/containerd"])
+    tree.process(905, ["/usr/bin/kubelet", "--container-runtime-endpoint=unix:///run/containerd/containerd.sock"])
+    tree.fake_tool("/usr/bin/nvidia-ctk", {"--version": (rec.NVIDIA_CTK_VERSION, 0)})
+
+
+def al2023_nvidia(tree: Tree) -> None:
+    """The EKS AL2023 NVIDIA AMI: driver, toolkit and containerd with nvidia as the default runtime."""
+    tree.file("/etc/os-release", rec.OS_RELEASE_AL2023)
+    tree.file("/proc/sys/kernel/osrelease", "6.1.115-126.197.amzn2023.x86_64\n")
+    driver(tree, rec.H100, 8)
+    containerd(tree, rec.CONTAINERD_CONFIG_NVIDIA_DEFAULT)
+    toolkit(tree)
+
+
 # --- failure and hostile scenarios ------------------------------------------------------------------------------------
 def smi_hangs(tree: Tree) -> None:
     """nvidia-smi never returns (a wedged GPU)."""
@@ -240,5 +287,5 @@ SCENARIOS = {
     "healthy-h100": healthy_h100, "driver-missing": driver_missing, "driver-without-smi": driver_without_smi,
     "smi-without-driver": smi_without_driver, "nouveau": nouveau, "k3s": k3s, "rke2": rke2, "microk8s": microk8s,
     "crio": crio, "docker-nvidia-default": docker_nvidia_default, "toolkit-not-configured": toolkit_not_configured,
-    "t4": t4, "a100x4": a100x4,
+    "t4": t4, "a100x4": a100x4, "gke-cos": gke_cos, "bottlerocket": bottlerocket, "al2023-nvidia": al2023_nvidia,
 }

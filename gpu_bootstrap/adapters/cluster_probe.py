@@ -1,0 +1,184 @@
+"""Node facts through the cluster: the probe DaemonSet's life, from creating its namespace to removing it.
+
+API requests do not grow with the node count beyond list pagination: one namespace, one ConfigMap (the script) and one DaemonSet created, one
+label-selected LIST of pods per poll, one LIST of nodes, one namespace deleted. Everything lives in a namespace of
+its own, removed on every exit path (a `finally`, which Ctrl-C and SIGTERM reach as KeyboardInterrupt); a namespace
+left by a run that was killed with -9 is removed by the next run (or teardown) once its creator is gone or it
+expired. The manifests and the decoding are pure (probes/incluster.py).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+
+from ..errors import ClusterError, GpuBootstrapError, NotFound
+from ..probes import incluster
+from ..refs import Ref
+
+log = logging.getLogger("gpu_bootstrap.cluster_probe")
+POLL_FIRST, POLL_MAX = 0.2, 2.0  # seconds between LISTs: quick for small clusters, bounded for large ones
+GONE_WAIT = 10.0  # seconds to wait for the namespace to disappear after its delete
+ALTERNATIVES = ("use SSH instead (preflight.via: ssh, with an `ssh` section), or pass --preflight-report FILE (a "
+                "saved 'gpu-bootstrap doctor -o json')")
+
+
+class ProbeRefused(GpuBootstrapError):
+    """The cluster will not run the probe (RBAC, Pod Security, a policy engine, GKE Autopilot)."""
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_gone(owner: str) -> bool:
+    """True when `owner` (host:pid) is a process of this host that no longer runs."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def remove_leftovers(kube) -> list[str]:
+    """Delete probe namespaces of runs that are gone (same host, process ended) or expired (teardown removes them
+    all: preflight's undo). Returns their names."""
+    removed = []
+    for namespace in kube.list("v1", "Namespace", label_selector=incluster.SELECTOR):
+        meta = namespace["metadata"]
+        annotations = meta.get("annotations") or {}
+        expires = annotations.get(incluster.EXPIRES_ANNOTATION, "0")
+        stale = _owner_gone(annotations.get(incluster.OWNER_ANNOTATION, "")) or (
+            expires.isdigit() and int(expires) < time.time())
+        if stale and not meta.get("deletionTimestamp"):
+            kube.delete(Ref("v1", "Namespace", meta["name"]))
+            removed.append(meta["name"])
+    if removed:
+        log.info("removed probe namespaces left by earlier runs: %s", ", ".join(removed))
+    return removed
+
+
+class ClusterProbe:
+    """run(names, script) -> {node: Outcome}: the script run on every named node through one DaemonSet."""
+
+    def __init__(self, kube, image: str, timeout: float, registry=None):
+        from ..images import locate
+        self.kube = kube
+        self.registry = registry
+        self.image = locate(image, registry)  # as pulled: pinned by the catalogue's digest, moved to the mirror
+        self.timeout = float(timeout)
+
+    def _located(self, daemonset: dict) -> dict:
+        """The DaemonSet with registry.pull_secret added to its pods (the image is already located)."""
+        from ..images import locate_pods
+        return locate_pods([daemonset], self.registry)[0]
+
+    def run(self, names: list[str], script: str) -> dict[str, incluster.Outcome]:
+        remove_leftovers(self.kube)
+        run_id = secrets.token_hex(4)
+        namespace = incluster.namespace_name(run_id)
+        expires = int(time.time() + self.timeout + 300)
+        created = False
+        try:
+            self._create(incluster.namespace_manifest(run_id, owner_id(), expires), "namespace")
+            created = True
+            self._create(incluster.script_manifest(run_id, script), "ConfigMap")
+            self._create(self._located(incluster.daemonset_manifest(run_id, names, self.image)), "DaemonSet")
+            pods = self._wait(namespace, run_id, names)
+            if not pods:
+                self._refused_pods(namespace)
+            return self._outcomes(names, pods)
+        finally:
+            if created:
+                self._remove(namespace)
+
+    # --- steps ----------------------------------------------------------------------------------------------------
+    def _create(self, manifest: dict, what: str) -> None:
+        try:
+            self.kube.create(manifest)
+        except ClusterError as error:
+            if error.status in (401, 403, 400, 422) or "denied" in error.message or "admission" in error.message:
+                raise ProbeRefused(f"the cluster refused the node probe's {what}: {error.message}",
+                                   f"the probe needs a privileged namespace with a read-only hostPath (RBAC to create "
+                                   f"namespaces and DaemonSets, no policy rejecting hostPath; GKE Autopilot refuses "
+                                   f"it); {ALTERNATIVES}") from None
+            raise
+
+    def _refused_pods(self, namespace: str) -> None:
+        """No probe pod exists at all: when the DaemonSet controller reported that the cluster refused them (Pod
+        Security, a policy engine), that is the one error to give, not an unknown node each."""
+        try:
+            events = self.kube.list("v1", "Event", namespace=namespace)
+        except GpuBootstrapError:
+            return
+        refusals = [e.get("message") or "" for e in events
+                    if e.get("reason") == "FailedCreate" and "forbidden" in (e.get("message") or "")]
+        if refusals:
+            raise ProbeRefused(f"the cluster refused the node probe's pods: {refusals[-1][:400]}",
+                               f"the probe needs a privileged namespace with a read-only hostPath (an exemption for "
+                               f"namespaces labelled gpu-bootstrap.io/component=node-probe); {ALTERNATIVES}")
+
+    def _list(self, namespace: str, run_id: str) -> list[dict]:
+        return self.kube.list("v1", "Pod", namespace=namespace, label_selector=f"{incluster.RUN_LABEL}={run_id}")
+
+    def _wait(self, namespace: str, run_id: str, names: list[str]) -> dict[str, dict]:
+        """The probe pods by node, once every named node's pod finished or the timeout ran out."""
+        deadline = time.monotonic() + self.timeout
+        wanted = set(names)
+        interval = POLL_FIRST
+        while True:
+            pods = {}
+            for pod in self._list(namespace, run_id):
+                node = incluster.pod_node(pod)
+                if node in wanted and not pod["metadata"].get("deletionTimestamp"):
+                    pods[node] = pod
+            done = sum(1 for node in wanted if node in pods and incluster.finished(pods[node]))
+            if done == len(wanted) or time.monotonic() >= deadline:
+                log.info("cluster probe: %d of %d node(s) finished", done, len(wanted))
+                return pods
+            time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+            interval = min(interval * 1.5, POLL_MAX)
+
+    def _outcomes(self, names: list[str], pods: dict[str, dict]) -> dict[str, incluster.Outcome]:
+        outcomes = {}
+        unfinished = [n for n in names if n not in pods or not incluster.finished(pods[n])]
+        nodes = {}
+        if unfinished:
+            nodes = {n["metadata"]["name"]: n for n in self.kube.list("v1", "Node")}
+        for name in names:
+            pod = pods.get(name)
+            if name in unfinished:
+                outcomes[name] = incluster.Outcome(reason=incluster.why_unfinished(pod, nodes.get(name), self.image,
+                                                                                   int(self.timeout)))
+            else:
+                outcomes[name] = incluster.decode(pod)
+        return outcomes
+
+    def _remove(self, namespace: str) -> None:
+        """Delete the run's namespace (its DaemonSet and pods go with it) and wait, briefly, until it is gone; after
+        Ctrl-C/SIGTERM, only the delete (the next run removes whatever is left)."""
+        from .. import interrupts
+        try:
+            self.kube.delete(Ref("v1", "Namespace", namespace))
+        except GpuBootstrapError as error:
+            log.warning("could not remove the probe namespace %s (the next run removes it): %s", namespace,
+                        error.one_line())
+            return
+        if interrupts.received() is not None:
+            return
+        deadline = time.monotonic() + GONE_WAIT
+        while time.monotonic() < deadline:
+            try:
+                if self.kube.get("v1", "Namespace", namespace) is None:
+                    return
+            except (NotFound, GpuBootstrapError):
+                return
+            time.sleep(0.2)
+        log.warning("the probe namespace %s is still terminating; it goes away on its own", namespace)
