@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from gpu_bootstrap import image_list, images
 from gpu_bootstrap.adapters.registry import Registry, RegistryError
 from gpu_bootstrap.cli import app
+from gpu_bootstrap.config import RegistryConfig
 from tests.conftest import chart
 from tests.nodes.reports import healthy_node
 from tests.tools import tool
@@ -303,6 +304,12 @@ def test_images_is_exactly_what_the_render_pulls_and_names_the_driver_per_os(tmp
     assert not listed["notes"] and not listed["incomplete"] and listed["ok"]
     rendered = {ref for _where, ref in rendered_references(render(tmp_path, config, "1.33", report), True)
                 if not _where.endswith("values.yaml")}
+    # The config names no SSH route, so `up` probes the nodes through the cluster (preflight.via auto): the probe's
+    # DaemonSet runs at preflight time, so no render holds it, and the list names it as preflight's.
+    probe = images.locate(images.default("busybox"), RegistryConfig(mirror=mirror))
+    assert [e["pulled_by"] for e in listed["images"] if e["image"] == probe] == [
+        ["gpu-bootstrap preflight (DaemonSet of the in-cluster probe: preflight.via cluster)"]]
+    references.discard(probe)
     # the render holds the driver without its OS suffix (the operator adds it per node)
     assert {re.sub(r"(/nvidia/driver:[0-9.]+)-\w+[0-9.]+$", r"\1", ref) for ref in references} == rendered
     sources = {entry["source"] for entry in listed["images"]}
