@@ -54,15 +54,24 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
         if isinstance(handler, logging.FileHandler):  # an earlier run in this process: close its file
             handler.close()
     file_handler = logging.FileHandler(log_file)
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    file_handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(file_handler)
     if verbose:
         stream = logging.StreamHandler(sys.stderr)
         stream.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
-        stream.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        stream.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
         root.addHandler(stream)
     root.propagate = False
     return log_file
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log line with secret-looking text redacted (gpu_bootstrap.redact): a helm error or an API answer that
+    quotes a value must not carry it into the log file."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from . import redact
+        return redact.text(super().format(record))
 
 
 def _prune(folder: Path) -> None:
@@ -126,8 +135,9 @@ class RichReporter(Reporter):
         verb = "[green]changed[/]" if applied else "[cyan]would change[/]"
         reason = f" [dim]← {escape(change.reason)}[/]" if change.reason else ""
         self.out.print(f"    {verb} {escape(str(change.target))}: {escape(change.summary)}{reason}")
-        for line in change.details:
-            self.out.print(f"        [dim]{escape(line)}[/]")
+        from . import redact
+        for line in change.details:  # plans show the paths of the user's values, never the values (redact again)
+            self.out.print(f"        [dim]{escape(redact.text(line))}[/]")
 
     def warn(self, message: str) -> None:
         super().warn(message)
@@ -224,8 +234,9 @@ def print_json(document: dict) -> None:
 
 
 def print_error(message: str, log_file: Path | None) -> None:
+    from . import redact
     err = console(stderr=True)
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(redact.text(message))}", highlight=False)  # it may quote a value
     if log_file is not None:
         err.print(f"[dim]details: {escape(str(log_file))}[/]")
 
