@@ -139,7 +139,7 @@ def test_monitoring_plan_lines_name_the_users_section():
     ("adminPassword", True), ("apiKey", True), ("api_key", True), ("bearer_token", True), ("credentials", True),
     ("routing_key", True), ("service_key", True), ("client-key-data", True), ("privateKey", True),
     ("password_file", False), ("existingSecret", False), ("secretName", False), ("key", False),
-    ("topologyKey", False), ("tokenExpirationSeconds", False), ("createSecret", False), ("pass", True)])
+    ("topologyKey", False), ("httpTokens", False), ("tokenExpirationSeconds", False), ("createSecret", False), ("pass", True)])
 def test_which_keys_hold_secrets(key, secret):
     assert redact.secret_key(key) is secret
 
