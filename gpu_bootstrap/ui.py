@@ -84,8 +84,12 @@ def _prune(folder: Path) -> None:
 
 
 def escape(text: str) -> str:
+    """Text for the screen: rich markup escaped, and secret-looking parts redacted (gpu_bootstrap.redact), since a
+    message may quote what an API server or helm said about a value."""
     from rich.markup import escape as rich_escape
-    return rich_escape(text)
+
+    from .redact import text as redacted
+    return rich_escape(redacted(text))
 
 
 def console(stderr: bool = False):
@@ -135,9 +139,8 @@ class RichReporter(Reporter):
         verb = "[green]changed[/]" if applied else "[cyan]would change[/]"
         reason = f" [dim]← {escape(change.reason)}[/]" if change.reason else ""
         self.out.print(f"    {verb} {escape(str(change.target))}: {escape(change.summary)}{reason}")
-        from . import redact
-        for line in change.details:  # plans show the paths of the user's values, never the values (redact again)
-            self.out.print(f"        [dim]{escape(redact.text(line))}[/]")
+        for line in change.details:  # the paths of the user's values, never the values; escape() redacts the rest
+            self.out.print(f"        [dim]{escape(line)}[/]")
 
     def warn(self, message: str) -> None:
         super().warn(message)
@@ -167,9 +170,10 @@ class JsonReporter(Reporter):
 
 def results_document(results, ok: bool, error: str | None = None, exit_code: int | None = None) -> dict:
     """The -o json contract of up and teardown: every step's outcome, ok, and the error when there was one."""
-    document = {"steps": [r.to_json() for r in results], "ok": ok}
+    from .redact import text as redacted
+    document = {"steps": [{**r.to_json(), "message": redacted(r.message)} for r in results], "ok": ok}
     if error is not None:
-        document.update(error=error, exit_code=exit_code)
+        document.update(error=redacted(error), exit_code=exit_code)
     return document
 
 
@@ -189,7 +193,8 @@ def show_results(results, reporter, as_json: bool, title: str, note: str | None 
 
 
 def doctor_document(report) -> dict:
-    return {"checks": [{"id": name, "status": c.status, "message": c.message} for name, c in report.rows],
+    from .redact import text as redacted
+    return {"checks": [{"id": name, "status": c.status, "message": redacted(c.message)} for name, c in report.rows],
             "nodes": [r.to_json() for r in report.nodes], "ok": report.ok}
 
 
@@ -234,9 +239,8 @@ def print_json(document: dict) -> None:
 
 
 def print_error(message: str, log_file: Path | None) -> None:
-    from . import redact
     err = console(stderr=True)
-    err.print(f"[bold red]error:[/] {escape(redact.text(message))}", highlight=False)  # it may quote a value
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # escape() redacts: it may quote a value
     if log_file is not None:
         err.print(f"[dim]details: {escape(str(log_file))}[/]")
 
