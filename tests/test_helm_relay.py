@@ -222,7 +222,8 @@ def test_no_connection_stops_the_relay_while_helm_goes_through(cluster, demo_cha
         other.settimeout(0)
         with pytest.raises(BlockingIOError):
             other.accept()  # the relay never connected there (it would have before answering)
-        for length, status in ((b"-5", 400), (b"+5", 400), (b"nope", 400), (b"%d" % (2 ** 40), 413)):
+        for length, status in ((b"-5", 400), (b"+5", 400), (b"nope", 400), ("²".encode(), 400),
+                               (b"2\r\nContent-Length: 3", 400), (b"%d" % (2 ** 40), 413)):
             answer = ask(relay, b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\n%sContent-Type: "
                                 b"application/json\r\nContent-Length: %s\r\n\r\n{}" % (token, length))
             assert head(answer).startswith(f"HTTP/1.1 {status} "), (length, answer[:200])

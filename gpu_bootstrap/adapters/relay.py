@@ -193,8 +193,8 @@ current-context: relay
 
 
 def _serve_tls(server: _Server, folder: Path) -> bytes:
-    """TLS on the relay's socket with a self-signed certificate for 127.0.0.1 made now (client-go sends a bearer token
-    only over TLS). The key exists on disk only for the moment the ssl module needs a file, 0600, in our folder."""
+    """TLS for the relay's connections with a self-signed certificate for 127.0.0.1 made now (client-go sends a bearer
+    token only over TLS). The key exists on disk only for the moment the ssl module needs a file, 0600, in our folder."""
     import datetime as dt
     import ssl
 
@@ -245,8 +245,10 @@ class _DeadlineReader(io.RawIOBase):
 
 
 def _status(code: int, message: str = "") -> bytes:
-    text = f',"message":"{message}"' if message else ""
-    return f'{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{code}{text}}}'.encode()
+    """A Kubernetes Status body, as the API server would send for this failure."""
+    import json
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                       **({"message": message} if message else {})}, separators=(",", ":")).encode()
 
 
 def _handler(relay: Relay):
@@ -291,8 +293,9 @@ def _handler(relay: Relay):
             """The request body's length, or None after refusing a missing, negative, oversized or chunked one."""
             if self.headers.get("Transfer-Encoding"):
                 return self._refuse(411, "send the body with a Content-Length")
-            text = (self.headers.get("Content-Length") or "0").strip()
-            if not text.isdigit():  # a negative, signed or non-numeric length
+            given = self.headers.get_all("Content-Length") or ["0"]
+            text = given[0].strip()
+            if len(given) > 1 or not (text.isascii() and text.isdigit()):  # negative, signed, non-numeric, twice
                 return self._refuse(400, "invalid Content-Length")
             if int(text) > MAX_BODY:
                 return self._refuse(413, f"request body over {MAX_BODY} bytes")
@@ -323,9 +326,7 @@ def _handler(relay: Relay):
                 status, data, answer = relay.kube.forward(self.command, self.path, body, headers)
             except Exception as error:  # noqa: BLE001 - no answer upstream: say so as a gateway would
                 log.debug("relay %s %s: %s", self.command, self.path, error)
-                message = str(getattr(error, "message", error)).replace('"', "'")
-                return self._answer(502, f'{{"kind":"Status","status":"Failure","code":502,'
-                                         f'"message":"{message}"}}'.encode(), {})
+                return self._answer(502, _status(502, str(getattr(error, "message", error))), {})
             self._answer(status, data, answer)
 
         def _read_done(self) -> None:
@@ -352,7 +353,7 @@ def _handler(relay: Relay):
                 upstream = relay.kube.stream(self.command, self.path, headers)
             except Exception as error:  # noqa: BLE001
                 log.debug("relay watch %s: %s", self.path, error)
-                return self._answer(502, b'{"kind":"Status","status":"Failure","code":502}', {})
+                return self._answer(502, _status(502), {})
             ended = False
             try:
                 self.send_response(upstream.status)
