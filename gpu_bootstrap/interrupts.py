@@ -9,7 +9,8 @@ Helm runs as a child process for minutes at a time. Three things keep it from ou
   group, SIGKILL to what is left after `GRACE` seconds, and a KeyboardInterrupt in the main thread, so the runner
   records the step as interrupted and releases the lock. A watchdog ends the process `EXIT_WITHIN` seconds after
   the signal whatever the cleanup is doing (CI runners and Kubernetes Jobs SIGKILL ~30 s after SIGTERM; we leave
-  well before). A second signal ends the process at once.
+  well before). A second signal ends the process at once. Both exits skip atexit, so they remove the run's temp
+  folder (gpu_bootstrap/tempfiles.py: the user's client key, the relay's token) themselves.
 * `exit_code()` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM), or 130 without a signal.
 
 After a signal, `cleanup_deadline()` tells adapters how long their cleanup requests may take, and `start_child()`
@@ -264,7 +265,7 @@ def _handle(signum, frame):
     if _received is not None:  # a second signal: stop now
         for process in running():
             _signal_group(process, signal.SIGKILL)
-        os._exit(128 + _received)
+        _exit_now(128 + _received)
     _received, _received_at = signum, time.monotonic()
     for process in running():
         _terminate(process, _settings["grace"])
@@ -294,7 +295,17 @@ def _watchdog(signum: int, at: float) -> None:
         sys.stderr.flush()
     except Exception:  # noqa: BLE001 - nothing may stop the exit
         pass
-    os._exit(128 + signum)
+    _exit_now(128 + signum)
+
+
+def _exit_now(code: int) -> None:
+    """os._exit, which skips atexit: the run's temp folder (the user's client key, the relay's token) goes first."""
+    try:
+        from . import tempfiles
+        tempfiles.remove()
+    except BaseException:  # noqa: BLE001 - nothing may stop the exit
+        pass
+    os._exit(code)
 
 
 def reset() -> None:

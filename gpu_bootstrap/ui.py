@@ -54,15 +54,24 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
         if isinstance(handler, logging.FileHandler):  # an earlier run in this process: close its file
             handler.close()
     file_handler = logging.FileHandler(log_file)
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    file_handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(file_handler)
     if verbose:
         stream = logging.StreamHandler(sys.stderr)
         stream.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
-        stream.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        stream.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
         root.addHandler(stream)
     root.propagate = False
     return log_file
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log line with secret-looking text redacted (gpu_bootstrap.redact): a helm error or an API answer that
+    quotes a value must not carry it into the log file."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from . import redact
+        return redact.text(super().format(record))
 
 
 def _prune(folder: Path) -> None:
@@ -75,8 +84,12 @@ def _prune(folder: Path) -> None:
 
 
 def escape(text: str) -> str:
+    """Text for the screen: rich markup escaped, and secret-looking parts redacted (gpu_bootstrap.redact), since a
+    message may quote what an API server or helm said about a value."""
     from rich.markup import escape as rich_escape
-    return rich_escape(text)
+
+    from .redact import text as redacted
+    return rich_escape(redacted(text))
 
 
 def console(stderr: bool = False):
@@ -126,7 +139,7 @@ class RichReporter(Reporter):
         verb = "[green]changed[/]" if applied else "[cyan]would change[/]"
         reason = f" [dim]← {escape(change.reason)}[/]" if change.reason else ""
         self.out.print(f"    {verb} {escape(str(change.target))}: {escape(change.summary)}{reason}")
-        for line in change.details:
+        for line in change.details:  # the paths of the user's values, never the values; escape() redacts the rest
             self.out.print(f"        [dim]{escape(line)}[/]")
 
     def warn(self, message: str) -> None:
@@ -157,9 +170,10 @@ class JsonReporter(Reporter):
 
 def results_document(results, ok: bool, error: str | None = None, exit_code: int | None = None) -> dict:
     """The -o json contract of up and teardown: every step's outcome, ok, and the error when there was one."""
-    document = {"steps": [r.to_json() for r in results], "ok": ok}
+    from .redact import text as redacted
+    document = {"steps": [{**r.to_json(), "message": redacted(r.message)} for r in results], "ok": ok}
     if error is not None:
-        document.update(error=error, exit_code=exit_code)
+        document.update(error=redacted(error), exit_code=exit_code)
     return document
 
 
@@ -179,7 +193,8 @@ def show_results(results, reporter, as_json: bool, title: str, note: str | None 
 
 
 def doctor_document(report) -> dict:
-    return {"checks": [{"id": name, "status": c.status, "message": c.message} for name, c in report.rows],
+    from .redact import text as redacted
+    return {"checks": [{"id": name, "status": c.status, "message": redacted(c.message)} for name, c in report.rows],
             "nodes": [r.to_json() for r in report.nodes], "ok": report.ok}
 
 
@@ -231,7 +246,7 @@ def print_json(document: dict) -> None:
 
 def print_error(message: str, log_file: Path | None) -> None:
     err = console(stderr=True)
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # escape() redacts: it may quote a value
     if log_file is not None:
         err.print(f"[dim]details: {escape(str(log_file))}[/]")
 

@@ -1,14 +1,18 @@
 """helm's relay (gpu_bootstrap/adapters/relay.py), with the real helm and kubectl against the emulator: a write whose
 connection is reset fails helm on its own and is repeated through the relay; watches stream; the relay answers only
 its own token; its kubeconfig is private and gone when it stops; a create that landed before its answer was lost is
-read back, not refused."""
+read back, not refused. No connection can stop it (real sockets against the real relay): an idle connection, a
+slow-loris, a `@host` target and a negative Content-Length are each refused or timed out while a real helm request
+goes through, connections beyond the bound are closed, and close() never hangs."""
 from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
 import stat
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -134,3 +138,180 @@ def test_a_create_that_landed_before_its_answer_was_lost_is_read_back(cluster):
                                           json.dumps(mine).encode(), {"Content-Type": "application/json"})
     assert status == 409
     assert emu.get("configmaps", "theirs", "default")["data"] == {"k": "theirs"}
+
+
+# --- no connection can stop the relay ------------------------------------------------------------------------------
+def address(relay) -> tuple[str, int]:
+    server = yaml.safe_load(relay.kubeconfig().read_text())["clusters"][0]["cluster"]["server"]
+    host, port = server.removeprefix("https://").split(":")
+    return host, int(port)
+
+
+def tls(relay) -> ssl.SSLSocket:
+    context = ssl.create_default_context(cafile=str(relay.kubeconfig().parent / "relay.crt"))
+    return context.wrap_socket(socket.create_connection(address(relay), timeout=30), server_hostname="127.0.0.1")
+
+
+def ask(relay, request: bytes) -> bytes:
+    """One raw request on its own TLS connection; the whole answer (the relay closes after a refusal)."""
+    with tls(relay) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+        return answer
+
+
+def closed_by_relay(connection: socket.socket, within: float = 30) -> bool:
+    """Does the relay close this connection (EOF or reset) within `within` seconds? (A liveness bound far above the
+    relay's timeouts in these tests, not a measurement.)"""
+    connection.settimeout(within)
+    try:
+        while connection.recv(4096):
+            pass
+        return True
+    except (ConnectionResetError, ssl.SSLError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def still_open(connection: socket.socket) -> bool:
+    connection.settimeout(0.05)
+    try:
+        return connection.recv(1) != b""  # nothing was asked: the relay cannot have answered
+    except TimeoutError:
+        return True
+    except OSError:
+        return False
+
+
+def slow_loris(relay, stop: threading.Event) -> ssl.SSLSocket:
+    """A TLS connection that sends a request's header one byte every 0.1 s, forever (within any per-read limit, and
+    never reaching the server's limits on header count or line length)."""
+    connection = tls(relay)
+    connection.sendall(b"GET /api/v1/namespaces HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+
+    def trickle():
+        while not stop.wait(0.1):
+            try:
+                connection.sendall(b"a")
+            except OSError:
+                return
+    threading.Thread(target=trickle, daemon=True).start()
+    return connection
+
+
+def head(answer: bytes) -> str:
+    return answer.split(b"\r\n", 1)[0].decode()
+
+
+def test_no_connection_stops_the_relay_while_helm_goes_through(cluster, demo_chart):
+    """With time limits longer than the test, the attackers stay open the whole time: helm's install succeeds beside
+    them, a `@host` target and bad lengths are refused at once, and close() ends it all without hanging."""
+    relay = Relay(Kube(cluster.kubeconfig), handshake_timeout=60, idle_timeout=60, request_timeout=60)
+    stop = threading.Event()
+    other = socket.create_server(("127.0.0.1", 0))  # where a `@host` target would send the user's credentials
+    try:
+        idle = socket.create_connection(address(relay))  # connects, never starts TLS
+        quiet = tls(relay)  # TLS, then never asks anything
+        loris = slow_loris(relay, stop)
+        token = f"Authorization: Bearer {relay.token}\r\nHost: 127.0.0.1\r\n".encode()
+        at_host = ask(relay, b"GET @127.0.0.1:%d/api/v1/namespaces HTTP/1.1\r\n%s\r\n" % (other.getsockname()[1], token))
+        assert head(at_host) == "HTTP/1.1 400 Bad Request" and b"origin-form" in at_host
+        other.settimeout(0)
+        with pytest.raises(BlockingIOError):
+            other.accept()  # the relay never connected there (it would have before answering)
+        for length, status in ((b"-5", 400), (b"+5", 400), (b"nope", 400), ("²".encode(), 400),
+                               (b"2\r\nContent-Length: 3", 400), (b"%d" % (2 ** 40), 413)):
+            answer = ask(relay, b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\n%sContent-Type: "
+                                b"application/json\r\nContent-Length: %s\r\n\r\n{}" % (token, length))
+            assert head(answer).startswith(f"HTTP/1.1 {status} "), (length, answer[:200])
+        chunked = ask(relay, b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\n%sTransfer-Encoding: "
+                             b"chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" % token)
+        assert head(chunked).startswith("HTTP/1.1 411 ")
+        assert cluster.emu.get("configmaps", "x", "default") is None
+        installed = helm(cluster, relay.kubeconfig(), "install", "demo", str(demo_chart), "-n", "default", "--wait")
+        assert installed.returncode == 0, installed.stderr
+        assert cluster.emu.get("configmaps", "demo", "default")["data"] == {"a": "1"}
+        assert still_open(idle) and still_open(quiet) and still_open(loris)  # they were there all along
+        closing = threading.Thread(target=relay.close)
+        closing.start()
+        closing.join(30)
+        assert not closing.is_alive(), "close() hangs"
+        assert closed_by_relay(idle) and closed_by_relay(quiet) and closed_by_relay(loris)
+    finally:
+        stop.set()
+        other.close()
+        relay.close()
+
+
+def test_an_idle_connection_and_a_slow_loris_are_timed_out(cluster):
+    """Short time limits: a connection that never starts TLS, one that never asks, and one whose headers trickle in
+    (each line well within the idle limit, the whole past the request limit) are all closed by the relay."""
+    relay = Relay(Kube(cluster.kubeconfig), handshake_timeout=1, idle_timeout=1.5, request_timeout=2)
+    stop = threading.Event()
+    try:
+        idle, quiet, loris = socket.create_connection(address(relay)), tls(relay), slow_loris(relay, stop)
+        assert closed_by_relay(idle) and closed_by_relay(quiet) and closed_by_relay(loris)
+        with tls(relay) as fine:  # and the relay still answers
+            fine.sendall(b"GET /api/v1/namespaces HTTP/1.1\r\nAuthorization: Bearer %s\r\nHost: x\r\n\r\n"
+                         % relay.token.encode())
+            assert head(fine.recv(65536)) == "HTTP/1.1 200 OK"
+    finally:
+        stop.set()
+        relay.close()
+
+
+def test_connections_beyond_the_bound_are_closed_and_the_slots_come_back(cluster):
+    relay = Relay(Kube(cluster.kubeconfig), handshake_timeout=60, max_connections=2)
+    try:
+        held = [socket.create_connection(address(relay)) for _ in range(2)]
+        extra = socket.create_connection(address(relay))
+        assert closed_by_relay(extra)  # closed at once: the two held ones take every slot
+        assert all(still_open(connection) for connection in held)
+        for connection in held:
+            connection.close()
+        deadline = time.monotonic() + 30
+        while relay._server.connections and time.monotonic() < deadline:  # their threads see the EOF
+            time.sleep(0.02)
+        answer = ask(relay, b"GET /version HTTP/1.1\r\nAuthorization: Bearer %s\r\nHost: x\r\nConnection: "
+                            b"close\r\n\r\n" % relay.token.encode())
+        assert head(answer) == "HTTP/1.1 200 OK"
+    finally:
+        relay.close()
+
+
+def test_close_returns_while_a_handshake_waits(cluster):
+    """With the default time limits: a client that connected and never began TLS does not hold close() up."""
+    relay = Relay(Kube(cluster.kubeconfig))
+    idle = socket.create_connection(address(relay))
+    time.sleep(0.2)  # not a race the test depends on: the connection is accepted before or while close() runs
+    closing = threading.Thread(target=relay.close)
+    closing.start()
+    closing.join(30)
+    assert not closing.is_alive(), "close() hangs"
+    assert closed_by_relay(idle)
+
+
+# (not `unit`: the check parses with urllib3, as the request will be sent, and importing urllib3 opens a socket)
+@pytest.mark.parametrize("target, taken", [
+    ("/api/v1/namespaces?limit=500", True), ("/apis/apps/v1/deployments", True), ("@evil:443/x", False),
+    ("//evil/x", False), ("http://evil/x", False), ("*", False), ("/a b", False), ("/x\\@evil", False),
+    ("/x#frag", False), ("", False), ("/api/../../x", True)])
+def test_only_origin_form_targets_on_the_configured_server(target, taken):
+    kube = Kube()
+    kube._client, kube._host = object(), "https://10.0.0.1:6443"
+    if taken:
+        assert kube.upstream_url(target).startswith("https://10.0.0.1:6443/")
+    else:
+        with pytest.raises(ValueError):
+            kube.upstream_url(target)
+
+
+def test_a_server_under_a_path_keeps_its_prefix():
+    kube = Kube()
+    kube._client, kube._host = object(), "https://rancher.example.com/k8s/clusters/c-1"
+    assert kube.upstream_url("/api/v1/nodes") == "https://rancher.example.com/k8s/clusters/c-1/api/v1/nodes"
+    with pytest.raises(ValueError):
+        kube.upstream_url("/../../other/api")

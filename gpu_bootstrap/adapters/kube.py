@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ BACKOFF_BASE = 0.25  # seconds before the 2nd attempt; doubles each time ...
 BACKOFF_CAP = 4.0  # ... up to this; each wait is drawn from [half, all] of it (jitter)
 REPEATABLE_PATCHES = ("application/apply-patch+yaml", "application/merge-patch+json",
                       "application/strategic-merge-patch+json")  # the same patch twice gives the same object
+ORIGIN_FORM = re.compile(r"/(?!/)[!-~]*")  # a target another client may send: one leading slash, printable ASCII
 ATTEMPTS_HEADER = "X-Gpu-Bootstrap-Attempts"  # _call notes its retries here, for the error message
 # kind -> (plural, namespaced) for what the tool touches; anything else is found through discovery.
 KNOWN = {
@@ -181,11 +183,18 @@ class Kube:
     def _api(self):
         if self._client is None:
             from kubernetes import config as kube_config
+            from kubernetes.client import ApiClient, Configuration
             from kubernetes.config.config_exception import ConfigException
+
+            from .. import tempfiles
             try:
-                self._client = kube_config.new_client_from_config(
-                    config_file=str(self.kubeconfig) if self.kubeconfig else None, context=self.context,
-                    persist_config=False)
+                # the client copies client-key-data (and certificate data) into files: into the run's private
+                # folder, which every way out of the process removes (gpu_bootstrap/tempfiles.py)
+                configuration = type.__call__(Configuration)  # as new_client_from_config: not the global default
+                kube_config.load_kube_config(config_file=str(self.kubeconfig) if self.kubeconfig else None,
+                                             context=self.context, client_configuration=configuration,
+                                             persist_config=False, temp_file_path=tempfiles.run_folder_or_none())
+                self._client = ApiClient(configuration=configuration)
             except ConfigException as error:
                 raise ClusterError(f"cannot load kubeconfig {self.kubeconfig or '(default)'}: {error}",
                                    "check --kubeconfig / --context (or GPU_BOOTSTRAP_KUBECONFIG)") from None
@@ -280,12 +289,28 @@ class Kube:
             return status, data, answer
 
     # --- another client's requests (helm, through adapters/relay.py) ------------------------------------------------
+    def upstream_url(self, target: str) -> str:
+        """The URL another client's request target (path and query) reaches: the configured server's, or ValueError.
+        Only an origin-form target (one leading `/`) is taken, and the URL it makes must name the same scheme, host,
+        port and no user of its own: `@otherhost/x` would otherwise send our credentials to another server."""
+        from urllib3.util import parse_url
+        if not ORIGIN_FORM.fullmatch(target or "") or "\\" in target or "#" in target:
+            raise ValueError("only an origin-form request target (one leading '/', printable ASCII) is relayed")
+        base = self.host
+        url = base + target
+        want, got = parse_url(base), parse_url(url)
+        if (got.scheme, got.host, got.port, got.auth) != (want.scheme, want.host, want.port, want.auth) or \
+                not (got.path or "/").startswith((want.path or "").rstrip("/") + "/"):
+            raise ValueError(f"the request target leaves the API server {base}")
+        return url
+
     def forward(self, method: str, target: str, body: bytes | None, headers: dict) -> tuple[int, bytes, dict]:
         """Send a request another client made (`target`: path and query) with our credentials and our retry rule,
         and return the final (status, body, headers). What is safe to repeat is decided as for our own requests:
         reads, DELETE, PUT, server-side apply, merge and strategic merge patches, dry runs and the create of a named
         object (a 409 after a repeat of one whose first attempt may have landed is read back, as create() does);
         anything else is repeated only when the server certainly did not see it."""
+        self.upstream_url(target)  # ValueError for a target that is not the API server's (the relay checked it too)
         path, _, query = target.partition("?")
         content_type = headers.get("Content-Type") or "application/json"
         named = _named(body) if method == "POST" and "json" in content_type else None
@@ -312,12 +337,13 @@ class Kube:
         watches again), no read timeout. Returns the urllib3 response, its body not yet read."""
         import urllib3
         api = self._api()
+        url = self.upstream_url(target)
         sent = {"Accept": headers.get("Accept") or "application/json",
                 "User-Agent": headers.get("User-Agent") or "gpu-bootstrap"}
         api.update_params_for_auth(sent, [], ["BearerToken"], target, method, None)
         self.requests += 1
         return api.rest_client.pool_manager.request(
-            method, api.configuration.host + target, headers=sent, retries=False, redirect=False,
+            method, url, headers=sent, retries=False, redirect=False,
             preload_content=False, timeout=urllib3.Timeout(connect=self.connect_timeout, read=None))
 
     def _wait(self, attempt: int, asked: float | None, cutoff: float, what: str) -> bool:

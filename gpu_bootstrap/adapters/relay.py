@@ -11,18 +11,29 @@ unrepeated (the watcher re-lists).
 Safety: the relay listens on 127.0.0.1 only, on a port the kernel picks, and answers nothing that does not carry its
 random bearer token, which is written only to a 0600 kubeconfig in a 0700 folder of its own, removed when the relay
 stops. It holds no credential of its own: it uses the Kube adapter's (any auth method of the user's kubeconfig).
+
+Robustness: no connection can stop it (README, "The relay"). Each connection gets its own thread, in which the TLS
+handshake runs with a time limit (HANDSHAKE_TIMEOUT); a connection waits at most IDLE_TIMEOUT for its next request,
+and a request's line, headers and body must arrive within REQUEST_TIMEOUT (a slow-loris that trickles bytes is cut
+off). At most MAX_CONNECTIONS are served at once; more are closed at once. A request must send its body with a
+Content-Length between 0 and MAX_BODY and name an origin-form target (one leading `/`), and the URL sent upstream is
+checked to name the API server the kubeconfig names (a target like `@otherhost/x` would move the user's credentials
+to another host). `close()` ends every open connection and returns within a second.
 """
 from __future__ import annotations
 
 import atexit
 import base64
 import hmac
+import io
 import ipaddress
 import logging
 import secrets
 import shutil
+import socket
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -30,15 +41,25 @@ log = logging.getLogger("gpu_bootstrap.relay")
 PASSED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # what of helm's request goes on (auth is ours)
 DROPPED_ANSWER_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "date", "server"}
 MAX_BODY = 64 * 1024 * 1024  # bytes: more than any object the API server accepts (etcd's limit is 1.5 MiB)
+HANDSHAKE_TIMEOUT = 10.0  # seconds a connection has for its TLS handshake
+IDLE_TIMEOUT = 120.0  # seconds a connection may wait for its next request (client-go closes idle ones after 90 s)
+REQUEST_TIMEOUT = 60.0  # seconds from a request's first byte to its last (request line, headers and body)
+WRITE_TIMEOUT = 120.0  # seconds one write of an answer may block on a client that does not read
+MAX_CONNECTIONS = 256  # served at once (helm opens a few dozen at most: writes, watches, kstatus polls)
 
 
 class Relay:
     """Started on first use (`kubeconfig()`), stopped by `close()` (idempotent)."""
 
-    def __init__(self, kube):
+    def __init__(self, kube, *, handshake_timeout: float = HANDSHAKE_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
+                 request_timeout: float = REQUEST_TIMEOUT, max_connections: int = MAX_CONNECTIONS):
         self.kube = kube
         self.token = secrets.token_urlsafe(32)
-        self._server: ThreadingHTTPServer | None = None
+        self.handshake_timeout = handshake_timeout
+        self.idle_timeout = idle_timeout
+        self.request_timeout = request_timeout
+        self.max_connections = max_connections
+        self._server: _Server | None = None
         self._folder: Path | None = None
         self._lock = threading.Lock()
 
@@ -50,8 +71,8 @@ class Relay:
 
     def _start(self) -> None:
         self.kube.host  # noqa: B018 - load the user's kubeconfig now: its errors are ours to report, not helm's
-        server = _Server(("127.0.0.1", 0), _handler(self))
-        self._folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-relay-"))  # 0700
+        server = _Server(("127.0.0.1", 0), _handler(self), self)
+        self._folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-relay-", dir=_temp_root()))  # 0700
         cert_pem = _serve_tls(server, self._folder)
         path = self._folder / "kubeconfig"
         path.touch(mode=0o600)
@@ -65,16 +86,96 @@ class Relay:
     def close(self) -> None:
         with self._lock:
             if self._server is not None:
-                self._server.shutdown()
+                self._server.shutdown()  # the accept loop never blocks on a client: this returns within 0.5 s
                 self._server.server_close()
+                self._server.end_connections()
                 self._server = None
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
                 self._folder = None
 
 
+def _temp_root() -> str | None:
+    """Where the relay's folder goes: the run's private temp folder (gpu_bootstrap/tempfiles.py), removed on every
+    way out of the process, even when close() never runs."""
+    from .. import tempfiles
+    return tempfiles.run_folder_or_none()
+
+
 class _Server(ThreadingHTTPServer):
+    """The accept loop only accepts: TLS, reading and answering happen in each connection's own thread, so no
+    client can stall it. `ssl_context` is set by _serve_tls."""
+
     daemon_threads = True
+    ssl_context = None
+
+    def __init__(self, address, handler, relay: Relay):
+        super().__init__(address, handler)
+        self.relay = relay
+        self._served = 0  # connections being served (each in its own thread)
+        self._open: set = set()  # their sockets, for end_connections()
+        self._open_lock = threading.Lock()
+
+    @property
+    def connections(self) -> int:
+        """Connections being served now (for the log, and tests)."""
+        return self._served
+
+    def process_request(self, request, client_address) -> None:
+        """In the accept loop: a thread for the connection, or, at max_connections, close it now."""
+        with self._open_lock:
+            full = self._served >= self.relay.max_connections
+            self._served += not full
+        if full:
+            log.warning("relay: %d connections open; closing a new one from %s", self.relay.max_connections,
+                        client_address)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._done()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self._open_lock:
+            self._served -= 1
+
+    def finish_request(self, request, client_address) -> None:
+        """In the connection's thread: the TLS handshake (within handshake_timeout), then its requests."""
+        request.settimeout(self.relay.handshake_timeout)
+        connection = self.ssl_context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        self._track(connection, True)  # (wrap_socket took the socket over: `request` has no descriptor now)
+        try:
+            try:
+                connection.do_handshake()
+            except (OSError, ValueError) as error:  # no handshake in time, not TLS, or ended by close()
+                log.debug("relay: TLS handshake with %s failed: %s", client_address, error)
+                return
+            self.RequestHandlerClass(connection, client_address, self)
+        finally:
+            self._track(connection, False)
+            self.shutdown_request(connection)
+
+    def _track(self, connection, opened: bool) -> None:
+        with self._open_lock:
+            (self._open.add if opened else self._open.discard)(connection)
+
+    def end_connections(self) -> None:
+        """Shut every open connection (a handshake under way, an idle keep-alive, a watch): their threads end."""
+        with self._open_lock:
+            connections = list(self._open)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def handle_error(self, request, client_address) -> None:
         """helm went away mid-answer (it was stopped, or its context ended): for the log, not for the screen."""
@@ -91,9 +192,9 @@ current-context: relay
 """
 
 
-def _serve_tls(server: ThreadingHTTPServer, folder: Path) -> bytes:
-    """TLS on the relay's socket with a self-signed certificate for 127.0.0.1 made now (client-go sends a bearer token
-    only over TLS). The key exists on disk only for the moment the ssl module needs a file, 0600, in our folder."""
+def _serve_tls(server: _Server, folder: Path) -> bytes:
+    """TLS for the relay's connections with a self-signed certificate for 127.0.0.1 made now (client-go sends a bearer
+    token only over TLS). The key exists on disk only for the moment the ssl module needs a file, 0600, in our folder."""
     import datetime as dt
     import ssl
 
@@ -123,33 +224,115 @@ def _serve_tls(server: ThreadingHTTPServer, folder: Path) -> bytes:
         context.load_cert_chain(folder / "relay.crt", key_file)
     finally:
         key_file.unlink()
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.ssl_context = context  # each connection's own thread does its handshake (_Server.finish_request)
     return cert_pem
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's reads, each with the time the handler allows: until its next request starts, the idle
+    timeout; from its first byte on, what is left of the request's deadline (so trickling bytes does not help)."""
+
+    def __init__(self, connection, handler):
+        self.connection = connection
+        self.handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        self.connection.settimeout(self.handler.read_timeout())
+        return self.connection.recv_into(buffer)
+
+
+def _status(code: int, message: str = "") -> bytes:
+    """A Kubernetes Status body, as the API server would send for this failure."""
+    import json
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                       **({"message": message} if message else {})}, separators=(",", ":")).encode()
 
 
 def _handler(relay: Relay):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, and chunked answers for watches
         disable_nagle_algorithm = True  # headers and body go out in separate writes: no 40 ms delayed-ACK stall
+        deadline: float | None = None  # time.monotonic() by which the request being read must be complete
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # the socket's own file: ours reads with deadlines (closed, so it holds no fd)
+            self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self))
+
+        def read_timeout(self) -> float:
+            if self.deadline is None:
+                return relay.idle_timeout
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"request not complete within {relay.request_timeout:g} s")
+            return left
+
+        def handle_one_request(self) -> None:
+            self.deadline = None
+            try:
+                if not self.rfile.peek(1):  # the client closed the connection
+                    self.close_connection = True
+                    return
+            except OSError as error:  # idle for too long (TimeoutError), or reset
+                log.debug("relay: connection from %s closed while idle: %s", self.client_address, error)
+                self.close_connection = True
+                return
+            self.deadline = time.monotonic() + relay.request_timeout
+            super().handle_one_request()
+
+        def _refuse(self, status: int, message: str) -> None:
+            """Answer an error and close: a body we did not read must not be taken for the next request."""
+            log.debug("relay: refused %s %r from %s: %s", self.command, self.path[:200], self.client_address, message)
+            self.close_connection = True
+            self._answer(status, _status(status, message), {})
+
+        def _length(self) -> int | None:
+            """The request body's length, or None after refusing a missing, negative, oversized or chunked one."""
+            if self.headers.get("Transfer-Encoding"):
+                return self._refuse(411, "send the body with a Content-Length")
+            given = self.headers.get_all("Content-Length") or ["0"]
+            text = given[0].strip()
+            if len(given) > 1 or not (text.isascii() and text.isdigit()):  # negative, signed, non-numeric, twice
+                return self._refuse(400, "invalid Content-Length")
+            if int(text) > MAX_BODY:
+                return self._refuse(413, f"request body over {MAX_BODY} bytes")
+            return int(text)
 
         def _relay(self) -> None:
             if not hmac.compare_digest(self.headers.get("Authorization", ""), f"Bearer {relay.token}"):
-                return self._answer(401, b'{"kind":"Status","status":"Failure","code":401}', {})
+                return self._refuse(401, "")
+            try:
+                relay.kube.upstream_url(self.path)
+            except ValueError as error:
+                return self._refuse(400, str(error))
             headers = {name: self.headers[name] for name in PASSED_HEADERS if self.headers.get(name)}
             if _is_watch(self.path):
+                if self.headers.get("Content-Length", "0").strip() != "0" or self.headers.get("Transfer-Encoding"):
+                    return self._refuse(400, "a watch has no body")
+                self._read_done()
                 return self._stream(headers)
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                return self._answer(413, b'{"kind":"Status","status":"Failure","code":413}', {})
+            length = self._length()
+            if length is None:
+                return None
             body = self.rfile.read(length) if length else None
+            if length and len(body or b"") < length:  # the client closed before sending it all
+                self.close_connection = True
+                return None
+            self._read_done()
             try:
                 status, data, answer = relay.kube.forward(self.command, self.path, body, headers)
             except Exception as error:  # noqa: BLE001 - no answer upstream: say so as a gateway would
                 log.debug("relay %s %s: %s", self.command, self.path, error)
-                message = str(getattr(error, "message", error)).replace('"', "'")
-                return self._answer(502, f'{{"kind":"Status","status":"Failure","code":502,'
-                                         f'"message":"{message}"}}'.encode(), {})
+                return self._answer(502, _status(502, str(getattr(error, "message", error))), {})
             self._answer(status, data, answer)
+
+        def _read_done(self) -> None:
+            """The request is read: the answer's writes get their own limit (a watch may stream for long)."""
+            self.deadline = None
+            self.connection.settimeout(WRITE_TIMEOUT)
 
         def _answer(self, status: int, data: bytes, headers: dict) -> None:
             self.send_response(status)
@@ -158,6 +341,8 @@ def _handler(relay: Relay):
                     self.send_header(name, value)
             if not any(name.lower() == "content-type" for name in headers):
                 self.send_header("Content-Type", "application/json")
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":
@@ -168,7 +353,7 @@ def _handler(relay: Relay):
                 upstream = relay.kube.stream(self.command, self.path, headers)
             except Exception as error:  # noqa: BLE001
                 log.debug("relay watch %s: %s", self.path, error)
-                return self._answer(502, b'{"kind":"Status","status":"Failure","code":502}', {})
+                return self._answer(502, _status(502), {})
             ended = False
             try:
                 self.send_response(upstream.status)

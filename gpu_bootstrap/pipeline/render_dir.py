@@ -1,13 +1,20 @@
 """--render-dir: each step's changes written to DIR/<NN>-<step-id>/ as the exact documents sent to the cluster, and a
-Helm release as its values, its reasons and (when the chart can be read) the manifests `helm template` renders."""
+Helm release as its values, its reasons and (when the chart can be read) the manifests `helm template` renders.
+
+Secrets stay in the cluster: everything written here passes through gpu_bootstrap.redact (a Secret's data, values
+under secret-looking keys, webhook URLs, URL passwords, private keys), and the folders are 0700, the files 0600, so
+a render is safe to keep as a CI artifact or attach to a review.
+"""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
 
 import yaml
 
+from .. import redact
 from ..errors import UsageError
 from ..refs import Chart, Verb
 from .step import Change
@@ -33,7 +40,9 @@ def prepare(folder: Path) -> None:
     """Start from a clean render: remove the NN-step folders a previous render left, keep anything else."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--render-dir {folder} exists and is not a directory")
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.exists():
+        folder.mkdir(parents=True, mode=0o700)
+        folder.chmod(0o700)  # whatever the umask
     for child in folder.iterdir():
         if child.is_dir() and re.fullmatch(r"\d\d-[a-z0-9-]+", child.name):
             shutil.rmtree(child)
@@ -51,7 +60,9 @@ class RenderDir:
     def folder(self, step_id: str) -> Path:
         index = self.order.index(step_id) + 1 if step_id in self.order else 0
         folder = self.root / f"{index:02d}-{step_id}"
-        folder.mkdir(parents=True, exist_ok=True)
+        if not folder.is_dir():
+            folder.mkdir(parents=True, mode=0o700, exist_ok=True)
+            folder.chmod(0o700)
         return folder
 
     def write(self, step_id: str, change: Change) -> str | None:
@@ -72,26 +83,26 @@ class RenderDir:
             shown = {**{k: v for k, v in shown.items() if k not in ("data", "stringData")},
                      "data": {key: "<redacted>" for key in sorted({**(shown.get("data") or {}),
                                                                    **(shown.get("stringData") or {})})}}
-        body = dump(shown) if shown is not None else ""
-        (folder / name).write_text("\n".join(header) + "\n" + body)
-        with (folder / "plan.txt").open("a") as plan:
-            plan.write(change.describe() + "\n")
+        body = dump(redact.tree(shown)) if shown is not None else ""
+        _write_private(folder / name, redact.text("\n".join(header)) + "\n" + body)
+        _write_private(folder / "plan.txt", redact.text(change.describe()) + "\n", append=True)
         return self._write_release(step_id, change) if release else None
 
     def write_file(self, step_id: str, name: str, text: str) -> Path:
         path = self.folder(step_id) / name
-        path.write_text(text)
+        _write_private(path, text)
         return path
 
     def _write_release(self, step_id: str, change: Change) -> str | None:
         """values.yaml (the exact merged values), release.yaml (what and why) and manifests.yaml from `helm template`
         for the target Kubernetes version; when the chart cannot be rendered, a note saying why instead."""
         body = change.body
-        self.write_file(step_id, "values.yaml", yaml.safe_dump(body["values"], sort_keys=False))
+        self.write_file(step_id, "values.yaml", VALUES_NOTE + yaml.safe_dump(redact.tree(body["values"]),
+                                                                              sort_keys=False))
         release = {key: body[key] for key in ("release", "namespace", "chart", "chart_version", "kube_version")}
         release["derived_values"] = body.get("derived", [])
         release["warnings"] = body.get("warnings", [])
-        self.write_file(step_id, "release.yaml", yaml.safe_dump(release, sort_keys=False))
+        self.write_file(step_id, "release.yaml", yaml.safe_dump(redact.tree(release), sort_keys=False))
         chart = body["chart"]
         try:
             manifests = self.helm.template(body["release"], Chart(chart["ref"], chart.get("repo"),
@@ -104,5 +115,22 @@ class RenderDir:
                             f"For air-gapped or offline plans, set {step_id.replace('-', '_')}.chart to a local .tgz "
                             f"(helm pull).\n")
             return f"{chart['ref']} manifests not rendered ({reason})"
-        self.write_file(step_id, "manifests.yaml", manifests)
+        self.write_file(step_id, "manifests.yaml", redact.manifests(manifests))
         return None
+
+
+VALUES_NOTE = ("# The merged values, with secret-looking ones shown as <redacted>: helm gets the real ones on its stdin\n"
+               "# only (see README, Security model).\n")
+
+
+def _write_private(path: Path, text: str, append: bool = False) -> None:
+    """Write text to a file only its owner can read (0600, also when it existed with a wider mode)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            fd = -1
+            out.write(text)
+    finally:
+        if fd >= 0:
+            os.close(fd)

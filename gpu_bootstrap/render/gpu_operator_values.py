@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from .. import redact
 from ..config import selector_equalities
 from .. import images
 from ..objects import deep_merge
@@ -49,7 +50,8 @@ class Derived:
     because: str
 
     def line(self) -> str:
-        return f"{self.path}={json.dumps(self.value, separators=(',', ':'))}  ← {self.because}"
+        """path=value  ← why; a secret-looking part of the value (one kept from a running release) is redacted."""
+        return f"{self.path}={json.dumps(redact.tree(self.value, self.path), separators=(',', ':'))}  ← {self.because}"
 
 
 @dataclass
@@ -64,9 +66,15 @@ class ValuesPlan:
     def explain(self) -> list[str]:
         lines = [d.line() for d in self.derived]
         for path in sorted(_paths(self.overrides)):
-            lines.append(f"{path}={json.dumps(_get(self.overrides, path), separators=(',', ':'))}  ← your "
-                         f"gpu_operator.values")
+            lines.append(user_value_line(path, _get(self.overrides, path), "gpu_operator.values"))
         return lines
+
+
+def user_value_line(path: str, value: Any, section: str) -> str:
+    """A value the user set, for a plan: its path only (a value may be a secret, and no rule can tell every secret
+    from a name), except true/false, which carry nothing to hide."""
+    shown = f"={json.dumps(value)}" if isinstance(value, bool) else ""
+    return f"{path}{shown}  ← your {section}" + ("" if shown else " (value not shown)")
 
 
 # --- facts ---------------------------------------------------------------------------------------------------------
@@ -199,7 +207,7 @@ def restarts(deployed: dict, merged: dict) -> list[str]:
     for path in RESTARTING:
         old, new = _lookup(deployed, path), _lookup(merged, path)
         if old != new:
-            found.append(f"{path}: {json.dumps(old)} → {json.dumps(new)}")
+            found.append(f"{path}: {json.dumps(redact.tree(old, path))} → {json.dumps(redact.tree(new, path))}")
     return found
 
 

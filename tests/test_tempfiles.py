@@ -1,0 +1,156 @@
+"""No key left behind (gpu_bootstrap/tempfiles.py): the kubernetes client's copies of client-key-data and the relay's
+kubeconfig live in a per-run 0700 folder that every way out removes; `kill -9` leaves it, and the next run sweeps it;
+the sweep touches nothing but our own stale folders."""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from gpu_bootstrap import tempfiles
+from tests.tools import ROOT
+
+
+def files_holding(root: Path, secret: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and secret in p.read_bytes()]
+
+
+def wait_for(predicate, seconds: float = 60, what: str = ""):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if found := predicate():
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"not within {seconds:g} s: {what}")
+
+
+@pytest.mark.tools
+def test_kill_9_leaves_the_key_and_the_next_run_removes_it(cluster, tmp_path):
+    """`status --watch` (a real process against the emulator, whose kubeconfig carries client-key-data) is killed
+    with SIGKILL once its key file exists; the next `status` leaves no file holding the key in $TMPDIR."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    key = cluster.emu.pki.client_key_pem
+    key = key if isinstance(key, bytes) else key.encode()
+    env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(ROOT), NO_COLOR="1", XDG_STATE_HOME=str(tmp_path))
+    args = [sys.executable, "-m", "gpu_bootstrap", "status", "--kubeconfig", str(cluster.kubeconfig)]
+    watching = subprocess.Popen([*args, "--watch", "--interval", "1"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        held = wait_for(lambda: files_holding(temp, key), what="the run's copy of the client key")
+    finally:
+        watching.kill()
+        watching.wait()
+    assert [p.parent.name.startswith("gpu-bootstrap-run-") for p in held] == [True]
+    assert stat.S_IMODE(held[0].parent.stat().st_mode) == 0o700
+    assert files_holding(temp, key) == held  # kill -9 left it: that is what the next run must clean up
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode in (0, 1), again.stderr  # it ran (whatever it reported)
+    assert files_holding(temp, key) == []
+    assert sorted(p.name for p in temp.iterdir()) == []  # neither the killed run's folder nor its own
+
+
+SCRIPT = """
+import time
+from gpu_bootstrap import interrupts, tempfiles
+interrupts.install(grace=0.2, exit_within=1.5)
+folder = tempfiles.run_folder()
+(folder / "client-key").write_text("KEY")
+try:
+    print(folder, flush=True)  # inside the try: the signal may come as soon as this is read
+    while True:
+        time.sleep(0.02)
+except KeyboardInterrupt:
+    print("cleaning up", flush=True)
+    while True:  # a cleanup that never ends: only the os._exit paths get out
+        time.sleep(0.02)
+"""
+
+
+@pytest.mark.parametrize("way", ["second signal", "watchdog"])
+def test_the_os_exit_paths_remove_the_run_folder(tmp_path, way):
+    """interrupts.py leaves with os._exit (no atexit) after a second signal or when cleanup outlives EXIT_WITHIN:
+    the run folder goes all the same."""
+    process = subprocess.Popen([sys.executable, "-c", SCRIPT], env=dict(os.environ, TMPDIR=str(tmp_path),
+                                                                         PYTHONPATH=str(ROOT)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        folder = Path(process.stdout.readline().strip())
+        assert (folder / "client-key").exists()
+        process.send_signal(signal.SIGTERM)
+        assert process.stdout.readline().strip() == "cleaning up"
+        if way == "second signal":
+            process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 143
+    finally:
+        process.kill()
+        process.communicate()
+    assert not folder.exists() and list(tmp_path.iterdir()) == []
+
+
+# --- host-free: the sweep touches only our own stale folders ---------------------------------------------------------
+def dead_pid() -> int:
+    """pid_max itself is never handed out: a pid that cannot be running."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text())
+
+
+def folder(root: Path, name: str, age: float = 0.0, files: tuple[str, ...] = ("key",)) -> Path:
+    path = root / name
+    path.mkdir(mode=0o700)
+    for file in files:
+        (path / file).write_text("x")
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+@pytest.mark.unit
+def test_the_sweep_removes_our_stale_folders_only(tmp_path):
+    alive = os.getppid()
+    gone = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-0123abcd")
+    running = folder(tmp_path, f"gpu-bootstrap-run-{alive}-0123abcd")
+    ancient = folder(tmp_path, f"gpu-bootstrap-run-{alive}-89abcdef", age=tempfiles.MAX_RUN_AGE + 60)
+    old_relay = folder(tmp_path, "gpu-bootstrap-relay-abc_1234", age=tempfiles.STALE_RELAY_AGE + 60)
+    young_relay = folder(tmp_path, "gpu-bootstrap-relay-abc_5678", age=60)
+    others = [folder(tmp_path, name, age=10 ** 8) for name in (
+        "tmpabcd1234", "gpu-bootstrap-run-notes", f"gpu-bootstrap-run-{dead_pid()}-0123abcd-copy",
+        "gpu-bootstrap-relay-x", "my-gpu-bootstrap-relay-abc_1234")]
+    (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-deadbeef").write_text("a file, not our folder")
+    (tmp_path / "elsewhere").mkdir()
+    outside = folder(tmp_path / "elsewhere", "target")
+    (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-feedface").symlink_to(outside)
+    theirs = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-00000000")
+    os.chown(theirs, 12345, 12345)  # another user's (the tests run as root; elsewhere this needs root too)
+    removed = tempfiles.sweep(tmp_path)
+    assert sorted(removed) == sorted([gone, ancient, old_relay])
+    assert all(p.exists() for p in (running, young_relay, *others, outside / "key", theirs))
+    assert (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-deadbeef").is_file()
+    assert (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-feedface").is_symlink()
+
+
+@pytest.mark.unit
+def test_the_run_folder_is_private_and_its_removal_forgets_the_clients_files(tmp_path, monkeypatch):
+    """The kubernetes client's cache (content -> temp file) is stood in for by its shape: importing the package
+    would open a socket, which a unit test may not."""
+    monkeypatch.setattr(tempfiles.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfiles, "_folder", None)
+    old = os.umask(0o022)
+    try:
+        run = tempfiles.run_folder()
+    finally:
+        os.umask(old)
+    assert run.parent == tmp_path and stat.S_IMODE(run.stat().st_mode) == 0o700
+    assert tempfiles.RUN_NAME.fullmatch(run.name) and tempfiles.run_folder() == run
+    (run / "tmpkey").write_text("KEY")
+    cache = {"b'KEY'": str(run / "tmpkey"), "b'OTHER'": str(tmp_path / "tmpother")}
+    monkeypatch.setitem(sys.modules, "kubernetes.config.kube_config", types.SimpleNamespace(_temp_files=cache))
+    tempfiles.remove()
+    assert not run.exists() and cache == {"b'OTHER'": str(tmp_path / "tmpother")}  # someone else's is kept
+    assert tempfiles.sweep(tmp_path) == [] and list(tmp_path.iterdir()) == []
