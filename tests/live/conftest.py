@@ -36,6 +36,17 @@ TEARDOWN_TEST = "test_teardown_leaves_no_object_of_ours"
 runner = CliRunner()
 
 
+def pytest_configure(config):
+    """Against a real cluster, SIGTERM stops the suite as Ctrl-C does, so the fixtures still tear down what `up`
+    installed (scripts/test-live forwards an interrupt this way)."""
+    if LIVE_KUBECONFIG:
+        import signal
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def pytest_collection_modifyitems(config, items):
     """The teardown test runs last in its module (after pytest-randomly's shuffle): every other test then shares the
     module's one `up`. Correctness does not depend on this: a test after teardown deploys again (Deployment.ensure)."""
