@@ -86,8 +86,8 @@ class Target:
         self.calls += 1
         log = self.artifacts / f"{self.calls:02d}-{args[0]}.log"
         env = {k: v for k, v in self.env.items() if k.startswith("HELM_") or k in ("PATH", "KUBECACHEDIR")}
-        result = runner.invoke(__import__("gpu_bootstrap.cli", fromlist=["app"]).app,
-                               [*args, "-o", "json", "--log-file", str(log)], env=env)
+        from gpu_bootstrap.cli import app
+        result = runner.invoke(app, [*args, "-o", "json", "--log-file", str(log)], env=env)
         document = json.loads(result.stdout) if result.stdout.startswith("{") else None
         return result, document, log
 

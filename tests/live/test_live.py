@@ -10,6 +10,7 @@ after it, the next test deploys again.
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -68,8 +69,9 @@ def test_the_binpack_scheduler_fills_one_node_before_the_next(deployment, target
 
 def test_the_opa_webhook_steers_a_gpu_pod_and_leaves_a_cpu_pod_alone(deployment, target):
     deployment.ensure()
-    gpu = create(target, pause_pod("steered"))
-    assert gpu["spec"]["schedulerName"] == SCHEDULER
+    gpu = create(target, pause_pod("steered"), check=False)
+    assert gpu.returncode == 0, f"a GPU pod naming no scheduler was refused: {gpu.stderr}"
+    assert json.loads(gpu.stdout)["spec"]["schedulerName"] == SCHEDULER
     cpu = create(target, pause_pod("cpu-only", gpus=0))
     assert cpu["spec"]["schedulerName"] == "default-scheduler"
     assert wait_bound(target, "steered") in deployment.nodes
@@ -87,21 +89,29 @@ def test_with_opa_down_the_backstop_rejects_a_gpu_pod_on_the_default_scheduler(d
     replicas = target.json("get", "deployment", "opa", "-n", namespace)["spec"]["replicas"]
     target.kubectl("scale", "deployment", "opa", "-n", namespace, "--replicas=0")
     try:
-        wait_for(lambda: target.json("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=opa")["items"],
-                 lambda pods: not pods, 180, "OPA's pods did not go away")
-        rejected = wait_for(lambda: create(target, pause_pod("backstopped", scheduler="default-scheduler"),
-                                           check=False),
-                            lambda result: result.returncode != 0, 60, "a GPU pod on the default scheduler was "
-                                                                       "admitted with OPA down")
+        wait_for(lambda: dry_run(target, pause_pod("probe")), lambda result: not steered(result), 180,
+                 "the webhook still steers GPU pods with OPA scaled to zero")
+        rejected = create(target, pause_pod("backstopped", scheduler="default-scheduler"), check=False)
+        assert rejected.returncode != 0, f"a GPU pod on the default scheduler was admitted with OPA down: " \
+                                         f"{rejected.stdout[:300]}"
         assert "spec.schedulerName" in rejected.stderr and SCHEDULER in rejected.stderr, rejected.stderr
         assert "ValidatingAdmissionPolicy" in rejected.stderr, rejected.stderr
-        assert create(target, pause_pod("cpu-with-opa-down", gpus=0), check=False).returncode == 0
+        cpu = create(target, pause_pod("cpu-with-opa-down", gpus=0), check=False)
+        assert cpu.returncode == 0, cpu.stderr
     finally:
         target.kubectl("scale", "deployment", "opa", "-n", namespace, f"--replicas={replicas}")
         target.kubectl("rollout", "status", "deployment/opa", "-n", namespace, "--timeout=300s")
-        wait_for(lambda: target.kubectl("create", "-f", "-", "--dry-run=server", "-o", "jsonpath={.spec.schedulerName}",
-                                        input=__import__("json").dumps(pause_pod("probe")), check=False).stdout,
-                 lambda name: name == SCHEDULER, 120, "the webhook did not steer again after OPA came back")
+        wait_for(lambda: dry_run(target, pause_pod("probe")), steered, 180,
+                 "the webhook did not steer again after OPA came back")
+
+
+def dry_run(target, pod: dict):
+    """A server-side dry run: the pod goes through admission and nothing is stored."""
+    return target.kubectl("create", "-f", "-", "--dry-run=server", "-o", "json", input=json.dumps(pod), check=False)
+
+
+def steered(result) -> bool:
+    return result.returncode == 0 and json.loads(result.stdout)["spec"].get("schedulerName") == SCHEDULER
 
 
 def test_prometheus_scrapes_kube_state_metrics_and_loaded_our_alert_rules(deployment, target):
