@@ -241,6 +241,8 @@ def deployment(target, tmp_path_factory):
     names = sorted(nodes)
     report = write_report(folder / "preflight-report.json", names, gpus=min(nodes.values()))
     state = Deployment(target, write_config(target, names, folder), report, nodes)
+    # a namespace an interrupted run left Terminating must be gone before it can be made again
+    target.kubectl("delete", "namespace", TEST_NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=180s")
     target.kubectl("create", "namespace", TEST_NAMESPACE)
     try:
         state.before = audit(target)
