@@ -139,6 +139,7 @@ class MonitoringFacts:
     choice: versions.Choice | None = None
     values: ValuesPlan | None = None
     release: dict = field(default_factory=dict)  # up_to_date, reason, installed, pending (install mode)
+    namespace: str = "theirs"  # install mode: the stack's namespace is "missing", "ours" (we created it) or "theirs"
 
 
 class Monitoring(Step):
@@ -242,7 +243,8 @@ class Monitoring(Step):
             plan = render.stack_values(section, toleration_for(gpu_taint(ctx.config, ctx.options.playbook))
                                        if no_room else None, ctx.config.registry)
             facts.update(chart=chart, version=version, choice=choice, values=plan,
-                         release=self._release_state(ctx, chart, version, plan.merged))
+                         release=self._release_state(ctx, chart, version, plan.merged),
+                         namespace=_namespace_state(ctx, section.namespace))
         return MonitoringFacts(**facts)
 
     def _release_state(self, ctx, chart: Chart, version: str, values: dict) -> dict:
@@ -289,6 +291,11 @@ class Monitoring(Step):
                   f"(the same values)"]
         if target.mode == "install":
             release = Ref.release(section.release, section.namespace)
+            if facts.namespace == "missing":  # created by us (not helm's --create-namespace), so teardown removes it
+                changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.namespace), "create",
+                                      "the stack's namespace, labelled as ours so that teardown removes it",
+                                      {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": section.namespace, "labels": dict(render.MANAGED_BY)}}))
             if facts.release.get("pending"):
                 changes.append(Change(Verb.HELM_RECOVER, release, f"clear the {facts.release['pending']} state",
                                       "a helm run was interrupted; helm refuses new operations until it is cleared",
@@ -481,7 +488,19 @@ class Monitoring(Step):
                                                                crd["metadata"]["name"]),
                                               "delete the CRD and every object of it",
                                               "--purge-crds (gpu-bootstrap installed the stack that brought it)"))
+        if section.mode != "attach" and _namespace_state(ctx, section.namespace) == "ours":
+            changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", section.namespace), "remove",
+                                  "the namespace gpu-bootstrap created for the stack"))
         return changes
+
+
+def _namespace_state(ctx, name: str) -> str:
+    live = ctx.kube.get("v1", "Namespace", name)
+    if live is None:
+        return "missing"
+    labels = live["metadata"].get("labels") or {}
+    return "ours" if labels.get("app.kubernetes.io/managed-by") == render.MANAGED_BY["app.kubernetes.io/managed-by"] \
+        else "theirs"
 
 
 def _compact(value) -> str:

@@ -1,0 +1,56 @@
+"""What a user auditing the cluster would list: every API resource that can be listed, every object in it.
+
+`audit` returns {(group/kind, namespace, name): metadata}; before/after comparisons name what appeared. Events are
+left out (they record what happened and expire on their own).
+"""
+from __future__ import annotations
+
+import json
+
+OURS_LABEL = ("app.kubernetes.io/managed-by", "gpu-bootstrap")
+OUR_PREFIX = "gpu-bootstrap.io/"
+SKIP_KINDS = {"Event"}
+
+
+def resources(target) -> list[str]:
+    out = target.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
+    return sorted(set(out))
+
+
+def audit(target) -> dict:
+    found = {}
+    for resource in resources(target):
+        result = target.kubectl("get", resource, "-A", "-o", "json", "--ignore-not-found", check=False)
+        if result.returncode != 0:
+            raise AssertionError(f"kubectl get {resource} -A failed: {result.stderr}")
+        if not result.stdout.strip():
+            continue
+        for item in json.loads(result.stdout)["items"]:
+            kind = item.get("kind") or resource
+            if kind in SKIP_KINDS:
+                continue
+            group = item.get("apiVersion", "v1").rpartition("/")[0]
+            meta = item["metadata"]
+            found[(f"{group}/{kind}", meta.get("namespace", ""), meta["name"])] = meta
+    return found
+
+
+def ours(meta: dict) -> bool:
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    return labels.get(OURS_LABEL[0]) == OURS_LABEL[1] or any(k.startswith(OUR_PREFIX) for k in [*labels, *annotations]
+                                                             if k != "gpu-bootstrap.io/fake-gpus")
+
+
+def leftovers(before: dict, after: dict) -> list[str]:
+    """Objects that were not there before, and objects carrying our marks."""
+    new = [key for key in after if key not in before]
+    marked = [key for key, meta in after.items() if ours(meta) and key not in new]
+    return [f"{kind} {namespace + '/' if namespace else ''}{name}" for kind, namespace, name in sorted(new + marked)]
+
+
+def node_view(target, name: str) -> dict:
+    node = target.json("get", "node", name)
+    labels = {k: v for k, v in (node["metadata"].get("labels") or {}).items()}
+    annotations = {k: v for k, v in (node["metadata"].get("annotations") or {}).items()
+                   if k.startswith(OUR_PREFIX) or k.startswith("nvidia.com/")}
+    return {"labels": labels, "annotations": annotations, "taints": node["spec"].get("taints") or []}
