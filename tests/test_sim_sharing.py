@@ -114,11 +114,32 @@ def test_bestfit_by_hand():
     assert scores == [78]
 
 
-def test_ties_go_to_the_smallest_node_name_as_in_the_artifact():
+def test_ties_by_original_name_when_asked():
     c = cluster(8, 8, 8)
-    scheduler = sharing.ShareScheduler(c, "BestFit", random.Random(1))
+    scheduler = sharing.ShareScheduler(c, "BestFit", random.Random(1), ties="name")
     assert scheduler.place(SharePod(1000, 0, 1, 1000)) == (0, [0])
     assert scheduler.place(SharePod(1000, 0, 2, 1000)) == (0, [1, 2])  # n0 is now the best fit; lowest free GPUs
+
+
+def test_ties_follow_the_artifacts_random_name_prefixes():
+    """simulator.go syncClusterResourceList sorts the nodes by name, draws perm = rand.Perm(n) and renames the j-th
+    node "%04d-" % perm[j] + name; selectHost then takes the smallest (renamed) name. So among equal scores the node
+    whose prefix is smallest wins, for the whole run, whatever its original name."""
+    names = ["n3", "n0", "n2", "n1"]  # deliberately not in name order
+    c = sharing.ShareCluster([Node(name, 64_000, 262_144, 8, "G2") for name in names])
+    perm = list(range(4))
+    random.Random(7).shuffle(perm)  # the permutation the scheduler draws from the same seed
+    renamed = {name: "%04d-" % perm[j] + name for j, name in enumerate(sorted(names))}
+    expected = names.index(min(names, key=renamed.get))
+    scheduler = sharing.ShareScheduler(c, "GpuPacking", random.Random(7))
+    node, _ = scheduler.place(SharePod(1000, 0, 1, 1000))  # every node is empty: one tie of four
+    assert node == expected
+    # a CPU-only pod scores 0 everywhere under GpuPacking: it goes to the same smallest-prefix node
+    assert scheduler.place(SharePod(1000, 0))[0] == expected
+    # and the order is not the names' one for every seed (else the prefixes would change nothing)
+    firsts = {sharing.ShareScheduler(sharing.ShareCluster(c.nodes), "GpuPacking", random.Random(seed))
+              .choose(SharePod(1000, 0))[0] for seed in range(20)}
+    assert len(firsts) > 1
 
 
 def test_random_places_only_where_the_pod_fits():

@@ -346,11 +346,21 @@ class _ShapeScores:
         self.gpu = np.full(count, -1, dtype=np.int64)
 
 
+def prefixed_ranks(name_ranks: np.ndarray, rng: random.Random) -> np.ndarray:
+    """Each node's rank by name once the artifact has renamed it: simulator.go syncClusterResourceList sorts the
+    nodes by name, draws `rand.Perm(len(nodes))` and renames the j-th node to `fmt.Sprintf("%04d-", perm[j]) +
+    name` before creating it, so the fork's "smallest name wins" (selectHost) follows a random node order drawn once
+    per run (from the run's seed), not the original names. `name_ranks[i]`: node i's position by original name."""
+    perm = list(range(len(name_ranks)))
+    rng.shuffle(perm)
+    return np.asarray(perm, dtype=np.int64)[name_ranks]
+
+
 class ShareScheduler:
     """Places pods one at a time with one policy: filter, score every feasible node, random tie-break, take GPUs."""
 
     def __init__(self, cluster: ShareCluster, policy: str, rng: random.Random,
-                 typical: list[TypicalPod] | None = None, ties: str = "name"):
+                 typical: list[TypicalPod] | None = None, ties: str = "prefix"):
         if policy not in POLICY_CLASSES:
             raise ValueError(f"unknown sharing policy {policy!r}; choose from {', '.join(POLICIES)}")
         self.cluster = cluster
@@ -358,6 +368,8 @@ class ShareScheduler:
         # smallest node name among the best; "random": stock kube-scheduler's uniform choice
         self.ties = ties
         self.by_name = np.argsort(np.argsort([n.name for n in cluster.nodes], kind="stable"), kind="stable")
+        if ties == "prefix":
+            self.by_name = prefixed_ranks(self.by_name, rng)
         self.policy = POLICY_CLASSES[policy](cluster, typical)
         self.random = policy == "Random"
         self.rng = rng
@@ -394,7 +406,7 @@ class ShareScheduler:
             top = feasible[scores == scores.max()]
             if len(top) == 1:
                 node = int(top[0])
-            elif self.ties == "name":
+            elif self.ties in ("name", "prefix"):
                 node = int(top[np.argmin(self.by_name[top])])
             else:
                 node = int(top[self.rng.randrange(len(top))])
@@ -457,7 +469,7 @@ class ShareOutcome:
 
 
 def replay(nodes, sequence: list[SharePod], policy: str, seed: int,
-           typical: list[TypicalPod] | None = None, ties: str = "name") -> ShareOutcome:
+           typical: list[TypicalPod] | None = None, ties: str = "prefix") -> ShareOutcome:
     import time
     started = time.process_time()
     cluster = ShareCluster(nodes)
