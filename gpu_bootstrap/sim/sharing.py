@@ -360,7 +360,7 @@ class ShareScheduler:
     """Places pods one at a time with one policy: filter, score every feasible node, random tie-break, take GPUs."""
 
     def __init__(self, cluster: ShareCluster, policy: str, rng: random.Random,
-                 typical: list[TypicalPod] | None = None, ties: str = "prefix"):
+                 typical: list[TypicalPod] | None = None, ties: str = "prefix", prefixes: list[int] | None = None):
         if policy not in POLICY_CLASSES:
             raise ValueError(f"unknown sharing policy {policy!r}; choose from {', '.join(POLICIES)}")
         self.cluster = cluster
@@ -368,8 +368,9 @@ class ShareScheduler:
         # smallest node name among the best; "random": stock kube-scheduler's uniform choice
         self.ties = ties
         self.by_name = np.argsort(np.argsort([n.name for n in cluster.nodes], kind="stable"), kind="stable")
-        if ties == "prefix":
-            self.by_name = prefixed_ranks(self.by_name, rng)
+        if ties == "prefix":  # `prefixes`: the artifact's own perm (artifact_arrivals), else one drawn from rng
+            self.by_name = (np.asarray(prefixes, dtype=np.int64)[self.by_name] if prefixes is not None
+                            else prefixed_ranks(self.by_name, rng))
         self.policy = POLICY_CLASSES[policy](cluster, typical)
         self.random = policy == "Random"
         self.rng = rng
@@ -450,6 +451,36 @@ def arrivals(pods: list[SharePod], capacity_milli: int, seed: int, tune: float =
     return order
 
 
+ARTIFACT_WATCH_DRAWS = 10  # Int63 draws between tuneUpPods and rand.Perm in the artifact (see artifact_arrivals)
+
+
+def artifact_arrivals(pods: list[SharePod], node_count: int, capacity_milli: int, seed: int,
+                      tune: float = 1.3) -> tuple[list[SharePod], list[int]]:
+    """The artifact's own arrival order and node-name prefixes for `seed`, drawn with Go's math/rand (gorand) as
+    its code draws them: core.go Simulate seeds the global source, `log.Debugf(..., rand.Int())` takes one draw
+    (Go evaluates the arguments), SortClusterPods shuffles the pods sorted by name (`pods` must be in name order,
+    as the openb CSV is), tuneUpPods draws with rand.Intn until the GPU demand would pass `tune` x capacity, and
+    syncClusterResourceList's rand.Perm(len(nodes)) gives the prefixes. Between the last two, starting the
+    scheduler's informers takes ARTIFACT_WATCH_DRAWS draws from the same global source (client-go's reflector
+    picks each watch's timeout with rand.Float64); 10 is the count with which all 20 runs of GpuPacking and
+    GpuClustering (seeds 42-51) give the authors' cached results to the hundredth."""
+    from .gorand import GoRand
+    go = GoRand(seed)
+    go.int63()
+    order = list(pods)
+    go.shuffle(order)
+    demand = sum(p.total_milli for p in pods)
+    while True:
+        pod = pods[go.intn(len(pods))]
+        if demand + pod.gpu_milli > tune * capacity_milli:
+            break
+        demand += pod.total_milli
+        order.append(pod)
+    for _ in range(ARTIFACT_WATCH_DRAWS):
+        go.int63()
+    return order, go.perm(node_count)
+
+
 @dataclass
 class ShareOutcome:
     """Allocated milli-GPU as % of capacity, averaged over the arrivals whose arrived demand rounds to each whole
@@ -469,11 +500,12 @@ class ShareOutcome:
 
 
 def replay(nodes, sequence: list[SharePod], policy: str, seed: int,
-           typical: list[TypicalPod] | None = None, ties: str = "prefix") -> ShareOutcome:
+           typical: list[TypicalPod] | None = None, ties: str = "prefix",
+           prefixes: list[int] | None = None) -> ShareOutcome:
     import time
     started = time.process_time()
     cluster = ShareCluster(nodes)
-    scheduler = ShareScheduler(cluster, policy, random.Random(seed * 7919 + 1), typical, ties)
+    scheduler = ShareScheduler(cluster, policy, random.Random(seed * 7919 + 1), typical, ties, prefixes)
     capacity = cluster.capacity_milli
     sums: dict[int, list] = {}
     outcome = ShareOutcome()
