@@ -7,7 +7,9 @@ The model, as in the artifact:
 - filter: the pod's cpu and memory fit the node's free allocatable, the GPUs as above, its gpu_spec allows the node's
   model. GPU memory is not modelled (the artifact does not model it either). CPU-only pods may use any node;
 - score: one policy, over every feasible node (percentageOfNodesToScore: 100); among the best nodes the artifact's
-  kube-scheduler fork takes the smallest node name (stock kube-scheduler: a uniformly random one; both offered).
+  kube-scheduler fork takes the smallest node name, and the artifact has prefixed every name with a random
+  "%04d-" first, so ties follow a random node order fixed for the run ("prefix", the default; "name": the original
+  names; "random": stock kube-scheduler's uniform choice per pod).
 
 The policies (artifact file in brackets; MaxSpec: 128 cores, 8 GPUs):
 - Random [random_score.go]: a uniformly random feasible node; a share goes to a random GPU with room.
@@ -357,15 +359,16 @@ def prefixed_ranks(name_ranks: np.ndarray, rng: random.Random) -> np.ndarray:
 
 
 class ShareScheduler:
-    """Places pods one at a time with one policy: filter, score every feasible node, random tie-break, take GPUs."""
+    """Places pods one at a time with one policy: filter, score every feasible node, break ties, take GPUs."""
 
     def __init__(self, cluster: ShareCluster, policy: str, rng: random.Random,
                  typical: list[TypicalPod] | None = None, ties: str = "prefix", prefixes: list[int] | None = None):
         if policy not in POLICY_CLASSES:
             raise ValueError(f"unknown sharing policy {policy!r}; choose from {', '.join(POLICIES)}")
         self.cluster = cluster
-        # "name": the artifact's kube-scheduler fork (mental2008/kubernetes v1.20.5-minor, selectHost) takes the
-        # smallest node name among the best; "random": stock kube-scheduler's uniform choice
+        # the artifact's kube-scheduler fork (mental2008/kubernetes v1.20.5-minor, selectHost) takes the smallest
+        # node name among the best; "prefix": after the artifact's random renaming (prefixed_ranks), "name": the
+        # original names; "random": stock kube-scheduler's uniform choice
         self.ties = ties
         self.by_name = np.argsort(np.argsort([n.name for n in cluster.nodes], kind="stable"), kind="stable")
         if ties == "prefix":  # `prefixes`: the artifact's own perm (artifact_arrivals), else one drawn from rng
@@ -462,8 +465,8 @@ def artifact_arrivals(pods: list[SharePod], node_count: int, capacity_milli: int
     as the openb CSV is), tuneUpPods draws with rand.Intn until the GPU demand would pass `tune` x capacity, and
     syncClusterResourceList's rand.Perm(len(nodes)) gives the prefixes. Between the last two, starting the
     scheduler's informers takes ARTIFACT_WATCH_DRAWS draws from the same global source (client-go's reflector
-    picks each watch's timeout with rand.Float64); 10 is the count with which all 20 runs of GpuPacking and
-    GpuClustering (seeds 42-51) give the authors' cached results to the hundredth."""
+    picks each watch's timeout with rand.Float64); 10 is the count with which all 50 runs of DotProd,
+    GpuClustering, GpuPacking, BestFit and FGD (seeds 42-51) give the authors' cached results to the hundredth."""
     from .gorand import GoRand
     go = GoRand(seed)
     go.int63()
