@@ -4,11 +4,13 @@ the artifact's policies, the unallocated GPU % at 100 % and 130 % of the GPU cap
 seeds, next to the paper's median (from the authors' cached results) and the difference; and the run time.
 
     python benchmarks/fgd_reproduction.py [--seeds 10] [--traces ../shared/traces] [--policy FGD ...]
-                                         [--workers 1] [--json FILE]
+                                         [--workers 1] [--json FILE] [--rng auto|go|python]
 
 The protocol is the artifact's (sim/sharing.py): the openb GPU nodes (1213 nodes, 6212 GPUs); the trace's pods
 shuffled with the seed, then pods drawn from it until 130 % of the capacity; arrival only; every node scored; the
 allocated milli-GPU / capacity averaged over the arrivals whose demand rounds to each whole percent.
+With Go's source tree installed (Debian golang-1.19-src, or GOROOT), `--rng go` (the default then) replays the
+artifact's own random draws (sim/gorand.py, sharing.artifact_arrivals), so each seed is the authors' run.
 `--json FILE` writes {"<policy>": {"100": <unallocated %>, "130": <unallocated %>}, ...}.
 The traces are read from ../shared/traces (never copied into this repository); see its README for provenance.
 """
