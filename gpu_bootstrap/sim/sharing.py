@@ -7,7 +7,9 @@ The model, as in the artifact:
 - filter: the pod's cpu and memory fit the node's free allocatable, the GPUs as above, its gpu_spec allows the node's
   model. GPU memory is not modelled (the artifact does not model it either). CPU-only pods may use any node;
 - score: one policy, over every feasible node (percentageOfNodesToScore: 100); among the best nodes the artifact's
-  kube-scheduler fork takes the smallest node name (stock kube-scheduler: a uniformly random one; both offered).
+  kube-scheduler fork takes the smallest node name, and the artifact has prefixed every name with a random
+  "%04d-" first, so ties follow a random node order fixed for the run ("prefix", the default; "name": the original
+  names; "random": stock kube-scheduler's uniform choice per pod).
 
 The policies (artifact file in brackets; MaxSpec: 128 cores, 8 GPUs):
 - Random [random_score.go]: a uniformly random feasible node; a share goes to a random GPU with room.
@@ -346,18 +348,32 @@ class _ShapeScores:
         self.gpu = np.full(count, -1, dtype=np.int64)
 
 
+def prefixed_ranks(name_ranks: np.ndarray, rng: random.Random) -> np.ndarray:
+    """Each node's rank by name once the artifact has renamed it: simulator.go syncClusterResourceList sorts the
+    nodes by name, draws `rand.Perm(len(nodes))` and renames the j-th node to `fmt.Sprintf("%04d-", perm[j]) +
+    name` before creating it, so the fork's "smallest name wins" (selectHost) follows a random node order drawn once
+    per run (from the run's seed), not the original names. `name_ranks[i]`: node i's position by original name."""
+    perm = list(range(len(name_ranks)))
+    rng.shuffle(perm)
+    return np.asarray(perm, dtype=np.int64)[name_ranks]
+
+
 class ShareScheduler:
-    """Places pods one at a time with one policy: filter, score every feasible node, random tie-break, take GPUs."""
+    """Places pods one at a time with one policy: filter, score every feasible node, break ties, take GPUs."""
 
     def __init__(self, cluster: ShareCluster, policy: str, rng: random.Random,
-                 typical: list[TypicalPod] | None = None, ties: str = "name"):
+                 typical: list[TypicalPod] | None = None, ties: str = "prefix", prefixes: list[int] | None = None):
         if policy not in POLICY_CLASSES:
             raise ValueError(f"unknown sharing policy {policy!r}; choose from {', '.join(POLICIES)}")
         self.cluster = cluster
-        # "name": the artifact's kube-scheduler fork (mental2008/kubernetes v1.20.5-minor, selectHost) takes the
-        # smallest node name among the best; "random": stock kube-scheduler's uniform choice
+        # the artifact's kube-scheduler fork (mental2008/kubernetes v1.20.5-minor, selectHost) takes the smallest
+        # node name among the best; "prefix": after the artifact's random renaming (prefixed_ranks), "name": the
+        # original names; "random": stock kube-scheduler's uniform choice
         self.ties = ties
         self.by_name = np.argsort(np.argsort([n.name for n in cluster.nodes], kind="stable"), kind="stable")
+        if ties == "prefix":  # `prefixes`: the artifact's own perm (artifact_arrivals), else one drawn from rng
+            self.by_name = (np.asarray(prefixes, dtype=np.int64)[self.by_name] if prefixes is not None
+                            else prefixed_ranks(self.by_name, rng))
         self.policy = POLICY_CLASSES[policy](cluster, typical)
         self.random = policy == "Random"
         self.rng = rng
@@ -394,7 +410,7 @@ class ShareScheduler:
             top = feasible[scores == scores.max()]
             if len(top) == 1:
                 node = int(top[0])
-            elif self.ties == "name":
+            elif self.ties in ("name", "prefix"):
                 node = int(top[np.argmin(self.by_name[top])])
             else:
                 node = int(top[self.rng.randrange(len(top))])
@@ -438,6 +454,36 @@ def arrivals(pods: list[SharePod], capacity_milli: int, seed: int, tune: float =
     return order
 
 
+ARTIFACT_WATCH_DRAWS = 10  # Int63 draws between tuneUpPods and rand.Perm in the artifact (see artifact_arrivals)
+
+
+def artifact_arrivals(pods: list[SharePod], node_count: int, capacity_milli: int, seed: int,
+                      tune: float = 1.3) -> tuple[list[SharePod], list[int]]:
+    """The artifact's own arrival order and node-name prefixes for `seed`, drawn with Go's math/rand (gorand) as
+    its code draws them: core.go Simulate seeds the global source, `log.Debugf(..., rand.Int())` takes one draw
+    (Go evaluates the arguments), SortClusterPods shuffles the pods sorted by name (`pods` must be in name order,
+    as the openb CSV is), tuneUpPods draws with rand.Intn until the GPU demand would pass `tune` x capacity, and
+    syncClusterResourceList's rand.Perm(len(nodes)) gives the prefixes. Between the last two, starting the
+    scheduler's informers takes ARTIFACT_WATCH_DRAWS draws from the same global source (client-go's reflector
+    picks each watch's timeout with rand.Float64); 10 is the count with which all 50 runs of DotProd,
+    GpuClustering, GpuPacking, BestFit and FGD (seeds 42-51) give the authors' cached results to the hundredth."""
+    from .gorand import GoRand
+    go = GoRand(seed)
+    go.int63()
+    order = list(pods)
+    go.shuffle(order)
+    demand = sum(p.total_milli for p in pods)
+    while True:
+        pod = pods[go.intn(len(pods))]
+        if demand + pod.gpu_milli > tune * capacity_milli:
+            break
+        demand += pod.total_milli
+        order.append(pod)
+    for _ in range(ARTIFACT_WATCH_DRAWS):
+        go.int63()
+    return order, go.perm(node_count)
+
+
 @dataclass
 class ShareOutcome:
     """Allocated milli-GPU as % of capacity, averaged over the arrivals whose arrived demand rounds to each whole
@@ -457,11 +503,12 @@ class ShareOutcome:
 
 
 def replay(nodes, sequence: list[SharePod], policy: str, seed: int,
-           typical: list[TypicalPod] | None = None, ties: str = "name") -> ShareOutcome:
+           typical: list[TypicalPod] | None = None, ties: str = "prefix",
+           prefixes: list[int] | None = None) -> ShareOutcome:
     import time
     started = time.process_time()
     cluster = ShareCluster(nodes)
-    scheduler = ShareScheduler(cluster, policy, random.Random(seed * 7919 + 1), typical, ties)
+    scheduler = ShareScheduler(cluster, policy, random.Random(seed * 7919 + 1), typical, ties, prefixes)
     capacity = cluster.capacity_milli
     sums: dict[int, list] = {}
     outcome = ShareOutcome()
