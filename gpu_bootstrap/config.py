@@ -300,6 +300,20 @@ class GrafanaConfig(Section):
     enabled: bool = Field(True, description="install mode: deploy the chart's Grafana with our dashboards")
 
 
+class AlertsConfig(Section):
+    """Thresholds of gpu-bootstrap's GPU alerts (the PrometheusRule gpu-bootstrap-gpu)."""
+
+    gpu_pod_pending_for: str = Field("15m", description="how long a GPU pod may wait for the bin-packing scheduler "
+                                                        "before GpuPodsPendingOnBinpackScheduler fires")
+
+    @field_validator("gpu_pod_pending_for")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if not DURATION.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a Prometheus duration (e.g. 15m, 1h)")
+        return value
+
+
 class MonitoringConfig(Section):
     """GPU dashboards and alerts on kube-prometheus-stack, or on the Prometheus Operator already running."""
 
@@ -323,6 +337,7 @@ class MonitoringConfig(Section):
     wait_timeout: int = Field(600, ge=10, le=7200, description="seconds to wait for the stack and the DCGM targets")
     skip_version_check: bool = Field(False, description="install a chart whose kubeVersion does not admit the "
                                                         "cluster")
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
     @field_validator("release", "namespace")
     @classmethod

@@ -218,7 +218,8 @@ class Monitoring(Step):
 
     def _facts(self, ctx, target: render.Target) -> MonitoringFacts:
         section = ctx.config.monitoring
-        desired = render.objects(target)
+        from ..render.gpu_alerts import settings_from
+        desired = render.objects(target, settings_from(ctx.config))
         rules_served = _crd(ctx, RULE_CRD)
         drift = {}
         for obj in desired:
