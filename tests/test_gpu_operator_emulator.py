@@ -225,6 +225,15 @@ def test_doctor_shows_the_operator_state(cluster, tmp_path):
     checks = [c for c in json.loads(result.stdout)["checks"] if c["id"] == "gpu-operator"]
     assert [c["status"] for c in checks] == ["pass", "pass"]
     assert checks[1]["message"] == "operands ready on every GPU node"
+    # the operator's driver upgrade controller marks a node failed: doctor warns, naming it and what to read
+    node = cluster.emu.get("nodes", NODES[0])
+    node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
+    cluster.emu.seed(node)
+    result = runner.invoke(app, ["doctor", "-c", str(config), "--no-nodes", "-o", "json", "--log-file",
+                                 str(tmp_path / "log")])
+    checks = [c for c in json.loads(result.stdout)["checks"] if c["id"] == "gpu-operator"]
+    assert [c["status"] for c in checks] == ["pass", "pass", "warn"]
+    assert checks[2]["message"].startswith(f"the driver upgrade failed on {NODES[0]}")
     shutil.rmtree(tmp_path / "chart", ignore_errors=True)
 
 

@@ -84,6 +84,55 @@ def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, 
     return problems
 
 
+UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+UPGRADE_STARTED = {  # states the upgrade controller stamps with their start time (unix seconds)
+    "validation-required": "nvidia.com/gpu-driver-upgrade-validation-start-time",
+    "wait-for-jobs-required": "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time",
+}
+VALIDATION_TIMEOUT = 600  # the upgrade controller fails validation after 10 minutes (hard-coded upstream)
+SLACK = 120  # the controller's own reconcile interval on top of each timeout
+
+
+def driver_upgrade_problems(nodes: dict[str, dict | None], events: list[dict], policy, namespace: str,
+                            now: float) -> list[str]:
+    """Pure: nodes whose driver upgrade failed, or that have stayed in one state longer than its timeout allows
+    (from the controller's start-time annotation, else from its latest GPUDriverUpgrade event on the node; a state
+    whose start is unknown is not called stuck)."""
+    limits = {"validation-required": VALIDATION_TIMEOUT,
+              "wait-for-jobs-required": policy.wait_for_jobs_timeout,
+              "pod-deletion-required": policy.gpu_pod_deletion_timeout,
+              "drain-required": policy.drain_timeout if policy.drain else 0}
+    problems = []
+    for name, node in sorted(nodes.items()):
+        meta = (node or {}).get("metadata") or {}
+        state = (meta.get("labels") or {}).get(UPGRADE_STATE)
+        if state == "upgrade-failed":
+            problems.append(f"the driver upgrade failed on {name}: read the nvidia-driver-daemonset pod's log there "
+                            f"and the nvidia-operator-validator's init containers (kubectl -n {namespace} get pods -o "
+                            f"wide --field-selector spec.nodeName={name}); once fixed, label the node "
+                            f"{UPGRADE_STATE}=upgrade-required to retry")
+            continue
+        limit = limits.get(state or "", 0)
+        since = _state_since(name, state, meta.get("annotations") or {}, events) if limit else None
+        if since is not None and now - since > limit + SLACK:
+            problems.append(f"{name} has been in driver upgrade state {state} for {int((now - since) // 60)} min, "
+                            f"longer than its {limit}s timeout: kubectl describe node {name} (events), and the "
+                            f"pods on it that the upgrade waits for (gpu_operator.driver_upgrade)")
+    return problems
+
+
+def _state_since(name: str, state: str, annotations: dict, events: list[dict]) -> float | None:
+    stamp = annotations.get(UPGRADE_STARTED.get(state, ""), "")
+    if stamp.isdigit():
+        return float(stamp)
+    from ..objects import parse_time
+    times = [parse_time(e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get(
+        "creationTimestamp")) for e in events
+        if (e.get("involvedObject") or {}).get("name") == name and f"[{state}]" in (e.get("message") or "")]
+    times = [t for t in times if t is not None]
+    return max(times).timestamp() if times else None
+
+
 def _operand_of(pod: dict) -> str:
     for ref in pod["metadata"].get("ownerReferences") or []:
         if ref.get("kind") == "DaemonSet":
@@ -324,8 +373,31 @@ class GpuOperator(Step):
         if check.status == FAIL or check.facts.release.get("installed") is None:
             return [check]
         problems = self.operand_problems(ctx)
-        return [check, Check(WARN if problems else PASS, "; ".join(problems[:4]) if problems else
-                             "operands ready on every GPU node")]
+        checks = [check, Check(WARN if problems else PASS, "; ".join(problems[:4]) if problems else
+                               "operands ready on every GPU node")]
+        upgrade = self._driver_upgrade(ctx)
+        return checks + ([upgrade] if upgrade else [])
+
+    def _driver_upgrade(self, ctx) -> Check | None:
+        """The operator's driver upgrade on the GPU nodes: None while no node carries an upgrade state."""
+        section = ctx.config.gpu_operator
+        nodes = {n.name: ctx.kube.get("v1", "Node", n.name) for n in ctx.config.nodes}
+        states = {name: ((node or {}).get("metadata", {}).get("labels") or {}).get(UPGRADE_STATE)
+                  for name, node in nodes.items()}
+        if not any(states.values()):
+            return None
+        from ..errors import ClusterError, Unknown
+        try:
+            events = ctx.kube.list("v1", "Event", field_selector="involvedObject.kind=Node,reason=GPUDriverUpgrade")
+        except (ClusterError, Unknown):  # events unreadable: a state's age is unknown, which is not "stuck"
+            events = []
+        problems = driver_upgrade_problems(nodes, events, section.driver_upgrade, section.namespace, time.time())
+        if problems:
+            return Check(WARN, "; ".join(problems[:4]))
+        counts: dict[str, int] = {}
+        for state in states.values():
+            counts[state or "none"] = counts.get(state or "none", 0) + 1
+        return Check(PASS, "driver upgrade: " + ", ".join(f"{n} node(s) {state}" for state, n in sorted(counts.items())))
 
     # --- undo -------------------------------------------------------------------------------------------------------
     def undo_plan(self, ctx) -> list[Change]:
