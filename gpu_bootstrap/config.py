@@ -292,6 +292,8 @@ class GpuOperatorConfig(Section):
     adopt: bool = Field(False, description="manage a release of this name that gpu-bootstrap did not install (it "
                                            "is upgraded with our values, and teardown uninstalls it)")
     driver_upgrade: DriverUpgradeConfig = Field(default_factory=DriverUpgradeConfig)
+    allow_downgrade: bool = Field(False, description="install a release older than the one installed (refused by "
+                                                     "default: CRDs and stored objects do not go back)")
 
     @field_validator("release", "namespace")
     @classmethod
@@ -371,6 +373,8 @@ class MonitoringConfig(Section):
     skip_version_check: bool = Field(False, description="install a chart whose kubeVersion does not admit the "
                                                         "cluster")
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    allow_downgrade: bool = Field(False, description="install mode: install a chart older than the one installed "
+                                                     "(refused by default)")
 
     @field_validator("release", "namespace")
     @classmethod

@@ -140,6 +140,19 @@ def _operand_of(pod: dict) -> str:
     return pod["metadata"]["name"].rsplit("-", 1)[0]
 
 
+CRD_GROUPS = ("nvidia.com", "resource.nvidia.com", "nfd.k8s-sigs.io")  # the chart's CRDs (and NFD's)
+
+
+def downgrade_refusal(section, name: str, release: dict, version: str) -> str:
+    """Why a planned downgrade is refused ('' when it is no downgrade, or `<name>.allow_downgrade` is set)."""
+    if not release.get("downgrade") or section.allow_downgrade:
+        return ""
+    return (f"{section.release} {release['installed']} is installed, newer than the {version} the config asks for "
+            f"(a pinned {name}.version, a local chart, or an older gpu-bootstrap's default): a downgrade is refused, "
+            f"since CRDs and the objects stored with them do not go back — pin {name}.version to "
+            f"{release['installed']}, or set {name}.allow_downgrade: true to downgrade anyway")
+
+
 @dataclass(frozen=True)
 class OperatorFacts:
     chart: Chart
@@ -151,6 +164,7 @@ class OperatorFacts:
     kube_version: str
     choice: versions.Choice  # the release line and the rule that chose it
     namespace: str = "ours"  # the release's namespace: missing (we create it, labelled ours), ours, or theirs
+    crds: object = None  # render.crds.CrdPlan: the chart's CRDs to apply before the release
 
 
 class GpuOperator(Step):
@@ -270,13 +284,20 @@ class GpuOperator(Step):
                                    f"({'; '.join(changes)}), which restarts its operands there — rerun with "
                                    f"--allow-operand-restart to apply it, or check the node facts first "
                                    f"(gpu-bootstrap doctor)")
+        if refused := downgrade_refusal(section, "gpu_operator", release, version):
+            return Check(FAIL, refused)
+        from ..chart_crds import plan_crds
+        crds = plan_crds(ctx, chart, version, release["installed"] is not None, CRD_GROUPS)
         facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice,
-                              namespace)
-        warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings)
-        if release["up_to_date"] and not label_patches:
+                              namespace, crds)
+        warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings) + crds.kept
+        if release["up_to_date"] and not label_patches and not crds.changes:
             return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts,
                          warnings=warnings)
-        return Check(WARN, f"{section.release} {version}: {release['reason']}", facts=facts, warnings=warnings)
+        todo = release["reason"] if not release["up_to_date"] else "up to date"
+        if crds.changes:
+            todo += f"; {len(crds.changes)} CRD(s) to apply first"
+        return Check(WARN, f"{section.release} {version}: {todo}", facts=facts, warnings=warnings)
 
     def _release_state(self, ctx, status: dict | None, chart: Chart, version: str, values: dict | None) -> dict:
         """Is the deployed release (helm status) what we would deploy? values=None: no node facts (doctor
@@ -293,7 +314,9 @@ class GpuOperator(Step):
         if state != "deployed":
             return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
         if installed.lstrip("v") != version.lstrip("v"):
-            return {"up_to_date": False, "reason": f"upgrade from {installed}", "installed": installed}
+            verb = "downgrade" if versions.version_tuple(version) < versions.version_tuple(installed) else "upgrade"
+            return {"up_to_date": False, "reason": f"{verb} {installed} → {version}", "installed": installed,
+                    "downgrade": verb == "downgrade"}
         if values is None:
             return {"up_to_date": True, "reason": "deployed (values not compared without node facts)",
                     "installed": installed}
@@ -325,6 +348,8 @@ class GpuOperator(Step):
                                   "the release's namespace, labelled as ours so that teardown removes it",
                                   {"apiVersion": "v1", "kind": "Namespace",
                                    "metadata": {"name": section.namespace, "labels": dict(MANAGED)}}))
+        from ..chart_crds import crd_changes
+        changes += crd_changes(facts.crds, f"gpu-operator {facts.version}")
         if not facts.release["up_to_date"]:
             plan = facts.values
             action = "install" if facts.release["installed"] is None else facts.release["reason"]
