@@ -20,9 +20,10 @@ def plan_crds(ctx, chart, chart_version: str, installed: bool, groups: tuple[str
                                        for c in chart_crds}, chart_version)
 
 
-def crd_changes(plan: render.CrdPlan, chart_label: str) -> list[Change]:
-    """Server-side applies (field manager gpu-bootstrap, conflicts forced), one per CRD, in the chart's order."""
+def crd_changes(plan: render.CrdPlan | None, chart_label: str) -> list[Change]:
+    """Server-side applies (field manager gpu-bootstrap, conflicts forced), one per CRD, in the chart's order
+    (None: the CRDs were not read, e.g. attach mode)."""
     return [Change(Verb.APPLY, Ref(render.API_VERSION, render.KIND, change.name),
                    "create" if change.create else "upgrade",
                    f"{change.summary} — before the {chart_label} release, so that its values are not pruned",
-                   change.body) for change in plan.changes]
+                   change.body) for change in (plan.changes if plan else [])]
