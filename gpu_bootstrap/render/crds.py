@@ -108,10 +108,13 @@ def compare(chart_crds: list[dict], live: dict[str, dict | None], chart_version:
             plan.changes.append(CrdChange(name, want, f"{_label(want)}: create (new in chart {chart_version})",
                                           create=True))
             continue
-        if not differences(_unstamped(want), have):  # the same CRD, whoever applied it: nothing to write
+        added, removed = fields(want) - fields(have), fields(have) - fields(want)
+        if not differences(_unstamped(want), have):  # the chart's CRD is all in the cluster's, whoever applied it
+            if removed:  # ... which has more: a newer CRD
+                plan.kept.append(f"{_label(want)}: the cluster's has fields the chart's lacks ({_listed(removed)}), "
+                                 f"so it looks newer; left alone (a CRD is never downgraded)")
             continue
         ours, theirs = version_of(want), version_of(have)
-        added, removed = fields(want) - fields(have), fields(have) - fields(want)
         if theirs and ours and theirs[0] == ours[0]:
             old, new = theirs[1], ours[1]
             if version_tuple(old) > version_tuple(new):
