@@ -255,7 +255,8 @@ def test_the_backstop_policy_appears_once_the_cluster_reaches_1_30(cluster, tmp_
     result, document = cli("up", config, tmp_path)
     assert result.exit_code == 0, result.output
     assert steps_of(document)["admission"]["status"] == "applied"
-    assert [p["metadata"]["name"] for p in cluster.emu.list("validatingadmissionpolicies")] == ["gpu-bootstrap-gpu-pods"]
+    policies = cluster.emu.list("validatingadmissionpolicies")
+    assert [p["metadata"]["name"] for p in policies] == ["gpu-bootstrap-gpu-pods"]
     assert len(cluster.emu.list("validatingadmissionpolicybindings")) == 1
     deploy = cluster.emu.get("deployments", SCHEDULER, "kube-system")
     assert deploy["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v1.30.14")

@@ -287,7 +287,7 @@ class GpuOperator(Step):
         if refused := downgrade_refusal(section, "gpu_operator", release, version):
             return Check(FAIL, refused)
         from ..chart_crds import plan_crds
-        crds = plan_crds(ctx, chart, version, release["installed"] is not None, CRD_GROUPS)
+        crds = plan_crds(ctx, chart, version, release, CRD_GROUPS)
         facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice,
                               namespace, crds)
         warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings) + crds.kept
@@ -422,7 +422,8 @@ class GpuOperator(Step):
         counts: dict[str, int] = {}
         for state in states.values():
             counts[state or "none"] = counts.get(state or "none", 0) + 1
-        return Check(PASS, "driver upgrade: " + ", ".join(f"{n} node(s) {state}" for state, n in sorted(counts.items())))
+        shown = ", ".join(f"{n} node(s) {state}" for state, n in sorted(counts.items()))
+        return Check(PASS, f"driver upgrade: {shown}")
 
     # --- undo -------------------------------------------------------------------------------------------------------
     def undo_plan(self, ctx) -> list[Change]:

@@ -252,7 +252,7 @@ class Monitoring(Step):
                 raise MonitoringProblem(refused)
             from ..chart_crds import plan_crds
             facts.update(chart=chart, version=version, choice=choice, values=plan, release=release,
-                         crds=plan_crds(ctx, chart, version, release.get("installed") is not None, CRD_GROUPS))
+                         crds=plan_crds(ctx, chart, version, release, CRD_GROUPS))
         return MonitoringFacts(**facts)
 
     def _release_state(self, ctx, chart: Chart, version: str, values: dict) -> dict:
