@@ -345,3 +345,16 @@ def test_doctor_calls_a_state_stuck_only_past_its_timeout_and_never_when_its_sta
     assert [p.split(" has been")[0] for p in problems] == ["gpu-1", "gpu-2"]
     assert "validation-required for 60 min, longer than its 600s timeout" in problems[0]
     assert "pod-deletion-required for 50 min, longer than its 300s timeout" in problems[1]
+
+
+@pytest.mark.unit
+def test_a_downgrade_is_refused_naming_both_versions_unless_allowed():
+    from gpu_bootstrap.steps.gpu_operator import downgrade_refusal
+    release = {"up_to_date": False, "reason": "downgrade 88.5.3 → 72.9.1", "installed": "88.5.3", "downgrade": True}
+    section = cfg.MonitoringConfig()
+    refused = downgrade_refusal(section, "monitoring", release, "72.9.1")
+    assert "kube-prometheus-stack 88.5.3 is installed, newer than the 72.9.1 the config asks for" in refused
+    assert "pin monitoring.version to 88.5.3, or set monitoring.allow_downgrade: true" in refused
+    assert downgrade_refusal(cfg.MonitoringConfig(allow_downgrade=True), "monitoring", release, "72.9.1") == ""
+    upgrade = {**release, "reason": "upgrade 72.9.1 → 88.5.3", "downgrade": False}
+    assert downgrade_refusal(section, "monitoring", upgrade, "88.5.3") == ""
