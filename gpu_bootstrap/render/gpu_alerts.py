@@ -1,8 +1,10 @@
 """The GPU alerts gpu-bootstrap installs (a PrometheusRule), each with a runbook line.
 
 Inputs: the DCGM exporter's series (with `node` from the ServiceMonitor's relabeling and the exporter's own
-namespace/pod labels kept by honorLabels) and kube-state-metrics. `tests/monitoring/alerts-test.yaml` makes every
-alert fire and keeps it silent with `promtool test rules`.
+namespace/pod labels kept by honorLabels), kube-state-metrics (`kube_pod_scheduler` names a pod's schedulerName)
+and the API server's admission webhook metrics (kube-prometheus-stack scrapes the API server by default).
+`tests/monitoring/alerts-test.yaml` makes every alert fire and keeps it silent with `promtool test rules`;
+tests/test_monitoring_alert_faults.py runs the fault alerts over four hours of series on a real Prometheus.
 Pure data: no cluster, no SDK.
 """
 from __future__ import annotations
