@@ -16,7 +16,7 @@ from .pipeline import gate as gate_module
 from .pipeline.playbook import load_playbook, select
 from .status import FAIL, PASS, WARN
 from .steps import load_step
-from .versions import DEFAULT_KUBE_VERSION, normalize_kube_version
+from .versions import DEFAULT_KUBE_VERSION, control_plane_version, normalize_kube_version
 
 log = logging.getLogger("gpu_bootstrap.app")
 
@@ -89,7 +89,9 @@ def _cluster_adapters(options: Options, config):
     if options.offline:
         from .adapters.offline import OfflineHelm, OfflineKube
         try:
-            version = normalize_kube_version(options.kube_version or DEFAULT_KUBE_VERSION)
+            # a minor alone ('1.24', or the default's) plans for its newest known patch, as a maintained cluster runs
+            given = options.kube_version or ".".join(DEFAULT_KUBE_VERSION.split(".")[:2])
+            version = normalize_kube_version(control_plane_version(given))
         except ValueError as error:
             raise UsageError(f"--kube-version: {error}", "use e.g. 1.31 or 1.31.2") from None
         return OfflineKube([n.name for n in config.nodes], version), OfflineHelm(), gate_module.RECORD, version

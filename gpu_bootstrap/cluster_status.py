@@ -204,6 +204,8 @@ def _node_row(node: dict, on_node: list[dict], requests: dict, settings: Setting
                       for resource, amount in allocatable.items() if resource != GPU},
         "mig_strategy": labels.get("nvidia.com/mig.strategy"),
         "sharing": _sharing(labels),
+        # the gpu-operator's driver upgrade controller: upgrade-required ... upgrade-done | upgrade-failed (or None)
+        "driver_upgrade": labels.get("nvidia.com/gpu-driver-upgrade-state") or None,
         "gpu_pods": sum(1 for p in on_node if nvidia(requests[_key(p)])),
         "cpu": {"allocatable_milli": int(cpu_alloc * 1000), "requested_milli": int(used.get("cpu", 0) * 1000)},
         "memory": {"allocatable_mib": int(mem_alloc / 2 ** 20), "requested_mib": int(used.get("memory", 0) / 2 ** 20)},

@@ -244,6 +244,38 @@ class SharingConfig(Section):
         return check_label_value(value)
 
 
+class DriverUpgradeConfig(Section):
+    """How the gpu-operator rolls a new driver onto GPU nodes (the chart's driver.upgradePolicy), used when the
+    operator manages the driver. The defaults upgrade one node at a time, evict its GPU pods (not forced, 5 minutes
+    to go) and do not drain the node: GPU work stops on one node at a time, other pods stay."""
+
+    auto: bool = Field(True, description="let the operator upgrade nodes when the driver version changes (false: "
+                                         "you label nodes nvidia.com/gpu-driver-upgrade-state=upgrade-required)")
+    max_parallel: int = Field(1, ge=0, le=1000, description="nodes upgraded at once (0: all at once)")
+    max_unavailable: str = Field("25%", description="GPU nodes that may be unavailable at once: a number or a "
+                                                    "percentage of the GPU nodes")
+    gpu_pod_deletion_timeout: int = Field(300, ge=0, le=86400, description="seconds GPU pods get to exit when "
+                                                                            "evicted (0: wait forever)")
+    force_gpu_pod_deletion: bool = Field(False, description="also delete GPU pods no controller owns (their work "
+                                                            "is lost)")
+    delete_empty_dir: bool = Field(False, description="also evict GPU pods with emptyDir volumes (their data is "
+                                                      "lost)")
+    wait_for_jobs_timeout: int = Field(0, ge=0, le=604800, description="seconds to wait for the pods of "
+                                                                       "wait_for_jobs_selector to finish (0: no "
+                                                                       "limit)")
+    wait_for_jobs_selector: str = Field("", description="label selector of pods (jobs) to let finish before the "
+                                                        "upgrade ('' : none)")
+    drain: bool = Field(False, description="drain the whole node (all pods), not only its GPU pods")
+    drain_timeout: int = Field(300, ge=0, le=86400, description="seconds the drain may take (0: no limit)")
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _number_or_percent(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+%?", value) or (value.endswith("%") and int(value[:-1]) > 100):
+            raise ValueError(f"{value[:40]!r} is neither a number of nodes nor a percentage (e.g. 1, 25%)")
+        return value
+
+
 class GpuOperatorConfig(Section):
     enabled: bool = True
     chart: str = Field("gpu-operator", description="a chart in `repository`, or a local .tgz or directory")
@@ -259,6 +291,9 @@ class GpuOperatorConfig(Section):
     skip_version_check: bool = Field(False, description="install even outside NVIDIA's validated Kubernetes range")
     adopt: bool = Field(False, description="manage a release of this name that gpu-bootstrap did not install (it "
                                            "is upgraded with our values, and teardown uninstalls it)")
+    driver_upgrade: DriverUpgradeConfig = Field(default_factory=DriverUpgradeConfig)
+    allow_downgrade: bool = Field(False, description="install a release older than the one installed (refused by "
+                                                     "default: CRDs and stored objects do not go back)")
 
     @field_validator("release", "namespace")
     @classmethod
@@ -300,6 +335,20 @@ class GrafanaConfig(Section):
     enabled: bool = Field(True, description="install mode: deploy the chart's Grafana with our dashboards")
 
 
+class AlertsConfig(Section):
+    """Thresholds of gpu-bootstrap's GPU alerts (the PrometheusRule gpu-bootstrap-gpu)."""
+
+    gpu_pod_pending_for: str = Field("15m", description="how long a GPU pod may wait for the bin-packing scheduler "
+                                                        "before GpuPodsPendingOnBinpackScheduler fires")
+
+    @field_validator("gpu_pod_pending_for")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if not DURATION.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a Prometheus duration (e.g. 15m, 1h)")
+        return value
+
+
 class MonitoringConfig(Section):
     """GPU dashboards and alerts on kube-prometheus-stack, or on the Prometheus Operator already running."""
 
@@ -323,6 +372,9 @@ class MonitoringConfig(Section):
     wait_timeout: int = Field(600, ge=10, le=7200, description="seconds to wait for the stack and the DCGM targets")
     skip_version_check: bool = Field(False, description="install a chart whose kubeVersion does not admit the "
                                                         "cluster")
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    allow_downgrade: bool = Field(False, description="install mode: install a chart older than the one installed "
+                                                     "(refused by default)")
 
     @field_validator("release", "namespace")
     @classmethod

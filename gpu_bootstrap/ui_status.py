@@ -37,6 +37,8 @@ def nodes_table(document: dict, wide: bool):
     columns = ["node", "product", "GPU memory", "compute", "GPUs", "req", "free", "MIG / shared", "ready",
                "schedulable", "tainted"]
     columns += ["GPU pods", "cpu req/alloc", "memory req/alloc (GiB)"] if wide else []
+    upgrading = any(node.get("driver_upgrade") for node in document["nodes"])
+    columns += ["driver upgrade"] if upgrading else []  # only while the gpu-operator's upgrade controller works
     for column in columns:
         table.add_column(column, overflow="fold",
                          justify="right" if column in ("GPUs", "req", "free", "GPU pods") else "left")
@@ -54,6 +56,9 @@ def nodes_table(document: dict, wide: bool):
             row += [str(node["gpu_pods"]),
                     f"{node['cpu']['requested_milli'] / 1000:g}/{node['cpu']['allocatable_milli'] / 1000:g}",
                     f"{node['memory']['requested_mib'] / 1024:.0f}/{node['memory']['allocatable_mib'] / 1024:.0f}"]
+        if upgrading:
+            state = node.get("driver_upgrade") or "-"
+            row.append(f"[red]{state}[/]" if state == "upgrade-failed" else escape(state))
         table.add_row(*row)
     return table
 

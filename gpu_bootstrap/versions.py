@@ -43,6 +43,38 @@ def normalize_kube_version(text: str) -> str:
     return f"{major}.{minor}.{patch or 0}"
 
 
+# The newest patch release of each Kubernetes minor that this release of gpu-bootstrap knows (kubernetes.io/releases,
+# read 2026-11-24). Where only a minor is known (an offline plan for "1.24", another command given "1.24"), the
+# control-plane images use it: a vX.Y.0 image carries every bug fixed since, and the skew policy only speaks of minors.
+KUBE_NEWEST_PATCH = {(1, 23): 17, (1, 24): 17, (1, 25): 16, (1, 26): 15, (1, 27): 16, (1, 28): 15, (1, 29): 15,
+                     (1, 30): 14, (1, 31): 14, (1, 32): 11, (1, 33): 7, (1, 34): 8, (1, 35): 9, (1, 36): 4,
+                     (1, 37): 1}
+
+
+def control_plane_version(text: str) -> str:
+    """The Kubernetes version a control-plane image (kube-scheduler) should carry for a cluster of version `text`:
+    the exact patch when `text` has one ('v1.31.4', '1.31.4+k3s1' -> '1.31.4'), else the newest known patch of its
+    minor ('1.24' -> '1.24.17'); 'x.y.0' only for a minor newer than the table. Raises ValueError for non-versions."""
+    match = KUBE_VERSION.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes version")
+    major, minor, patch = match.groups()
+    if patch is not None:
+        return f"{major}.{minor}.{patch}"
+    return f"{major}.{minor}.{KUBE_NEWEST_PATCH.get((int(major), int(minor)), 0)}"
+
+
+def skew_problem(component: str, component_version: str, server: str) -> str:
+    """Why a control-plane component's version breaks the skew policy against the API server ('' when allowed): never
+    newer than the API server, at most one minor older (kubernetes.io/releases/version-skew-policy)."""
+    ours, theirs = minor_of(component_version), minor_of(server)
+    if ours > theirs:
+        return f"{component} {component_version} is newer than the API server ({server})"
+    if ours[0] != theirs[0] or theirs[1] - ours[1] > 1:
+        return f"{component} {component_version} is more than one minor older than the API server ({server})"
+    return ""
+
+
 def server_version(info: dict) -> str:
     """The API server's /version answer -> 'x.y.z' (build suffixes such as '-eks-…' or '+k3s1' dropped)."""
     return (info.get("gitVersion") or "").lstrip("v").split("-")[0].split("+")[0]

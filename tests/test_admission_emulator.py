@@ -354,3 +354,19 @@ def test_engine_vap_mutate_plans_the_backstop_beside_the_mutating_policy(cluster
     for kind in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
                  "ValidatingAdmissionPolicyBinding"):
         assert f"{kind} gpu-bootstrap-gpu-pods: missing" in step["message"], step["message"]
+@pytest.mark.parametrize("emulator_options", [{"kube_version": "1.29.6", "gpu_nodes": ["gpu-1", "gpu-2"]}])
+def test_the_backstop_policy_appears_once_the_cluster_reaches_1_30(cluster, tmp_path):
+    """Admission follows the control plane (#26): on 1.29 there is no ValidatingAdmissionPolicy; after the cluster is
+    upgraded to 1.30 the next `up` adds the backstop and its binding, and the scheduler moves to the new version."""
+    config = write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    assert cluster.emu.table.lookup("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies") is None
+    cluster.emu.upgrade_control_plane("1.30.14")
+    result, document = cli("up", config, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert steps_of(document)["admission"]["status"] == "applied"
+    policies = cluster.emu.list("validatingadmissionpolicies")
+    assert [p["metadata"]["name"] for p in policies] == ["gpu-bootstrap-gpu-pods"]
+    assert len(cluster.emu.list("validatingadmissionpolicybindings")) == 1
+    deploy = cluster.emu.get("deployments", SCHEDULER, "kube-system")
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v1.30.14")

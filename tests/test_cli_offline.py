@@ -161,3 +161,16 @@ def test_a_cluster_too_old_for_the_scheduler_profile_fails_its_check(tmp_path):
     assert result.exit_code == 1
     assert "[binpack-scheduler] scheduler: Kubernetes 1.22 is too old for the bin-packing profile" in \
         " ".join(result.output.split())
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kube, image", [(["--kube-version", "1.24"], "v1.24.17"), ([], "v1.33.7"),
+                                         (["--kube-version", "1.24.3"], "v1.24.3")])
+def test_an_offline_plan_picks_the_newest_known_scheduler_patch_not_x_y_0(kube, image, tmp_path):
+    """--kube-version 1.24 (or none: the default minor) plans for that minor's newest known patch; an exact version is
+    kept exactly."""
+    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--only", "binpack-scheduler",
+                    "-o", "json", *kube, tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    message = json.loads(result.stdout)["steps"][0]["message"]
+    assert f"registry.k8s.io/kube-scheduler:{image})" in message, message

@@ -111,7 +111,9 @@ def newer_chart(tmp_path: Path, version: str = "v26.7.1") -> Path:
     return tmp_path / f"gpu-operator-{version}.tgz"
 
 
-def test_a_newer_chart_upgrades_in_place_with_the_crd_hook(cluster, tmp_path):
+def test_a_newer_chart_upgrades_in_place_without_the_crd_hook(cluster, tmp_path):
+    """gpu-bootstrap applies the chart's CRDs itself before the upgrade (#26), so the chart's pre-upgrade CRD job
+    (operator.upgradeCRD) is off; the same CRDs in the newer chart mean no CRD write at all."""
     config = write_config(tmp_path, cluster)
     up(config, tmp_path)
     cluster.emu.requests.clear()
@@ -122,8 +124,8 @@ def test_a_newer_chart_upgrades_in_place_with_the_crd_hook(cluster, tmp_path):
     assert operator["status"] == "applied"
     [release] = releases(cluster)
     assert release["chart"] == "gpu-operator-v26.7.1" and release["revision"] == "2"
-    hook = [r for r in cluster.emu.requests.writes() if "/jobs" in r.path and "upgrade-crd" in r.path]
-    assert hook, "the chart's pre-upgrade CRD job should have run"
+    assert not [r for r in cluster.emu.requests.writes() if "/jobs" in r.path and "upgrade-crd" in r.path]
+    assert not [r for r in cluster.emu.requests.writes() if "customresourcedefinitions" in r.path]
     assert statuses(document)["validate"] == "applied"  # new operator inputs: validated again
 
 
@@ -225,6 +227,15 @@ def test_doctor_shows_the_operator_state(cluster, tmp_path):
     checks = [c for c in json.loads(result.stdout)["checks"] if c["id"] == "gpu-operator"]
     assert [c["status"] for c in checks] == ["pass", "pass"]
     assert checks[1]["message"] == "operands ready on every GPU node"
+    # the operator's driver upgrade controller marks a node failed: doctor warns, naming it and what to read
+    node = cluster.emu.get("nodes", NODES[0])
+    node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-failed"
+    cluster.emu.seed(node)
+    result = runner.invoke(app, ["doctor", "-c", str(config), "--no-nodes", "-o", "json", "--log-file",
+                                 str(tmp_path / "log")])
+    checks = [c for c in json.loads(result.stdout)["checks"] if c["id"] == "gpu-operator"]
+    assert [c["status"] for c in checks] == ["pass", "pass", "warn"]
+    assert checks[2]["message"].startswith(f"the driver upgrade failed on {NODES[0]}")
     shutil.rmtree(tmp_path / "chart", ignore_errors=True)
 
 
@@ -273,3 +284,63 @@ def test_a_run_killed_together_with_helm_converges_on_rerun(cluster, tmp_path):
     assert result.exit_code == 0, result.output
     assert statuses(document)["gpu-operator"] == "applied"
     assert [(r["status"]) for r in releases(cluster)] == ["deployed"]
+
+
+# --- day 2: upgrading the operator (#26) -----------------------------------------------------------------------------
+CLUSTERPOLICY_CRD = "clusterpolicies.nvidia.com"
+ONLY = ("--only", "preflight,node-prep,gpu-operator")  # what the operator needs; no validate (keeps it short)
+
+
+def crd_fields(cluster, name: str) -> set[str]:
+    from gpu_bootstrap.render.crds import fields
+    return fields(cluster.emu.get("customresourcedefinitions", name))
+
+
+def test_an_operator_upgrade_applies_the_new_crds_first_and_keeps_a_value_using_a_new_field(cluster, tmp_path):
+    """v25.10.1 -> v26.7.0: the plan lists each CRD change before the release change; the ClusterPolicy CRD gains
+    v26.7.0's fields (server-side applied by gpu-bootstrap) before helm upgrades the release, so a value only the new
+    CRD knows (validator.hostNetwork) survives into the stored ClusterPolicy; a second run writes no CRD; going back
+    to v25.10.1 is refused."""
+    old = write_config(tmp_path, cluster, chart("gpu-operator-v25.10.1.tgz"))
+    result, document = up(old, tmp_path, *ONLY)
+    assert result.exit_code == 0, result.output
+    assert "spec.validator.hostNetwork" not in crd_fields(cluster, CLUSTERPOLICY_CRD)
+
+    new = write_config(tmp_path, cluster, extra="  values: {validator: {hostNetwork: true}}\n")
+    dry, document = up(new, tmp_path, *ONLY, "--dry-run", "--render-dir", str(tmp_path / "plan"))
+    assert dry.exit_code == 0, dry.output
+    lines = next((tmp_path / "plan").glob("*-gpu-operator")).joinpath("plan.txt").read_text().splitlines()
+    crd_lines = [i for i, line in enumerate(lines) if "CustomResourceDefinition" in line]
+    helm_line = next(i for i, line in enumerate(lines) if line.startswith("helm-upgrade"))
+    assert len(crd_lines) == 5 and max(crd_lines) < helm_line, lines  # 2 upgraded, 3 new; NFD's are unchanged
+    assert "upgrade v25.10.1 → v26.7.0: gpu-operator" in lines[helm_line]
+    policy = next(line for line in lines if CLUSTERPOLICY_CRD + ":" in line)
+    assert "ClusterPolicy CRD (clusterpolicies.nvidia.com): adds " in policy, policy
+    assert "spec.validator.hostNetwork" not in crd_fields(cluster, CLUSTERPOLICY_CRD)  # a dry run writes nothing
+
+    writes = len(cluster.emu.requests.writes())
+    result, document = up(new, tmp_path, *ONLY)
+    assert result.exit_code == 0, result.output
+    assert "spec.validator.hostNetwork" in crd_fields(cluster, CLUSTERPOLICY_CRD)
+    crd = cluster.emu.get("customresourcedefinitions", CLUSTERPOLICY_CRD)
+    managers = {m["manager"] for m in crd["metadata"]["managedFields"]}
+    assert "gpu-bootstrap" in managers
+    assert crd["metadata"]["annotations"]["gpu-bootstrap.io/chart-version"] == "v26.7.0"
+    policy = cluster.emu.list("clusterpolicies")[0]
+    assert policy["spec"]["validator"].get("hostNetwork") is True  # not pruned: the CRD knew it in time
+    crd_writes = [r for r in cluster.emu.requests.writes()[writes:] if "customresourcedefinitions" in r.path]
+    assert crd_writes and {r.query.get("fieldManager") for r in crd_writes} == {"gpu-bootstrap"}
+    assert cluster.emu.get("customresourcedefinitions", "computedomains.resource.nvidia.com") is not None  # new CRD
+
+    writes = len(cluster.emu.requests.writes())
+    again, document = up(new, tmp_path, *ONLY)
+    assert again.exit_code == 0 and statuses(document)["gpu-operator"] == "unchanged", document
+    assert not [r for r in cluster.emu.requests.writes()[writes:] if "customresourcedefinitions" in r.path]
+
+    old = write_config(tmp_path, cluster, chart("gpu-operator-v25.10.1.tgz"))  # the same file, the old chart again
+    back, document = up(old, tmp_path, *ONLY)
+    assert back.exit_code != 0
+    message = json.dumps(document)
+    assert "v26.7.0 is installed, newer than the v25.10.1 the config asks for" in message
+    assert "allow_downgrade" in message
+    assert releases(cluster)[0]["chart"] == "gpu-operator-v26.7.0"

@@ -69,7 +69,7 @@ def test_offline_plan_writes_values_release_and_valid_manifests(tmp_path, kube):
 def test_an_unsupported_version_is_refused_offline_too(tmp_path):
     result, _folder = plan(tmp_path, "1.31")
     assert result.exit_code == 2
-    assert "validated for Kubernetes 1.33-1.37, but the cluster runs 1.31.0" in json.loads(result.stdout)["error"]
+    assert "validated for Kubernetes 1.33-1.37, but the cluster runs 1.31.14" in json.loads(result.stdout)["error"]
 
 
 def test_offline_without_facts_keeps_chart_defaults(tmp_path):

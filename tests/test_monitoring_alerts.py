@@ -42,7 +42,7 @@ def test_every_alert_has_a_runbook_line_and_a_severity():
     for rule in gpu_alerts.rules():
         assert rule["annotations"]["runbook"].strip() and "\n" not in rule["annotations"]["runbook"], rule["alert"]
         assert rule["labels"]["severity"] in ("info", "warning", "critical")
-    assert len({r["alert"] for r in gpu_alerts.rules()}) == 8
+    assert len({r["alert"] for r in gpu_alerts.rules()}) == 11
 
 
 @pytest.mark.unit
@@ -86,3 +86,61 @@ def test_annotations_render_with_the_series_labels(tmp_path):
     (tmp_path / "case.yaml").write_text(yaml.safe_dump(case, allow_unicode=True))
     result = run([tool("promtool"), "test", "rules", str(tmp_path / "case.yaml")], {}, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def pending_case(rules_file: str, eval_times: dict[str, list[dict]]) -> dict:
+    """A GPU pod waiting for the bin-packing scheduler from 0m; the scheduler reports it unschedulable from 30m."""
+    pod = 'namespace="ml",pod="wait-0",uid="u1"'
+    return {"rule_files": [rules_file], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            {"series": f'kube_pod_scheduler{{{pod},name="gpu-binpack-scheduler"}}', "values": "1x120"},
+            {"series": f'kube_pod_status_phase{{{pod},phase="Pending"}}', "values": "1x120"},
+            {"series": f'kube_pod_info{{{pod},node=""}}', "values": "1x120"},
+            {"series": 'kube_pod_container_resource_requests{namespace="ml",pod="wait-0",container="c",'
+                       'resource="nvidia_com_gpu",unit="integer"}', "values": "1x120"},
+            {"series": f"kube_pod_status_unschedulable{{{pod}}}", "values": "_x29 1x90"}],
+        "alert_rule_test": [{"eval_time": at, "alertname": "GpuPodsPendingOnBinpackScheduler", "exp_alerts": exp}
+                            for at, exp in eval_times.items()]}]}
+
+
+def test_the_pending_pod_alert_says_whether_the_scheduler_looked_at_the_pod(tmp_path):
+    """The reason is in the description: never looked at (is the scheduler running?) until 30m, then the
+    scheduler's own verdict (no node fits)."""
+    write_rules(tmp_path)
+    rule = next(r for r in gpu_alerts.rules() if r["alert"] == "GpuPodsPendingOnBinpackScheduler")
+    fixed = {"summary": "GPU pod ml/wait-0 has waited 15m for gpu-binpack-scheduler", "runbook":
+             rule["annotations"]["runbook"]}
+    unseen = "No scheduler has looked at the pod: gpu-binpack-scheduler is not running, not leading, or stuck."
+    no_room = ("gpu-binpack-scheduler looked at the pod and found no node for it (its event says which check "
+               "failed on each node).")
+    case = pending_case("rules.yaml", {
+        "20m": [{"exp_labels": {"severity": "warning", "namespace": "ml", "pod": "wait-0"},
+                 "exp_annotations": {**fixed, "description": unseen}}],
+        "45m": [{"exp_labels": {"severity": "warning", "namespace": "ml", "pod": "wait-0"},
+                 "exp_annotations": {**fixed, "description": no_room}}]})
+    (tmp_path / "case.yaml").write_text(yaml.safe_dump(case))
+    result = run([tool("promtool"), "test", "rules", str(tmp_path / "case.yaml")], {}, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_pending_duration_comes_from_the_config(tmp_path):
+    """monitoring.alerts.gpu_pod_pending_for: 1h -> silent at 45 minutes, firing at 61."""
+    config = cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}],
+                                        "monitoring": {"alerts": {"gpu_pod_pending_for": "1h"}}})
+    groups = gpu_alerts.groups(gpu_alerts.settings_from(config))
+    for rule in groups[0]["rules"]:
+        rule.pop("annotations")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    case = pending_case("rules.yaml", {"45m": None, "61m": [
+        {"exp_labels": {"severity": "warning", "namespace": "ml", "pod": "wait-0"}}]})
+    (tmp_path / "case.yaml").write_text(yaml.safe_dump(case))
+    result = run([tool("promtool"), "test", "rules", str(tmp_path / "case.yaml")], {}, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.unit
+def test_a_pending_duration_that_is_no_prometheus_duration_is_refused():
+    with pytest.raises(ValueError, match="gpu_pod_pending_for"):
+        cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}], "monitoring": {"alerts": {"gpu_pod_pending_for":
+                                                                                             "15 minutes"}}})

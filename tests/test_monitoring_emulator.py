@@ -380,3 +380,32 @@ def test_a_run_killed_during_the_stack_install_converges_on_rerun(cluster, tmp_p
     [release] = json.loads(cluster.helm("list", "-A", "-o", "json").stdout)
     assert release["status"] == "deployed"
     assert cluster.emu.get("prometheusrules", render.RULE_NAME, STACK_NS) is not None
+
+
+def test_a_cluster_with_prometheus_operator_0_80_crds_gets_0_93_crds_before_the_stack(cluster, tmp_path, stand_ins):
+    """CRDs an older stack left (v0.80.0) are server-side applied at the chart's 0.93.1 before kube-prometheus-stack
+    88.5.3 is installed (helm would keep the old ones); the second run makes no CRD write."""
+    import tarfile
+
+    import yaml
+
+    from gpu_bootstrap.adapters.helm import _CrdLoader
+    with tarfile.open(chart("prometheus-operator-crds-v0.80.0.tgz")) as archive:
+        old = [doc for member in archive.getmembers() if member.name.endswith(".yaml")
+               for doc in yaml.load_all(archive.extractfile(member).read(), Loader=_CrdLoader) if doc]
+    assert len(old) == 10
+    for crd in old:
+        cluster.emu.seed(crd)
+    _exporters, prometheus = stand_ins
+    cluster.emu.proxy_service(STACK_NS, STACK_SERVICE, prometheus.url)
+    config = write_config(tmp_path, cluster)
+    result, document = cli("up", "-c", str(config), "--only", "monitoring", tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    versions = {c["metadata"]["name"]: c["metadata"]["annotations"]["operator.prometheus.io/version"]
+                for c in cluster.emu.list("customresourcedefinitions") if c["spec"]["group"] == "monitoring.coreos.com"}
+    assert set(versions.values()) == {"0.93.1"} and len(versions) == 10, versions
+    assert json.loads(cluster.helm("list", "-A", "-o", "json").stdout)[0]["chart"] == "kube-prometheus-stack-88.5.3"
+    cluster.emu.requests.clear()
+    result, document = cli("up", "-c", str(config), "--only", "monitoring", tmp_path=tmp_path)
+    assert result.exit_code == 0 and statuses(document)["monitoring"] == "unchanged", result.output
+    assert not [r for r in cluster.emu.requests.writes() if "customresourcedefinitions" in r.path]

@@ -97,4 +97,5 @@ def test_the_scenario_fires_the_alerts_it_was_built_for(prometheus, tmp_path):
     assert fired["GpuDcgmExporterMissing"] == [("gpu-3", "", "")]
     assert fired["GpuNodeAdvertisesNoGpus"] == [("gpu-3", "", "")]
     assert fired["GpuPodsUnschedulable"] == [("", "", "big-train")]
-    assert fired["GpuXidErrorReported"] == [("gpu-1", "3", "train-0")]
+    assert fired["GpuXidHardwareFault"] == [("gpu-1", "3", "train-0")]  # XID 79: the GPU fell off the bus
+    assert fired["GpuXidErrorReported"] == []  # a hardware XID is not reported twice

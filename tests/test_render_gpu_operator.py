@@ -204,3 +204,49 @@ def test_chart_kube_version_constraints(constraint, kube, allowed):
 
 def test_every_table_row_has_a_source():
     assert all(release.source for release in versions.catalogue("gpu-operator").releases)
+
+
+def upgrade_policy(plan) -> dict:
+    return plan.merged["driver"].get("upgradePolicy", {})
+
+
+def test_driver_upgrades_default_to_one_node_at_a_time_evicting_gpu_pods_without_a_drain_and_say_why():
+    plan = derive([node("node5", **FRESH), node("node6", **FRESH)])
+    policy = upgrade_policy(plan)
+    assert policy["autoUpgrade"] is True and policy["maxParallelUpgrades"] == 1 and policy["maxUnavailable"] == "25%"
+    assert policy["gpuPodDeletion"] == {"force": False, "timeoutSeconds": 300, "deleteEmptyDir": False}
+    assert policy["drain"]["enable"] is False and policy["drain"]["timeoutSeconds"] == 300
+    lines = "\n".join(plan.explain())
+    assert "driver.upgradePolicy.maxParallelUpgrades=1  ← gpu_operator.driver_upgrade.max_parallel: one node at a " \
+           "time" in lines
+    assert "GPU pods are evicted and get 300s to exit" in lines and "the node is not drained" in lines
+
+
+def test_driver_upgrade_settings_map_to_the_chart_policy():
+    conf = config(driver_upgrade={"max_parallel": 0, "max_unavailable": "2", "drain": True, "drain_timeout": 600,
+                                  "force_gpu_pod_deletion": True, "wait_for_jobs_selector": "app=train",
+                                  "wait_for_jobs_timeout": 3600})
+    policy = upgrade_policy(derive([node("node5", **FRESH)], conf))
+    assert policy["maxParallelUpgrades"] == 0 and policy["maxUnavailable"] == 2  # a bare number is an int
+    assert policy["drain"]["enable"] is True and policy["drain"]["timeoutSeconds"] == 600
+    assert policy["gpuPodDeletion"]["force"] is True
+    assert policy["waitForCompletion"] == {"timeoutSeconds": 3600, "podSelector": "app=train"}
+    manual = upgrade_policy(derive([node("node5", **FRESH)], config(driver_upgrade={"auto": False})))
+    assert manual == {"autoUpgrade": False}
+
+
+def test_a_pre_installed_driver_gets_no_upgrade_policy():
+    """The host's driver is the host's to upgrade: the operator's policy is left at the chart's default."""
+    plan = derive([node("node5"), node("node6")])
+    assert not [d for d in plan.derived if d.path.startswith("driver.upgradePolicy")]
+
+
+@pytest.mark.parametrize("value", ["25", "10%", "100%"])
+def test_max_unavailable_is_a_number_or_a_percentage(value):
+    config(driver_upgrade={"max_unavailable": value})
+
+
+@pytest.mark.parametrize("value", ["a quarter", "101%", "-1"])
+def test_a_max_unavailable_that_is_neither_is_refused_naming_the_field(value):
+    with pytest.raises(cfg.ConfigError, match="max_unavailable"):
+        config(driver_upgrade={"max_unavailable": value})

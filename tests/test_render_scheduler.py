@@ -162,7 +162,16 @@ def test_a_config_change_changes_the_pod_template():
 def test_a_mirror_and_a_pinned_tag_override_the_image():
     settings = SchedulerConfig(image="mirror.example.com/k8s/kube-scheduler", image_tag="v1.31.0-custom")
     assert render.image(settings, "1.31.5") == "mirror.example.com/k8s/kube-scheduler:v1.31.0-custom"
-    assert render.image(SchedulerConfig(), "1.30") == "registry.k8s.io/kube-scheduler:v1.30.0"
+    assert render.image(SchedulerConfig(), "1.30") == "registry.k8s.io/kube-scheduler:v1.30.14"
+
+
+@pytest.mark.parametrize("kube, tag", [
+    ("1.31.4", "v1.31.4"), ("v1.25.0", "v1.25.0"), ("1.31.4+k3s1", "v1.31.4"), ("1.30.2-eks-2d5f260", "v1.30.2"),
+    ("1.24", "v1.24.17"), ("v1.33", "v1.33.7"), ("1.37", "v1.37.1"), ("1.99", "v1.99.0")])
+def test_the_image_follows_the_control_plane_exact_patch_or_newest_known_patch(kube, tag):
+    """An exact server version is used as it is; a minor alone gets the newest patch gpu-bootstrap knows, never a
+    stale vX.Y.0 (only a minor newer than the table falls back to .0)."""
+    assert render.image(SchedulerConfig(), kube) == f"registry.k8s.io/kube-scheduler:{tag}"
 
 
 @pytest.mark.parametrize("kube", ["1.22.9", "1.19.0"])

@@ -216,3 +216,38 @@ def test_doctor_fails_when_the_leader_renews_its_lease_but_binds_nothing(cluster
     running, waiting = doctor_rows(config, tmp_path)
     assert running["status"] == "pass" and "leader" in running["message"]
     assert waiting["status"] == "fail" and "has not looked at 1 pod(s)" in waiting["message"]
+
+
+# --- day 2: the cluster's Kubernetes is upgraded -------------------------------------------------------------------
+def stored_scheduler(emu) -> tuple[str, str]:
+    """(the Deployment's image, the apiVersion of the KubeSchedulerConfiguration in its ConfigMap)."""
+    deploy = emu.get("deployments", NAME, "kube-system")
+    config = yaml.safe_load(emu.get("configmaps", f"{NAME}-config", "kube-system")["data"]["config.yaml"])
+    return deploy["spec"]["template"]["spec"]["containers"][0]["image"], config["apiVersion"]
+
+
+@pytest.mark.parametrize("emulator_options", [{"kube_version": "1.24.17", "gpu_nodes": ["gpu-1", "gpu-2"],
+                                               "cpu_nodes": ["cpu-1"]}])
+def test_a_kubernetes_minor_upgrade_moves_the_scheduler_image_and_config_and_doctor_fails_a_forbidden_skew(
+        cluster, tmp_path):
+    """1.24 -> 1.25: `up` rolls the scheduler to the new server's exact version and to the config API the new minor
+    serves (v1beta3 -> v1). Two minors behind (the cluster upgraded again without `up`), doctor fails naming both
+    versions and the fix; one minor behind only warns."""
+    emu, config = cluster.emu, write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    assert stored_scheduler(emu) == ("registry.k8s.io/kube-scheduler:v1.24.17", "kubescheduler.config.k8s.io/v1beta3")
+
+    emu.upgrade_control_plane("1.25.16")
+    lagging = [r for r in doctor_rows(config, tmp_path) if "minor older" in r["message"]]
+    assert [r["status"] for r in lagging] == ["warn"] and "v1.25.16" in lagging[0]["message"]
+    result, document = cli("up", config, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert ours(document)["status"] == "applied"
+    assert stored_scheduler(emu) == ("registry.k8s.io/kube-scheduler:v1.25.16", "kubescheduler.config.k8s.io/v1")
+    assert not [r for r in doctor_rows(config, tmp_path) if "skew" in r["message"]]
+
+    emu.upgrade_control_plane("1.27.16")
+    skew = [r for r in doctor_rows(config, tmp_path) if "skew policy" in r["message"]]
+    assert [r["status"] for r in skew] == ["fail"], skew
+    assert "kube-scheduler 1.25.16 is more than one minor older than the API server (1.27.16)" in skew[0]["message"]
+    assert "gpu-bootstrap up, which rolls it to registry.k8s.io/kube-scheduler:v1.27.16" in skew[0]["message"]

@@ -348,3 +348,16 @@ def test_a_cluster_it_cannot_reach_is_exit_1_and_a_missing_kubeconfig_exit_2(gro
     assert result.exit_code == 1 and "pods is forbidden" in result.output
     missing = runner.invoke(app, ["status", "--kubeconfig", str(tmp_path / "nope"), "--log-file", str(tmp_path / "l")])
     assert missing.exit_code == 2 and "nope" in missing.output
+
+
+def test_status_shows_each_nodes_driver_upgrade_state(cluster, api, tmp_path):
+    """The gpu-operator's upgrade controller labels nodes nvidia.com/gpu-driver-upgrade-state; status shows it (a
+    column only while some node carries one)."""
+    gpu_node(cluster, api, "gpu-a", 8, labels={"nvidia.com/gpu-driver-upgrade-state": "pod-deletion-required"})
+    gpu_node(cluster, api, "gpu-b", 8, labels={"nvidia.com/gpu-driver-upgrade-state": "upgrade-done"})
+    gpu_node(cluster, api, "gpu-c", 8)
+    document = status(cluster, tmp_path, "-o", "json")
+    assert {n["name"]: n["driver_upgrade"] for n in document["nodes"]} == {
+        "gpu-a": "pod-deletion-required", "gpu-b": "upgrade-done", "gpu-c": None}
+    table = status(cluster, tmp_path, parse=False)
+    assert table.exit_code == 0 and "driver upgrade" in table.stdout and "pod-deletion-required" in table.stdout

@@ -298,3 +298,63 @@ def test_a_node_profile_for_an_unknown_node_is_refused():
         gov.derive([node("n1")], config(gpu_operator={"sharing": sharing}), "v26.7.0", PLAYBOOK)
     assert refused.value.message == "sharing.node_profiles names 'zz', which is not a configured GPU node"
     assert refused.value.fix == "use one of: n1, n2"
+
+
+# --- driver upgrades: doctor's view of nvidia.com/gpu-driver-upgrade-state -------------------------------------------
+def _upgrade_node(name: str, state: str | None, annotations: dict | None = None) -> dict:
+    labels = {"nvidia.com/gpu-driver-upgrade-state": state} if state else {}
+    return {"metadata": {"name": name, "labels": labels, "annotations": annotations or {}}}
+
+
+def _upgrade_event(node: str, state: str, stamp: str) -> dict:
+    return {"involvedObject": {"kind": "Node", "name": node}, "reason": "GPUDriverUpgrade", "lastTimestamp": stamp,
+            "message": f"Successfully updated node state label to [{state}]"}
+
+
+NOW = 1767229200.0  # 2026-01-01T01:00:00Z
+
+
+@pytest.mark.unit
+def test_doctor_names_a_failed_driver_upgrade_with_what_to_look_at():
+    from gpu_bootstrap.config import DriverUpgradeConfig
+    from gpu_bootstrap.steps.gpu_operator import driver_upgrade_problems
+    nodes = {"gpu-1": _upgrade_node("gpu-1", "upgrade-failed"), "gpu-2": _upgrade_node("gpu-2", "upgrade-done")}
+    problems = driver_upgrade_problems(nodes, [], DriverUpgradeConfig(), "gpu-operator", NOW)
+    assert len(problems) == 1 and problems[0].startswith("the driver upgrade failed on gpu-1")
+    assert "nvidia-operator-validator" in problems[0] and "=upgrade-required to retry" in problems[0]
+
+
+@pytest.mark.unit
+def test_doctor_calls_a_state_stuck_only_past_its_timeout_and_never_when_its_start_is_unknown():
+    from gpu_bootstrap.config import DriverUpgradeConfig
+    from gpu_bootstrap.steps.gpu_operator import driver_upgrade_problems
+    policy = DriverUpgradeConfig()  # pod deletion 300 s
+    validating = str(int(NOW - 3600))  # an hour in validation-required (the controller gives it 600 s)
+    nodes = {
+        "gpu-1": _upgrade_node("gpu-1", "validation-required",
+                               {"nvidia.com/gpu-driver-upgrade-validation-start-time": validating}),
+        "gpu-2": _upgrade_node("gpu-2", "pod-deletion-required"),  # event: 50 minutes ago -> stuck
+        "gpu-3": _upgrade_node("gpu-3", "pod-deletion-required"),  # event: 2 minutes ago -> fine
+        "gpu-4": _upgrade_node("gpu-4", "pod-deletion-required"),  # no event left: unknown, not stuck
+        "gpu-5": _upgrade_node("gpu-5", "drain-required"),  # drain off: no drain timeout to exceed
+    }
+    events = [_upgrade_event("gpu-2", "pod-deletion-required", "2026-01-01T00:10:00Z"),
+              _upgrade_event("gpu-3", "pod-deletion-required", "2026-01-01T00:58:00Z"),
+              _upgrade_event("gpu-5", "drain-required", "2026-01-01T00:00:00Z")]
+    problems = driver_upgrade_problems(nodes, events, policy, "gpu-operator", NOW)
+    assert [p.split(" has been")[0] for p in problems] == ["gpu-1", "gpu-2"]
+    assert "validation-required for 60 min, longer than its 600s timeout" in problems[0]
+    assert "pod-deletion-required for 50 min, longer than its 300s timeout" in problems[1]
+
+
+@pytest.mark.unit
+def test_a_downgrade_is_refused_naming_both_versions_unless_allowed():
+    from gpu_bootstrap.steps.gpu_operator import downgrade_refusal
+    release = {"up_to_date": False, "reason": "downgrade 88.5.3 → 72.9.1", "installed": "88.5.3", "downgrade": True}
+    section = cfg.MonitoringConfig()
+    refused = downgrade_refusal(section, "monitoring", release, "72.9.1")
+    assert "kube-prometheus-stack 88.5.3 is installed, newer than the 72.9.1 the config asks for" in refused
+    assert "pin monitoring.version to 88.5.3, or set monitoring.allow_downgrade: true" in refused
+    assert downgrade_refusal(cfg.MonitoringConfig(allow_downgrade=True), "monitoring", release, "72.9.1") == ""
+    upgrade = {**release, "reason": "upgrade 72.9.1 → 88.5.3", "downgrade": False}
+    assert downgrade_refusal(section, "monitoring", upgrade, "88.5.3") == ""

@@ -18,14 +18,17 @@ pytestmark = pytest.mark.unit
 def test_each_alert_holds_for_its_time_with_its_severity():
     assert [(r["alert"], r.get("for"), r["labels"]) for r in gpu_alerts.rules()] == [
         ("GpuXidErrorReported", None, {"severity": "warning"}),
+        ("GpuXidHardwareFault", None, {"severity": "critical"}),
         ("GpuTooHot", "5m", {"severity": "warning"}),
         ("GpuRowRemapFailure", None, {"severity": "critical"}),
         ("GpuUncorrectableRowsRemapped", None, {"severity": "warning"}),
         ("GpuDcgmExporterMissing", "10m", {"severity": "warning"}),
         ("GpuAllocatedButIdle", "1h", {"severity": "info"}),
         ("GpuNodeAdvertisesNoGpus", "15m", {"severity": "warning"}),
-        ("GpuPodsUnschedulable", "10m", {"severity": "warning"})]
-    assert all("for" not in r for r in gpu_alerts.rules() if r["alert"] == "GpuXidErrorReported")
+        ("GpuPodsUnschedulable", "10m", {"severity": "warning"}),
+        ("GpuPodsPendingOnBinpackScheduler", "15m", {"severity": "warning"}),
+        ("GpuAdmissionWebhookFailing", "5m", {"severity": "warning"})]
+    assert all("for" not in r for r in gpu_alerts.rules() if r["alert"].startswith("GpuXid"))
 
 
 def test_a_gpu_is_too_hot_above_85_degrees():

@@ -287,3 +287,12 @@ def test_the_markdown_command():
     done = subprocess.run([sys.executable, "-m", "gpu_bootstrap.render.versions_table"], capture_output=True,
                           text=True, cwd=README.parent, timeout=60)
     assert done.returncode == 0 and done.stdout == versions_table.markdown()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("component, server, problem", [
+    ("1.31.4", "1.31.9", ""), ("1.30.14", "1.31.2", ""), ("1.31.9", "1.31.2", ""),
+    ("1.32.0", "1.31.9", "newer than the API server"), ("1.29.15", "1.31.2", "more than one minor older")])
+def test_skew_policy_never_newer_at_most_one_minor_older(component, server, problem):
+    found = versions.skew_problem("kube-scheduler", component, server)
+    assert (problem in found) if problem else found == ""

@@ -1,15 +1,48 @@
 """The GPU alerts gpu-bootstrap installs (a PrometheusRule), each with a runbook line.
 
 Inputs: the DCGM exporter's series (with `node` from the ServiceMonitor's relabeling and the exporter's own
-namespace/pod labels kept by honorLabels) and kube-state-metrics. `tests/monitoring/alerts-test.yaml` makes every
-alert fire and keeps it silent with `promtool test rules`.
+namespace/pod labels kept by honorLabels), kube-state-metrics (`kube_pod_scheduler` names a pod's schedulerName)
+and the API server's admission webhook metrics (kube-prometheus-stack scrapes the API server by default).
+`tests/monitoring/alerts-test.yaml` makes every alert fire and keeps it silent with `promtool test rules`;
+tests/test_monitoring_alert_faults.py runs the fault alerts over four hours of series on a real Prometheus.
 Pure data: no cluster, no SDK.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # kube-state-metrics writes nvidia.com/gpu as nvidia_com_gpu; time-sliced (renamed) GPUs and MIG slices too
 GPU_RESOURCES = 'resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.+"'
-XID_WINDOW = "30m"
+XID_WINDOW = "30m"  # application XIDs (13, 31, 43 ...): the gauge keeps the last one, so only a change is news
+# XIDs that mean failing hardware or a lost GPU: NVIDIA's XID catalogue lists them with a GPU reset, a node reboot or
+# the hardware vendor as the resolution (not "restart the application"): 48 double-bit ECC, 61/62 internal
+# micro-controller breakpoint/halt, 63/64 row remap or page retirement recorded/failed, 74 NVLink, 79 fallen off the
+# bus, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC, 119/120 GSP timeout/error, 140 unrecovered ECC,
+# 154 recovery action changed (reset or reboot required). DCGM keeps reporting them until the GPU is reset, and so
+# long does the alert fire.
+HARDWARE_XIDS = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140, 154)
+WEBHOOK_NAME = "gpu-pods.gpu-bootstrap.io"  # render/admission.py's webhook, as the API server's metrics name it
+WEBHOOK_WINDOW = "10m"
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """What the rules need from the config (render/monitoring.py passes it; the defaults are the config's)."""
+
+    scheduler: str = "gpu-binpack-scheduler"  # scheduler.name: GPU pods waiting for it are ours to report
+    pending_for: str = "15m"  # monitoring.alerts.gpu_pod_pending_for
+
+
+def settings_from(config) -> AlertSettings:
+    return AlertSettings(config.scheduler.name, config.monitoring.alerts.gpu_pod_pending_for)
+
+
+def _hardware_xid() -> str:
+    return " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {xid}" for xid in HARDWARE_XIDS)
+
+
+def _not_hardware_xid() -> str:
+    return "DCGM_FI_DEV_XID_ERRORS " + " ".join(f"!= {xid}" for xid in HARDWARE_XIDS)
 HOT_CELSIUS = 85
 BLANK = "1e15"  # DCGM's "no value" sentinels are ~9.2e18: anything this large is not a reading
 
@@ -22,19 +55,28 @@ def _rule(name: str, expr: str, duration: str, severity: str, summary: str, desc
     return rule
 
 
-def rules() -> list[dict]:
+def rules(settings: AlertSettings = AlertSettings()) -> list[dict]:
     return [
         _rule("GpuXidErrorReported",
-              f"""DCGM_FI_DEV_XID_ERRORS > 0 < {BLANK}
+              f"""({_not_hardware_xid()}) > 0 < {BLANK}
                   and (changes(DCGM_FI_DEV_XID_ERRORS[{XID_WINDOW}]) > 0
                        or (DCGM_FI_DEV_XID_ERRORS unless DCGM_FI_DEV_XID_ERRORS offset {XID_WINDOW}))""",
               "0m", "warning",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} reported XID {{ $value }}",
               "DCGM_FI_DEV_XID_ERRORS holds the last XID the driver reported (a gauge, not a count); it changed to "
-              "{{ $value }} within the last " + XID_WINDOW + " (pod {{ $labels.namespace }}/{{ $labels.pod }}).",
-              "Look the XID up in NVIDIA's XID catalogue; 13/31/43 are usually the application's own fault; 48, "
-              "63, 64, 74, 79, 92, 94, 95 mean failing hardware or a lost GPU: cordon the node (kubectl cordon "
-              "NODE), drain its GPU pods, reset the GPU or reboot, and check `nvidia-smi -q` before uncordoning."),
+              "{{ $value }} within the last " + XID_WINDOW + " (pod {{ $labels.namespace }}/{{ $labels.pod }}). "
+              "XIDs that mean failing hardware raise GpuXidHardwareFault instead.",
+              "Look the XID up in NVIDIA's XID catalogue; 13/31/43 are usually the application's own fault (read "
+              "the pod's log); the alert clears by itself after " + XID_WINDOW + "."),
+        _rule("GpuXidHardwareFault",
+              f"{_hardware_xid()}", "0m", "critical",
+              "GPU {{ $labels.gpu }} on {{ $labels.node }} reports XID {{ $value }}: failing hardware or a lost GPU",
+              "DCGM still reports XID {{ $value }} as the GPU's last error; NVIDIA's XID catalogue resolves it with a "
+              "GPU reset, a reboot or the hardware vendor, and the alert fires until DCGM stops reporting it (pod "
+              "{{ $labels.namespace }}/{{ $labels.pod }}).",
+              "Cordon the node (kubectl cordon NODE), drain its GPU pods, reset the GPU (nvidia-smi -r) or reboot, "
+              "and check `nvidia-smi -q` before uncordoning; 79 (fallen off the bus) and a recurring 48/64/95 mean "
+              "the GPU or its slot needs service."),
         _rule("GpuTooHot",
               f"DCGM_FI_DEV_GPU_TEMP > {HOT_CELSIUS} < 1000", "5m", "warning",
               "GPU {{ $labels.gpu }} on {{ $labels.node }} is at {{ $value }} °C",
@@ -86,18 +128,51 @@ def rules() -> list[dict]:
         _rule("GpuPodsUnschedulable",
               f"""max by (namespace, pod) (kube_pod_status_unschedulable == 1)
                   and on (namespace, pod)
-                      (max by (namespace, pod) (kube_pod_container_resource_requests{{{GPU_RESOURCES}}}) > 0)""",
+                      (max by (namespace, pod) (kube_pod_container_resource_requests{{{GPU_RESOURCES}}}) > 0)
+                  unless on (namespace, pod) kube_pod_scheduler{{name="{settings.scheduler}"}}""",
               "10m", "warning",
               "GPU pod {{ $labels.namespace }}/{{ $labels.pod }} has been unschedulable for 10 minutes",
               "The scheduler cannot place the pod: not enough free GPUs on one node, or its selectors and "
               "tolerations fit no GPU node.",
               "kubectl -n NAMESPACE describe pod POD shows the scheduler's reason; the 'GPU allocation' dashboard "
               "shows the free GPUs per node (fragmentation: enough GPUs in total but not on one node)."),
+        # value 1: the scheduler looked and found no node (PodScheduled=False, Unschedulable); 0: nobody looked
+        _rule("GpuPodsPendingOnBinpackScheduler",
+              f"""(max by (namespace, pod) (kube_pod_status_unschedulable)
+                   or max by (namespace, pod) (kube_pod_scheduler{{name="{settings.scheduler}"}}) * 0)
+                  and on (namespace, pod) kube_pod_scheduler{{name="{settings.scheduler}"}}
+                  and on (namespace, pod) kube_pod_status_phase{{phase="Pending"}} == 1
+                  and on (namespace, pod) kube_pod_info{{node=""}}
+                  and on (namespace, pod)
+                      (max by (namespace, pod) (kube_pod_container_resource_requests{{{GPU_RESOURCES}}}) > 0)""",
+              settings.pending_for, "warning",
+              "GPU pod {{ $labels.namespace }}/{{ $labels.pod }} has waited " + settings.pending_for + " for "
+              + settings.scheduler,
+              "{{ if eq $value 1.0 }}" + settings.scheduler + " looked at the pod and found no node for it (its "
+              "event says which check failed on each node).{{ else }}No scheduler has looked at the pod: "
+              + settings.scheduler + " is not running, not leading, or stuck.{{ end }}",
+              "Unschedulable: kubectl -n NAMESPACE describe pod POD shows the reason; the 'GPU allocation' dashboard "
+              "shows the free GPUs per node. Never looked at: gpu-bootstrap doctor (binpack-scheduler) names what "
+              "is wrong with the scheduler; kubectl -n kube-system logs deploy/" + settings.scheduler + "."),
+        _rule("GpuAdmissionWebhookFailing",
+              f"""sum by (name) (increase(apiserver_admission_webhook_rejection_count{{name="{WEBHOOK_NAME}",
+                      error_type=~"calling_webhook_error|apiserver_internal_error"}}[{WEBHOOK_WINDOW}])) > 0
+                  or sum by (name) (
+                      increase(apiserver_admission_webhook_fail_open_count{{name="{WEBHOOK_NAME}"}}[{WEBHOOK_WINDOW}])
+                  ) > 0""",
+              "5m", "warning",
+              "The API server cannot reach the admission webhook {{ $labels.name }}",
+              "Calls to the webhook failed or timed out {{ $value | humanize }} time(s) in the last "
+              + WEBHOOK_WINDOW + " (apiserver_admission_webhook_rejection_count with a calling error, or "
+              "_fail_open_count): with failurePolicy Ignore GPU pods are created without being steered (the 1.30+ "
+              "backstop policy rejects them), with Fail they are refused.",
+              "gpu-bootstrap doctor (admission) names the cause; kubectl -n NAMESPACE get pods,endpoints for the OPA "
+              "server; a TLS error after a certificate change: run gpu-bootstrap up to renew the caBundle."),
     ]
 
 
-def groups() -> list[dict]:
-    return [{"name": "gpu-bootstrap.gpu", "rules": rules()}]
+def groups(settings: AlertSettings = AlertSettings()) -> list[dict]:
+    return [{"name": "gpu-bootstrap.gpu", "rules": rules(settings)}]
 
 
-__all__ = ["groups", "rules", "GPU_RESOURCES"]
+__all__ = ["AlertSettings", "groups", "rules", "settings_from", "GPU_RESOURCES", "HARDWARE_XIDS"]

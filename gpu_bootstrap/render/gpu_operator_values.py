@@ -233,6 +233,8 @@ def _driver(facts, section, derived, labels, warnings) -> None:
         derived.append(Derived("driver.enabled", enabled, "no node facts (offline without --preflight-report): "
                                                           + ("the chart's default" if enabled else
                                                              "gpu_operator.driver_management: host")))
+        if enabled:
+            _driver_upgrade(section.driver_upgrade, derived)
         return
     with_driver = [f for f in facts if f.driver]
     without = [f for f in facts if not f.driver]
@@ -255,6 +257,7 @@ def _driver(facts, section, derived, labels, warnings) -> None:
                             f"you install one")
         return
     derived.append(Derived("driver.enabled", True, because))
+    _driver_upgrade(section.driver_upgrade, derived)
     installs_on = [f for f in facts if mode == "operator" or not f.driver]
     if mode == "per-node":
         for f in with_driver:
@@ -271,6 +274,43 @@ def _driver(facts, section, derived, labels, warnings) -> None:
         raise Refusal(f"nouveau is loaded on {_nodes(blocked)}, where the operator would install the NVIDIA driver",
                       "blacklist nouveau (echo 'blacklist nouveau' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf; "
                       "sudo update-initramfs -u) and reboot those nodes")
+
+
+def _driver_upgrade(policy, derived) -> None:
+    """driver.upgradePolicy, each value with why (where the operator installs the driver; a pre-installed driver is
+    the host's to upgrade)."""
+    where = "gpu_operator.driver_upgrade"
+    if not policy.auto:
+        derived.append(Derived("driver.upgradePolicy.autoUpgrade", False,
+                               f"{where}.auto: false: nodes upgrade only when you label them "
+                               f"nvidia.com/gpu-driver-upgrade-state=upgrade-required"))
+        return
+    parallel = "every node at once" if policy.max_parallel == 0 else         "one node at a time" if policy.max_parallel == 1 else f"{policy.max_parallel} nodes at a time"
+    evict = (f"GPU pods are evicted and get {policy.gpu_pod_deletion_timeout}s to exit"
+             if policy.gpu_pod_deletion_timeout else "GPU pods are evicted and waited for without limit")
+    if policy.force_gpu_pod_deletion:
+        evict += ", pods no controller owns too"
+    drain = (f"the whole node is drained ({policy.drain_timeout}s)" if policy.drain else
+             "the node is not drained: only its GPU pods stop")
+    derived += [
+        Derived("driver.upgradePolicy.autoUpgrade", True, f"{where}.auto: the operator rolls a new driver out"),
+        Derived("driver.upgradePolicy.maxParallelUpgrades", policy.max_parallel,
+                f"{where}.max_parallel: {parallel}"),
+        Derived("driver.upgradePolicy.maxUnavailable",  # int-or-string: a bare number must be an int
+                int(policy.max_unavailable) if policy.max_unavailable.isdigit() else policy.max_unavailable,
+                f"{where}.max_unavailable: at most {policy.max_unavailable} of the GPU nodes unavailable at once"),
+        Derived("driver.upgradePolicy.waitForCompletion",
+                {"timeoutSeconds": policy.wait_for_jobs_timeout, "podSelector": policy.wait_for_jobs_selector},
+                f"{where}.wait_for_jobs_*: " + (f"pods matching {policy.wait_for_jobs_selector!r} may finish first"
+                                               if policy.wait_for_jobs_selector else "no jobs are waited for")),
+        Derived("driver.upgradePolicy.gpuPodDeletion",
+                {"force": policy.force_gpu_pod_deletion, "timeoutSeconds": policy.gpu_pod_deletion_timeout,
+                 "deleteEmptyDir": policy.delete_empty_dir}, f"{where}: {evict}"),
+        Derived("driver.upgradePolicy.drain",
+                {"enable": policy.drain, "force": False, "podSelector": "",
+                 "timeoutSeconds": policy.drain_timeout, "deleteEmptyDir": policy.delete_empty_dir},
+                f"{where}.drain: {drain}"),
+    ]
 
 
 def _toolkit(facts, section, operator_version, derived, warnings) -> None:

@@ -278,12 +278,13 @@ def explain(plan: ValuesPlan) -> list[str]:
 
 
 # --- our objects ---------------------------------------------------------------------------------------------------------
-def prometheus_rule(target: Target) -> dict:
-    from .gpu_alerts import groups
+def prometheus_rule(target: Target, alerts=None) -> dict:
+    """`alerts`: gpu_alerts.AlertSettings from the config (None: the defaults)."""
+    from .gpu_alerts import AlertSettings, groups
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
             "metadata": {"name": RULE_NAME, "namespace": target.namespace,
                          "labels": {**target.rule_labels, **PART_OF}},
-            "spec": {"groups": groups()}}
+            "spec": {"groups": groups(alerts or AlertSettings())}}
 
 
 def dashboard_configmaps(target: Target) -> list[dict]:
@@ -300,9 +301,9 @@ def dashboard_configmaps(target: Target) -> list[dict]:
     return out
 
 
-def objects(target: Target) -> list[dict]:
+def objects(target: Target, alerts=None) -> list[dict]:
     """Everything we own besides the helm release, in apply order."""
-    return [prometheus_rule(target), *dashboard_configmaps(target)]
+    return [prometheus_rule(target, alerts), *dashboard_configmaps(target)]
 
 
 __all__ = ["AttachProblem", "SelectorProblem", "Target", "attach_target", "dashboard_configmaps",

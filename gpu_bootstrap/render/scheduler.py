@@ -6,12 +6,11 @@ so what `gpu-bootstrap simulate` measures is what `up` deploys.
 from __future__ import annotations
 
 import hashlib
-import re
 
 import yaml
 
 from ..errors import ConfigError
-from ..versions import minor_of
+from ..versions import control_plane_version, minor_of
 
 GROUP = "kubescheduler.config.k8s.io"
 CONFIG_FILE = "config.yaml"
@@ -35,8 +34,11 @@ def config_api_version(kube_version: str) -> str:
 
 
 def image(settings, kube_version: str) -> str:
-    """kube-scheduler must not be newer than the API server (skew policy): use the server's own version."""
-    tag = settings.image_tag or "v" + re.match(r"v?(\d+\.\d+\.\d+)", kube_version + ".0").group(1)
+    """The scheduler's image, the one place that says so (`up`, plans and the image list all call it).
+    kube-scheduler must not be newer than the API server nor more than one minor older (skew policy), so it follows
+    the control plane: the server's exact patch ('1.31.4' -> v1.31.4), or, given only a minor ('1.24'), the newest
+    patch of that minor gpu-bootstrap knows (v1.24.17), never a stale vX.Y.0. `scheduler.image_tag` overrides."""
+    tag = settings.image_tag or "v" + control_plane_version(kube_version)
     return f"{settings.image}:{tag}"
 
 

@@ -14,6 +14,7 @@ from ..images import locate_pods, registry_inputs
 from ..objects import differences, lease_fresh, parse_time, toleration_for, unschedulable, waiting
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from ..render import scheduler as render
+from ..versions import KUBE_VERSION, minor_of, minor_text, skew_problem
 from .node_prep import gpu_taint, no_room_warning
 
 OWNED_KINDS = (  # (apiVersion, kind, namespaced) in the order they are applied
@@ -36,6 +37,13 @@ POD_FIXES = {
 
 SchedulerFacts = ObjectsFacts
 STUCK_AFTER = 120  # seconds a pod may wait without any word from a live scheduler
+
+
+def _image_version(image: str) -> str | None:
+    """'registry.k8s.io/kube-scheduler:v1.31.4' -> '1.31.4'; None for a tag that is no version (a digest, 'latest')."""
+    name = image.rpartition("/")[2]
+    match = KUBE_VERSION.match(name.partition(":")[2]) if ":" in name else None
+    return f"{match[1]}.{match[2]}.{match[3] or 0}" if match else None
 
 
 def _age_seconds(pod: dict) -> float:
@@ -72,6 +80,10 @@ class BinpackScheduler(Step):
             desired = self.desired(ctx, ctx.kube.list("v1", "Node"))
         except ConfigError as error:  # a cluster too old for the profile: a failed check, not bad input
             return Check(FAIL, error.one_line())
+        pinned = _image_version(render.image(settings, ctx.server_version())) if settings.image_tag else None
+        if pinned and (problem := skew_problem("kube-scheduler", pinned, ctx.server_version())):
+            return Check(FAIL, f"scheduler.image_tag {settings.image_tag}: {problem}, which the skew policy forbids; "
+                               f"set a v{minor_text(minor_of(ctx.server_version()))}.x tag or remove image_tag")
         drift = {}
         for obj in desired:
             ref = Ref.of(obj)
@@ -175,7 +187,34 @@ class BinpackScheduler(Step):
         if check.status == FAIL:
             return [check]
         alive = check.status == PASS or self._running(ctx).status == PASS  # drift (a changed config) is not death
-        return [check, self._waiting_pods(ctx, alive)]
+        skew = self._skew(ctx)
+        return [check, *([skew] if skew else []), self._waiting_pods(ctx, alive)]
+
+    def _skew(self, ctx) -> Check | None:
+        """The running scheduler's version against the API server's (after a cluster upgrade it lags until the next
+        `up`): a skew the policy forbids fails, naming both versions and the fix; one minor behind warns. None when
+        the minors match or no versioned image runs."""
+        settings = ctx.config.scheduler
+        deploy = ctx.kube.get("apps/v1", "Deployment", settings.name, settings.namespace)
+        containers = (((deploy or {}).get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+        image = next((c.get("image") or "" for c in containers if c.get("name") == "kube-scheduler"), "")
+        running = _image_version(image)
+        if running is None:
+            return None
+        server = ctx.server_version()
+        problem = skew_problem("kube-scheduler", running, server)
+        if not problem:
+            if minor_of(running) == minor_of(server):
+                return None  # the usual case: nothing to say
+            return Check(WARN, f"kube-scheduler {running} is one minor older than the API server {server} (the skew "
+                               f"policy allows it); gpu-bootstrap up rolls it to {render.image(settings, server)}")
+        if settings.image_tag:
+            fix = (f"scheduler.image_tag pins {settings.image_tag}: set a v{minor_text(minor_of(server))}.x tag (or "
+                   f"remove it to follow the server), then run gpu-bootstrap up")
+        else:
+            fix = f"run gpu-bootstrap up, which rolls it to {render.image(settings, server)}"
+        return Check(FAIL, f"{problem}; the skew policy allows the server's minor or one older, and a scheduler "
+                           f"outside it may schedule nothing. Fix: {fix}")
 
     def _waiting_pods(self, ctx, alive: bool) -> Check:
         name = ctx.config.scheduler.name

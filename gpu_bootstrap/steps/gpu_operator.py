@@ -85,11 +85,73 @@ def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, 
     return problems
 
 
+UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+UPGRADE_STARTED = {  # states the upgrade controller stamps with their start time (unix seconds)
+    "validation-required": "nvidia.com/gpu-driver-upgrade-validation-start-time",
+    "wait-for-jobs-required": "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time",
+}
+VALIDATION_TIMEOUT = 600  # the upgrade controller fails validation after 10 minutes (hard-coded upstream)
+SLACK = 120  # the controller's own reconcile interval on top of each timeout
+
+
+def driver_upgrade_problems(nodes: dict[str, dict | None], events: list[dict], policy, namespace: str,
+                            now: float) -> list[str]:
+    """Pure: nodes whose driver upgrade failed, or that have stayed in one state longer than its timeout allows
+    (from the controller's start-time annotation, else from its latest GPUDriverUpgrade event on the node; a state
+    whose start is unknown is not called stuck)."""
+    limits = {"validation-required": VALIDATION_TIMEOUT,
+              "wait-for-jobs-required": policy.wait_for_jobs_timeout,
+              "pod-deletion-required": policy.gpu_pod_deletion_timeout,
+              "drain-required": policy.drain_timeout if policy.drain else 0}
+    problems = []
+    for name, node in sorted(nodes.items()):
+        meta = (node or {}).get("metadata") or {}
+        state = (meta.get("labels") or {}).get(UPGRADE_STATE)
+        if state == "upgrade-failed":
+            problems.append(f"the driver upgrade failed on {name}: read the nvidia-driver-daemonset pod's log there "
+                            f"and the nvidia-operator-validator's init containers (kubectl -n {namespace} get pods -o "
+                            f"wide --field-selector spec.nodeName={name}); once fixed, label the node "
+                            f"{UPGRADE_STATE}=upgrade-required to retry")
+            continue
+        limit = limits.get(state or "", 0)
+        since = _state_since(name, state, meta.get("annotations") or {}, events) if limit else None
+        if since is not None and now - since > limit + SLACK:
+            problems.append(f"{name} has been in driver upgrade state {state} for {int((now - since) // 60)} min, "
+                            f"longer than its {limit}s timeout: kubectl describe node {name} (events), and the "
+                            f"pods on it that the upgrade waits for (gpu_operator.driver_upgrade)")
+    return problems
+
+
+def _state_since(name: str, state: str, annotations: dict, events: list[dict]) -> float | None:
+    stamp = annotations.get(UPGRADE_STARTED.get(state, ""), "")
+    if stamp.isdigit():
+        return float(stamp)
+    from ..objects import parse_time
+    times = [parse_time(e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get(
+        "creationTimestamp")) for e in events
+        if (e.get("involvedObject") or {}).get("name") == name and f"[{state}]" in (e.get("message") or "")]
+    times = [t for t in times if t is not None]
+    return max(times).timestamp() if times else None
+
+
 def _operand_of(pod: dict) -> str:
     for ref in pod["metadata"].get("ownerReferences") or []:
         if ref.get("kind") == "DaemonSet":
             return ref.get("name", "")
     return pod["metadata"]["name"].rsplit("-", 1)[0]
+
+
+CRD_GROUPS = ("nvidia.com", "resource.nvidia.com", "nfd.k8s-sigs.io")  # the chart's CRDs (and NFD's)
+
+
+def downgrade_refusal(section, name: str, release: dict, version: str) -> str:
+    """Why a planned downgrade is refused ('' when it is no downgrade, or `<name>.allow_downgrade` is set)."""
+    if not release.get("downgrade") or section.allow_downgrade:
+        return ""
+    return (f"{section.release} {release['installed']} is installed, newer than the {version} the config asks for "
+            f"(a pinned {name}.version, a local chart, or an older gpu-bootstrap's default): a downgrade is refused, "
+            f"since CRDs and the objects stored with them do not go back — pin {name}.version to "
+            f"{release['installed']}, or set {name}.allow_downgrade: true to downgrade anyway")
 
 
 @dataclass(frozen=True)
@@ -103,6 +165,7 @@ class OperatorFacts:
     kube_version: str
     choice: versions.Choice  # the release line and the rule that chose it
     namespace: str = "ours"  # the release's namespace: missing (we create it, labelled ours), ours, or theirs
+    crds: object = None  # render.crds.CrdPlan: the chart's CRDs to apply before the release
 
 
 class GpuOperator(Step):
@@ -226,13 +289,20 @@ class GpuOperator(Step):
                                    f"({'; '.join(changes)}), which restarts its operands there — rerun with "
                                    f"--allow-operand-restart to apply it, or check the node facts first "
                                    f"(gpu-bootstrap doctor)")
+        if refused := downgrade_refusal(section, "gpu_operator", release, version):
+            return Check(FAIL, refused)
+        from ..chart_crds import plan_crds
+        crds = plan_crds(ctx, chart, version, release, CRD_GROUPS)
         facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice,
-                              namespace)
-        warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings)
-        if release["up_to_date"] and not label_patches:
+                              namespace, crds)
+        warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings) + crds.kept
+        if release["up_to_date"] and not label_patches and not crds.changes:
             return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts,
                          warnings=warnings)
-        return Check(WARN, f"{section.release} {version}: {release['reason']}", facts=facts, warnings=warnings)
+        todo = release["reason"] if not release["up_to_date"] else "up to date"
+        if crds.changes:
+            todo += f"; {len(crds.changes)} CRD(s) to apply first"
+        return Check(WARN, f"{section.release} {version}: {todo}", facts=facts, warnings=warnings)
 
     def _release_state(self, ctx, status: dict | None, chart: Chart, version: str, values: dict | None) -> dict:
         """Is the deployed release (helm status) what we would deploy? values=None: no node facts (doctor
@@ -249,7 +319,9 @@ class GpuOperator(Step):
         if state != "deployed":
             return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
         if installed.lstrip("v") != version.lstrip("v"):
-            return {"up_to_date": False, "reason": f"upgrade from {installed}", "installed": installed}
+            verb = "downgrade" if versions.version_tuple(version) < versions.version_tuple(installed) else "upgrade"
+            return {"up_to_date": False, "reason": f"{verb} {installed} → {version}", "installed": installed,
+                    "downgrade": verb == "downgrade"}
         if values is None:
             return {"up_to_date": True, "reason": "deployed (values not compared without node facts)",
                     "installed": installed}
@@ -281,6 +353,8 @@ class GpuOperator(Step):
                                   "the release's namespace, labelled as ours so that teardown removes it",
                                   {"apiVersion": "v1", "kind": "Namespace",
                                    "metadata": {"name": section.namespace, "labels": dict(MANAGED)}}))
+        from ..chart_crds import crd_changes
+        changes += crd_changes(facts.crds, f"gpu-operator {facts.version}")
         if not facts.release["up_to_date"]:
             plan = facts.values
             action = "install" if facts.release["installed"] is None else facts.release["reason"]
@@ -329,8 +403,32 @@ class GpuOperator(Step):
         if check.status == FAIL or check.facts.release.get("installed") is None:
             return [check]
         problems = self.operand_problems(ctx)
-        return [check, Check(WARN if problems else PASS, "; ".join(problems[:4]) if problems else
-                             "operands ready on every GPU node")]
+        checks = [check, Check(WARN if problems else PASS, "; ".join(problems[:4]) if problems else
+                               "operands ready on every GPU node")]
+        upgrade = self._driver_upgrade(ctx)
+        return checks + ([upgrade] if upgrade else [])
+
+    def _driver_upgrade(self, ctx) -> Check | None:
+        """The operator's driver upgrade on the GPU nodes: None while no node carries an upgrade state."""
+        section = ctx.config.gpu_operator
+        nodes = {n.name: ctx.kube.get("v1", "Node", n.name) for n in ctx.config.nodes}
+        states = {name: ((node or {}).get("metadata", {}).get("labels") or {}).get(UPGRADE_STATE)
+                  for name, node in nodes.items()}
+        if not any(states.values()):
+            return None
+        from ..errors import ClusterError, Unknown
+        try:
+            events = ctx.kube.list("v1", "Event", field_selector="involvedObject.kind=Node,reason=GPUDriverUpgrade")
+        except (ClusterError, Unknown):  # events unreadable: a state's age is unknown, which is not "stuck"
+            events = []
+        problems = driver_upgrade_problems(nodes, events, section.driver_upgrade, section.namespace, time.time())
+        if problems:
+            return Check(WARN, "; ".join(problems[:4]))
+        counts: dict[str, int] = {}
+        for state in states.values():
+            counts[state or "none"] = counts.get(state or "none", 0) + 1
+        shown = ", ".join(f"{n} node(s) {state}" for state, n in sorted(counts.items()))
+        return Check(PASS, f"driver upgrade: {shown}")
 
     # --- undo -------------------------------------------------------------------------------------------------------
     def undo_plan(self, ctx) -> list[Change]:

@@ -29,6 +29,7 @@ PROMETHEUS_CRD = "prometheuses.monitoring.coreos.com"
 RULE_CRD = "prometheusrules.monitoring.coreos.com"
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 MONITORING_API = "monitoring.coreos.com/v1"
+CRD_GROUPS = ("monitoring.coreos.com",)  # the chart's CRDs (its crds subchart)
 DCGM_SERVICE = "nvidia-dcgm-exporter"
 
 
@@ -140,6 +141,7 @@ class MonitoringFacts:
     values: ValuesPlan | None = None
     release: dict = field(default_factory=dict)  # up_to_date, reason, installed, pending (install mode)
     namespace: str = "theirs"  # install mode: the stack's namespace is "missing", "ours" (we created it) or "theirs"
+    crds: object = None  # render.crds.CrdPlan: the chart's CRDs to apply before the release (install mode)
 
 
 class Monitoring(Step):
@@ -209,6 +211,10 @@ class Monitoring(Step):
         todo = []
         if target.mode == "install" and not facts.release.get("up_to_date"):
             todo.append(f"{section.release} {facts.version}: {facts.release.get('reason')}")
+        if facts.crds is not None:
+            warnings += facts.crds.kept
+            if facts.crds.changes:
+                todo.append(f"{len(facts.crds.changes)} CRD(s) to apply before the release")
         if facts.drift or facts.leftovers:
             missing = sum(1 for why in facts.drift.values() if why == "missing")
             counts = [(missing, "to create"), (len(facts.drift) - missing, "to update"),
@@ -221,7 +227,8 @@ class Monitoring(Step):
 
     def _facts(self, ctx, target: render.Target) -> MonitoringFacts:
         section = ctx.config.monitoring
-        desired = render.objects(target)
+        from ..render.gpu_alerts import settings_from
+        desired = render.objects(target, settings_from(ctx.config))
         rules_served = _crd(ctx, RULE_CRD)
         drift = {}
         for obj in desired:
@@ -242,9 +249,14 @@ class Monitoring(Step):
             no_room = no_room_warning(ctx.kube.list("v1", "Node"), ctx.config, ctx.options.playbook)
             plan = render.stack_values(section, toleration_for(gpu_taint(ctx.config, ctx.options.playbook))
                                        if no_room else None, ctx.config.registry)
-            facts.update(chart=chart, version=version, choice=choice, values=plan,
-                         release=self._release_state(ctx, chart, version, plan.merged),
-                         namespace=_namespace_state(ctx, section.namespace))
+            release = self._release_state(ctx, chart, version, plan.merged)
+            from .gpu_operator import downgrade_refusal
+            if refused := downgrade_refusal(section, "monitoring", release, version):
+                raise MonitoringProblem(refused)
+            from ..chart_crds import plan_crds
+            facts.update(chart=chart, version=version, choice=choice, values=plan, release=release,
+                         namespace=_namespace_state(ctx, section.namespace),
+                         crds=plan_crds(ctx, chart, version, release, CRD_GROUPS))
         return MonitoringFacts(**facts)
 
     def _release_state(self, ctx, chart: Chart, version: str, values: dict) -> dict:
@@ -265,7 +277,9 @@ class Monitoring(Step):
         if state != "deployed":
             return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
         if installed.lstrip("v") != version.lstrip("v"):
-            return {"up_to_date": False, "reason": f"upgrade from {installed}", "installed": installed}
+            verb = "downgrade" if versions.version_tuple(version) < versions.version_tuple(installed) else "upgrade"
+            return {"up_to_date": False, "reason": f"{verb} {installed} → {version}", "installed": installed,
+                    "downgrade": verb == "downgrade"}
         if (status.get("config") or {}) != values:
             return {"up_to_date": False, "reason": "values changed", "installed": installed}
         return {"up_to_date": True, "reason": "up to date", "installed": installed}
@@ -301,6 +315,8 @@ class Monitoring(Step):
                                       "a helm run was interrupted; helm refuses new operations until it is cleared",
                                       {"release": section.release, "namespace": section.namespace,
                                        "timeout": f"{section.wait_timeout}s"}))
+            from ..chart_crds import crd_changes
+            changes += crd_changes(facts.crds, f"kube-prometheus-stack {facts.version}")
             if not facts.release.get("up_to_date"):
                 plan = facts.values
                 action = "install" if facts.release.get("installed") is None else facts.release["reason"]

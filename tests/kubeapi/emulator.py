@@ -218,6 +218,28 @@ class Emulator:
     def register_scheduler(self, name: str) -> None:
         self.controllers.register_scheduler(name)
 
+    def upgrade_control_plane(self, kube_version: str) -> None:
+        """A Kubernetes upgrade of the cluster (kubeadm upgrade apply, then the kubelets): /version answers the new
+        version, the built-in kinds new in it are served, objects are validated against its schemas, and the nodes
+        report the new kubelet version. Stored objects are kept, as on a real upgrade."""
+        from .resources import BUILTIN
+        with self.store.lock:
+            self.kube_version = kube_version.lstrip("v")
+            self.kube_minor = int(self.kube_version.split(".")[1])
+            self.controllers.kube_version = self.kube_version
+            self.table.kube_minor = self.kube_minor
+            for rt in BUILTIN:
+                if self.kube_minor >= rt.min_minor and self.table.lookup(rt.group, rt.version, rt.plural) is None:
+                    self.table.add(rt)
+            self.schemas.__init__(self.kube_minor)  # shared with the store and the OpenAPI documents
+            nodes = self.resource("nodes")
+            for node in self.store.list(nodes, None, "")[0]:
+                body = jcopy(node)
+                info = body["status"]["nodeInfo"]
+                info["kubeletVersion"] = info["kubeProxyVersion"] = f"v{self.kube_version}"
+                self.store.update(nodes, None, node["metadata"]["name"], body,
+                                  WriteOptions(manager="kubelet", subresource="status"))
+
     def settle(self, timeout: float = 10.0) -> bool:
         return self.controllers.settle(timeout)
 

@@ -134,6 +134,14 @@ class LocalPrometheus:
         assert answer["status"] == "success", answer
         return answer["data"]["result"]
 
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        params = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
+        with urllib.request.urlopen(f"{self.url}/api/v1/query_range?{urllib.parse.urlencode(params)}",
+                                    timeout=60) as r:
+            answer = json.loads(r.read())
+        assert answer["status"] == "success", answer
+        return answer["data"]["result"]
+
     def reload(self, config: str, wait_for: str = "") -> None:
         """New prometheus.yml, applied with SIGHUP (as the Prometheus Operator's config reloader does)."""
         (self.folder / "prometheus.yml").write_text(config)
