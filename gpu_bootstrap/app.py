@@ -151,8 +151,8 @@ def check_kubeconfig(path: Path | None, context: str | None) -> Path | None:
     existing = [p for p in candidates if p.is_file()]
     if not existing:
         raise ConfigError(f"kubeconfig {', '.join(map(str, candidates))} not found",
-                          "pass --kubeconfig FILE, set cluster.kubeconfig or KUBECONFIG, or plan without a cluster: "
-                          "up --dry-run --offline")
+                          "pass --kubeconfig FILE, set cluster.kubeconfig or KUBECONFIG, or work without a cluster: "
+                          "up --dry-run --offline (the plan), doctor --no-cluster (the nodes only)")
     if context:
         import yaml
         names = []

@@ -62,6 +62,16 @@ def test_a_missing_kubeconfig_is_bad_input_naming_the_path(tmp_path):
     assert f"kubeconfig {missing} not found" in " ".join(result.output.split())
 
 
+@pytest.mark.unit
+def test_doctor_without_a_kubeconfig_suggests_checking_the_nodes_only(tmp_path):
+    missing = tmp_path / "nope" / "kubeconfig"
+    result = invoke("doctor", "-c", str(ROOT / "examples" / "minimal.yaml"), "--kubeconfig", str(missing),
+                    tmp_path=tmp_path)
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "doctor --no-cluster" in text and "up --dry-run --offline" in text
+
+
 def test_an_unknown_context_lists_the_ones_there_are(cluster, tmp_path):
     result = invoke("doctor", "-c", str(ROOT / "examples" / "minimal.yaml"), "--kubeconfig", str(cluster.kubeconfig),
                     "--context", "staging", "--no-nodes", tmp_path=tmp_path)
