@@ -10,6 +10,7 @@ import hashlib
 from ..versions import minor_of
 from . import admission_policy as policy_render
 from . import certificates as certs
+from . import pod_security
 
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "admission"}
 OWNED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap,app.kubernetes.io/component=admission"
@@ -57,7 +58,8 @@ def digest(text: str) -> str:
 def namespace(config) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace",
             "metadata": _meta(config.admission.opa.namespace, extra_labels={
-                policy_render.IGNORE_LABEL: policy_render.IGNORE_VALUE})}
+                policy_render.IGNORE_LABEL: policy_render.IGNORE_VALUE,
+                pod_security.ENFORCE: pod_security.RESTRICTED})}  # OPA's pods pass the restricted profile
 
 
 def policy_configmap(config) -> dict:

@@ -21,6 +21,7 @@ from ..objects import differences, pod_ready, toleration_for
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..refs import Chart
 from ..render import monitoring as render
+from ..render import pod_security
 from ..render.gpu_operator_values import ValuesPlan
 from .node_prep import gpu_taint, no_room_warning
 
@@ -29,6 +30,7 @@ RULE_CRD = "prometheusrules.monitoring.coreos.com"
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 MONITORING_API = "monitoring.coreos.com/v1"
 DCGM_SERVICE = "nvidia-dcgm-exporter"
+PRIVILEGED_WHY = "install mode: kube-prometheus-stack's node-exporter uses the host's network, PID namespace and files"
 
 
 class MonitoringProblem(Exception):
@@ -138,6 +140,7 @@ class MonitoringFacts:
     choice: versions.Choice | None = None
     values: ValuesPlan | None = None
     release: dict = field(default_factory=dict)  # up_to_date, reason, installed, pending (install mode)
+    namespace: pod_security.NamespaceDecision | None = None  # the stack's namespace, labelled privileged (install mode)
 
 
 class Monitoring(Step):
@@ -204,6 +207,10 @@ class Monitoring(Step):
                             "kube-state-metrics to export the node labels nvidia.com/gpu.present and "
                             "nvidia.com/gpu.product (--metric-labels-allowlist=nodes=[...])")
         todo = []
+        if facts.namespace is not None:
+            warnings += [facts.namespace.advice] if facts.namespace.advice else []
+            if facts.namespace.action == "label":
+                todo.append(f"namespace {section.namespace} needs {pod_security.ENFORCE}=privileged")
         if target.mode == "install" and not facts.release.get("up_to_date"):
             todo.append(f"{section.release} {facts.version}: {facts.release.get('reason')}")
         if facts.drift or facts.leftovers:
@@ -240,7 +247,10 @@ class Monitoring(Step):
             plan = render.stack_values(section, toleration_for(gpu_taint(ctx.config, ctx.options.playbook))
                                        if no_room else None)
             facts.update(chart=chart, version=version, choice=choice, values=plan,
-                         release=self._release_state(ctx, chart, version, plan.merged))
+                         release=self._release_state(ctx, chart, version, plan.merged),
+                         namespace=pod_security.decide(section.namespace,
+                                                       ctx.kube.get("v1", "Namespace", section.namespace),
+                                                       pod_security.PRIVILEGED, PRIVILEGED_WHY))
         return MonitoringFacts(**facts)
 
     def _release_state(self, ctx, chart: Chart, version: str, values: dict) -> dict:
@@ -287,6 +297,8 @@ class Monitoring(Step):
                   f"(the same values)"]
         if target.mode == "install":
             release = Ref.release(section.release, section.namespace)
+            if facts.namespace is not None and (parts := facts.namespace.change()):
+                changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.namespace), *parts))
             if facts.release.get("pending"):
                 changes.append(Change(Verb.HELM_RECOVER, release, f"clear the {facts.release['pending']} state",
                                       "a helm run was interrupted; helm refuses new operations until it is cleared",
@@ -479,6 +491,9 @@ class Monitoring(Step):
                                                                crd["metadata"]["name"]),
                                               "delete the CRD and every object of it",
                                               "--purge-crds (gpu-bootstrap installed the stack that brought it)"))
+        if pod_security.ownership(ctx.kube.get("v1", "Namespace", section.namespace)) == "ours":
+            changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", section.namespace), "remove",
+                                  "the namespace gpu-bootstrap created for the stack"))
         return changes
 
 
