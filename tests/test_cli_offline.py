@@ -48,7 +48,7 @@ def test_offline_json_document(tmp_path):
     assert document["ok"] is True
     assert [(s["id"], s["status"], s["changes"]) for s in document["steps"]] == [
         ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-pools", "skipped", 0),
-        ("monitoring", "planned", 7), ("gpu-operator", "planned", 4), ("binpack-scheduler", "planned", 9),
+        ("monitoring", "planned", 8), ("gpu-operator", "planned", 4), ("binpack-scheduler", "planned", 9),
         ("admission-opa", "planned", 7), ("admission", "planned", 3), ("validate", "planned", 3)]
     assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
                                                "saved 'gpu-bootstrap doctor -o json') to plan with them")

@@ -33,7 +33,8 @@ def test_the_owned_selector_selects_exactly_the_managed_labels():
 def test_opa_namespace_service_account_service_and_policy_are_exact():
     config = conf()
     assert render.namespace(config) == {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": NS, "labels": {**MANAGED, "gpu-bootstrap.io/admission": "ignore"}}}
+        "name": NS, "labels": {**MANAGED, "gpu-bootstrap.io/admission": "ignore",
+                               "pod-security.kubernetes.io/enforce": "restricted"}}}
     assert render.service_account(config) == {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": OWNED_META,
                                               "automountServiceAccountToken": False}
     assert render.service(config) == {"apiVersion": "v1", "kind": "Service", "metadata": OWNED_META, "spec": {
