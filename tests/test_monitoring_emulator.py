@@ -380,3 +380,36 @@ def test_a_run_killed_during_the_stack_install_converges_on_rerun(cluster, tmp_p
     [release] = json.loads(cluster.helm("list", "-A", "-o", "json").stdout)
     assert release["status"] == "deployed"
     assert cluster.emu.get("prometheusrules", render.RULE_NAME, STACK_NS) is not None
+
+
+def test_a_refused_service_proxy_route_does_not_fail_a_running_prometheus(cluster, tmp_path):
+    """A private control plane: the API server cannot reach Prometheus (here its proxy forwards to a closed port, and
+    answers 503 'error trying to reach service: ... Connection refused'). Without a ready endpoint that is just a
+    Prometheus not up yet, and verify waits it out; with one, the step passes within a few answers, saying what it
+    could not verify and how to check it, instead of waiting the full wait_timeout and failing."""
+    import socket
+
+    from gpu_bootstrap.steps.monitoring import ROUTE_CONFIRMATIONS
+    preload_prometheus_operator(cluster)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    cluster.emu.proxy_service(OBSERVABILITY, "prometheus-operated", f"http://127.0.0.1:{closed}")
+    config = write_config(tmp_path, cluster)
+    config.write_text(config.read_text().replace("  wait_timeout: 60\n", "  wait_timeout: 10\n"))
+    result, document = cli("up", "-c", str(config), "--only", "monitoring", tmp_path=tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "not ready after 10s" in document["error"] and "Connection refused" in document["error"]
+    cluster.emu.seed({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "prometheus-main-0", "namespace": OBSERVABILITY, "labels": {"app.kubernetes.io/name": "prometheus"}},
+        "spec": {"nodeName": "cpu-1", "containers": [{"name": "prometheus", "image": "prom/prometheus"}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]}})
+    cluster.emu.settle()
+    cluster.emu.requests.clear()
+    result, document = cli("up", "-c", str(config), "--only", "monitoring", tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    text = message(document, "monitoring")
+    assert "Service observability/prometheus-operated has ready endpoints" in text
+    assert "not verified: Prometheus cannot be reached through the API server's service proxy" in text
+    assert "kubectl -n observability port-forward svc/prometheus-operated 9090:9090" in text
+    assert len([r for r in cluster.emu.requests.all() if r.verb == "proxy"]) == ROUTE_CONFIRMATIONS
