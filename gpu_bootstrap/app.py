@@ -218,6 +218,8 @@ def doctor(options: Options, node_names: str | None) -> DoctorReport:
             rows = [("cluster", check) for check in cluster_checks(ctx)]
             if all(check.status != FAIL for _name, check in rows):
                 rows += [(step.id, check) for step, check in runner.doctor()]
+                from . import hardening
+                rows += hardening.checks(ctx, {step.id for step in runner.steps})  # admission; OPA reachable
     finally:
         ctx.close()
     ok = all(check.status != FAIL for _name, check in rows) and all(r.ok for r in reports)
