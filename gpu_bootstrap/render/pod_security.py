@@ -57,6 +57,7 @@ class NamespaceDecision:
     state: str  # missing / ours / theirs
     action: str
     advice: str = ""
+    purpose: str = "the namespace"
 
     def change(self, extra_labels: dict | None = None) -> tuple[str, str, dict] | None:
         """(what, why, manifest) of the namespace change to apply, or None."""
@@ -64,24 +65,24 @@ class NamespaceDecision:
             return None
         label = f"{ENFORCE}={self.level}"
         if self.action == "create":
-            return "create", f"labelled as ours (teardown removes it) and {label}: {self.why}", \
+            return "create", f"{self.purpose}, labelled as ours so that teardown removes it, and {label}: {self.why}", \
                 namespace(self.name, self.level, extra_labels)
         return f"label {label}", self.why, namespace(self.name, self.level, extra_labels)
 
 
-def decide(name: str, live: dict | None, level: str, why: str) -> NamespaceDecision:
+def decide(name: str, live: dict | None, level: str, why: str, purpose: str = "the namespace") -> NamespaceDecision:
     """Create a missing namespace labelled `level`, label ours when its label differs, and never touch theirs: for a
     namespace that is not ours and not labelled `level`, `advice` says which label it needs (only a `privileged`
     need is worth saying: our restricted pods pass any level)."""
     state = ownership(live)
     if state == "missing":
-        return NamespaceDecision(name, level, why, state, "create")
+        return NamespaceDecision(name, level, why, state, "create", purpose=purpose)
     current = enforced(live)
     if state == "ours":
-        return NamespaceDecision(name, level, why, state, "label" if current != level else "none")
+        return NamespaceDecision(name, level, why, state, "label" if current != level else "none", purpose=purpose)
     advice = ""
     if level == PRIVILEGED and current != PRIVILEGED:
         advice = (f"namespace {name} is not gpu-bootstrap's, so it is not relabelled; it needs {ENFORCE}={level} "
                   f"({why}; now {current or 'unlabelled: the cluster default applies'}): "
                   f"kubectl label namespace {name} {ENFORCE}={level}")
-    return NamespaceDecision(name, level, why, state, "none", advice)
+    return NamespaceDecision(name, level, why, state, "none", advice, purpose)

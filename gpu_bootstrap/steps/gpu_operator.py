@@ -26,8 +26,7 @@ LABELS_ANNOTATION = "gpu-bootstrap.io/gpu-operator"
 BEFORE_ANNOTATION = "gpu-bootstrap.io/labels-before-gpu-operator"  # operator/NFD labels a node had before it
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}  # on the release's metadata and on its namespace
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap"
-PRIVILEGED_WHY = ("the release's namespace: the operator's driver, container-toolkit, device-plugin and DCGM pods use "
-                  "the host (NVIDIA's advice: label it privileged)")
+PRIVILEGED_WHY = "the operator's driver, container-toolkit, device-plugin and DCGM pods use the host (NVIDIA's advice)"
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 OPERAND_FIXES = {
     "nvidia-driver-daemonset": "if the driver is already on the host set gpu_operator.driver_management: host "
@@ -216,7 +215,7 @@ class GpuOperator(Step):
         if not ours and release["up_to_date"]:  # adopt: one upgrade records that the release is now ours
             release = {**release, "up_to_date": False, "reason": "to adopt (gpu_operator.adopt: true)"}
         ns_plan = pod_security.decide(section.namespace, ctx.kube.get("v1", "Namespace", section.namespace),
-                                      pod_security.PRIVILEGED, PRIVILEGED_WHY)
+                                      pod_security.PRIVILEGED, PRIVILEGED_WHY, "the release's namespace")
         namespace = ns_plan.state
         if release["installed"] and not release["up_to_date"] and not ctx.options.allow_operand_restart:
             if changes := values_render.restarts(deployed or {}, plan.merged):

@@ -30,7 +30,7 @@ RULE_CRD = "prometheusrules.monitoring.coreos.com"
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 MONITORING_API = "monitoring.coreos.com/v1"
 DCGM_SERVICE = "nvidia-dcgm-exporter"
-PRIVILEGED_WHY = "install mode: kube-prometheus-stack's node-exporter uses the host's network, PID namespace and files"
+PRIVILEGED_WHY = "kube-prometheus-stack's node-exporter uses the host's network, PID namespace and files"
 
 
 class MonitoringProblem(Exception):
@@ -250,7 +250,8 @@ class Monitoring(Step):
                          release=self._release_state(ctx, chart, version, plan.merged),
                          namespace=pod_security.decide(section.namespace,
                                                        ctx.kube.get("v1", "Namespace", section.namespace),
-                                                       pod_security.PRIVILEGED, PRIVILEGED_WHY))
+                                                       pod_security.PRIVILEGED, PRIVILEGED_WHY,
+                                                       "the stack's namespace (install mode)"))
         return MonitoringFacts(**facts)
 
     def _release_state(self, ctx, chart: Chart, version: str, values: dict) -> dict:

@@ -136,13 +136,32 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
     def _authenticate(self) -> None:
+        """The emulator's own certificate and token are cluster-admin (self._user None); a token made with
+        Emulator.add_token is its user, whose requests RBAC authorizes (tests/kubeapi/rbac.py)."""
         emulator = self.server.emulator
+        self._user = None
         if self.connection.getpeercert():
             return
         header = self.headers.get("Authorization", "")
         if header == f"Bearer {emulator.token}":
             return
+        if header.startswith("Bearer ") and (name := emulator.rbac_tokens.get(header[len("Bearer "):])):
+            from .rbac import User
+            self._user = User.of(name)
+            return
         raise ApiError(401, "Unauthorized")
+
+    def _authorize(self, verb: str, group: str, resource: str, subresource: str = "", namespace: str | None = None,
+                   name: str = "") -> None:
+        from .rbac import Attributes, allowed, forbidden_message
+        emulator = self.server.emulator
+        attributes = self._record.access = Attributes(verb, group, resource, subresource, namespace or "", name)
+        if self._user is None:
+            return
+        if not allowed(emulator.store, emulator.table, self._user, attributes):
+            raise ApiError(403, forbidden_message(self._user, attributes), "Forbidden",
+                           {"name": name, "group": group, "kind": resource} if name else
+                           {"group": group, "kind": resource})
 
     def _send(self, code: int, payload: bytes, content_type: str, extra: dict | None = None) -> None:
         self._record.status = code
@@ -181,6 +200,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         if len(segments) >= 7 and segments[:3] == ["api", "v1", "namespaces"] and segments[4] == "services" and \
                 segments[6] == "proxy":
+            self._authorize(_verb(method, segments[5], "", query), "", "services", "proxy", segments[3], segments[5])
             return self._proxy(method, segments[3], segments[5], "/".join(segments[7:]), body)
         if segments[:2] == ["api", "v1"]:
             group, version, rest = "", "v1", segments[2:]
@@ -206,6 +226,7 @@ class Handler(BaseHTTPRequestHandler):
         if rt.kind == "SelfSubjectAccessReview":
             self._record.verb = "selfsubjectaccessreview"
             return self._access_review(self._decode(body))
+        self._authorize(self._record.verb, group, rt.plural, sub, namespace, name)
         handler = getattr(self, f"_{self._record.verb}")
         return handler(rt, namespace, name, sub, query, body)
 
@@ -521,6 +542,11 @@ class Handler(BaseHTTPRequestHandler):
         emulator = self.server.emulator
         attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
         denied = any(all(attributes.get(k) == v for k, v in rule.items()) for rule in emulator.store.denied_access)
+        if self._user is not None and not denied:
+            from .rbac import Attributes, allowed
+            denied = not allowed(emulator.store, emulator.table, self._user, Attributes(
+                attributes.get("verb", ""), attributes.get("group", ""), attributes.get("resource", ""),
+                attributes.get("subresource", ""), attributes.get("namespace", ""), attributes.get("name", "")))
         review = {**review, "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                   "metadata": {"creationTimestamp": None}, "status": {"allowed": not denied}}
         if denied:
