@@ -57,6 +57,20 @@ def test_every_pod_template_we_render_passes_restricted_and_every_namespace_is_l
     assert all(labels.get("app.kubernetes.io/managed-by") == "gpu-bootstrap" for labels in namespaces.values())
 
 
+@pytest.mark.unit
+def test_the_pods_we_only_dry_run_pass_restricted_too():
+    """The admission step's probe pods and doctor's restricted probe are rendered at run time, not into the render
+    dir; doctor's privileged probe is the one that must not pass (it stands for the gpu-operator's driver pod)."""
+    from gpu_bootstrap import hardening
+    from gpu_bootstrap.render.admission import sample_pod
+    pods = [sample_pod("p", "default"), sample_pod("p", "default", False), sample_pod("p", "default", True, "n1"),
+            hardening.restricted_pod("ns")]
+    assert [violations(p["spec"], p["metadata"], "restricted") for p in pods] == [[], [], [], []]
+    privileged = hardening.privileged_pod("ns")
+    assert [v.split(" (")[0] for v in violations(privileged["spec"], privileged["metadata"], "baseline")] == [
+        "host namespaces", "privileged", "hostPath volumes"]
+
+
 COMPLIANT = {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
              "containers": [{"name": "c", "image": "x", "securityContext": {
                  "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],

@@ -175,13 +175,17 @@ def test_the_policies_match_pod_creation_outside_the_exempt_namespaces():
 
 
 TOLERATE_ALL_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
-PAUSE = {"name": "probe", "image": "registry.k8s.io/pause:3.10"}
+PAUSE = {"name": "probe", "image": "registry.k8s.io/pause:3.10",
+         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+RESTRICTED = {"securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
+                                  "seccompProfile": {"type": "RuntimeDefault"}}, "automountServiceAccountToken": False}
 
 
 @pytest.mark.parametrize("args, spec", [
-    ((), {"containers": [{**PAUSE, "resources": {"limits": {"nvidia.com/gpu": 1}}}], "tolerations": TOLERATE_ALL_GPU}),
-    ((False,), {"containers": [PAUSE], "tolerations": TOLERATE_ALL_GPU}),
-    ((True, "gpu-1"), {"containers": [{**PAUSE, "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+    ((), {**RESTRICTED, "containers": [{**PAUSE, "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+          "tolerations": TOLERATE_ALL_GPU}),
+    ((False,), {**RESTRICTED, "containers": [PAUSE], "tolerations": TOLERATE_ALL_GPU}),
+    ((True, "gpu-1"), {**RESTRICTED, "containers": [{**PAUSE, "resources": {"limits": {"nvidia.com/gpu": 1}}}],
                        "tolerations": TOLERATE_ALL_GPU, "nodeName": "gpu-1"}),
 ])
 def test_the_sample_pods_are_exact(args, spec):

@@ -242,10 +242,13 @@ def mutating_policy(config, api_version: str) -> list[dict]:
 
 # --- the sample pods verify and doctor send as server-side dry runs ----------------------------------------------------
 def sample_pod(name: str, namespace: str, gpu: bool = True, node_name: str | None = None) -> dict:
-    container = {"name": "probe", "image": "registry.k8s.io/pause:3.10"}
+    container = {"name": "probe", "image": "registry.k8s.io/pause:3.10",
+                 "securityContext": pod_security.restricted_container()}
     if gpu:
         container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
-    spec = {"containers": [container], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+    # restricted: the namespace it is tried in may enforce it (gpu-bootstrap's own does)
+    spec = {"securityContext": pod_security.restricted_pod(65535), "automountServiceAccountToken": False,
+            "containers": [container], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
     if node_name:
         spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod",
