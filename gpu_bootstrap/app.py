@@ -305,3 +305,44 @@ def status(options: Options, status_options):
     from .adapters.kube import Kube
     kube = Kube(check_kubeconfig(sections.cluster.kubeconfig, sections.cluster.context), sections.cluster.context)
     return lambda: cluster_status.collect(kube, status_options, sections)
+
+
+# --- rbac: the least a command needs ------------------------------------------------------------------------------------
+def rbac(options: Options, command: str, service_account: str | None = None) -> str:
+    """YAML: the ClusterRole (and Roles) `command` needs for the configured steps of the playbook, with bindings to
+    `service_account` (namespace/name) when given."""
+    import re
+
+    import yaml
+
+    from . import rbac as rbac_module
+    from .render import pod_security
+    if service_account is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?",
+                                                        service_account):
+        raise UsageError(f"--service-account {service_account!r} is not NAMESPACE/NAME of a ServiceAccount",
+                         "e.g. --service-account ci/gpu-bootstrap")
+    if command == "status":
+        config, steps = None, []
+    else:
+        config = load_config(options)
+        steps = rbac_module.enabled_steps(config, list(load_playbook(options.playbook).steps))
+    docs = rbac_module.manifests(command, config, steps, service_account)
+    header = [f"# gpu-bootstrap rbac --for {command}: the least `{_command_line(command)}` needs"
+              + (f" for the steps {', '.join(steps)}" if steps else ""),
+              "# (generated; no `*` anywhere). Apply as a cluster admin: kubectl apply -f FILE"]
+    missing = [d["metadata"]["namespace"] for d in docs if d["kind"] == "Role" and
+               d["metadata"]["namespace"] not in ("default", "kube-system")]
+    if missing:
+        privileged = {config.gpu_operator.namespace} | (
+            {config.monitoring.namespace} if config.monitoring.mode != "attach" else set())
+        header.append("# The Roles live in namespaces `up` creates. Before the first run, create those as "
+                      "gpu-bootstrap's (so that up adopts and labels them):")
+        for namespace in missing:
+            level = pod_security.PRIVILEGED if namespace in privileged else pod_security.RESTRICTED
+            header.append(f"#   kubectl create namespace {namespace} && kubectl label namespace {namespace} "
+                          f"app.kubernetes.io/managed-by=gpu-bootstrap {pod_security.ENFORCE}={level}")
+    return "\n".join(header) + "\n" + yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _command_line(command: str) -> str:
+    return {"dry-run": "gpu-bootstrap up --dry-run"}.get(command, f"gpu-bootstrap {command}")
