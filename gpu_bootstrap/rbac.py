@@ -129,7 +129,7 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             WRITE: [need("", "nodes", "patch"), need("", "namespaces", APPLY),
                     *_chart("gpu-operator", "operator", APPLY)],
             RUN: [*_chart("gpu-operator", "operator", HELM), need("", "pods", "list", "operator")],
-            DOCTOR: [need("apps", "daemonsets", "list", "operator"), need("", "pods", "list", "operator")]},
+            DOCTOR: [need("apps", "daemonsets", "list", "operator"), need("", "pods", "list create", "operator")]},
         "binpack-scheduler": {
             READ: [need("", "serviceaccounts configmaps", "get list", "scheduler"),
                    need("apps", "deployments", "get list", "scheduler"),

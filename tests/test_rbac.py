@@ -163,6 +163,7 @@ def refused(cluster) -> list[str]:
 
 
 @pytest.mark.tools
+@pytest.mark.slow
 @pytest.mark.usefixtures("helm_on_path")
 def test_up_dry_run_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_path):
     config = write_config(tmp_path)
@@ -181,6 +182,7 @@ def test_up_dry_run_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp
 
 
 @pytest.mark.tools
+@pytest.mark.slow
 @pytest.mark.usefixtures("helm_on_path")
 def test_doctor_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_path):
     config = write_config(tmp_path)
@@ -193,11 +195,11 @@ def test_doctor_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_pat
     # its SelfSubjectAccessReviews say it may not run `up` (a warning), and nothing it read was refused
     assert messages["missing permissions"] == "warn", document
     assert not [c for c in document["checks"] if "forbidden" in c["message"]], document
-    user = grant(cluster, config, "doctor", tmp_path, drop=("Role", "gpu-bootstrap", "configmaps", "get"))
+    user = grant(cluster, config, "doctor", tmp_path, drop=("ClusterRole", "", "configmaps", "get"))
     result, document = run_as(user, config, tmp_path, "doctor")
     assert result.exit_code == 1
     assert ('configmaps "gpu-bootstrap-state" is forbidden: User "system:serviceaccount:ci:gpu-bootstrap" cannot get '
-            'resource "configmaps" in API group "" in the namespace "gpu-bootstrap"') in json.dumps(document)
+            'resource "configmaps" in API group "" in the namespace "gpu-bootstrap"') in document["error"]
 
 
 def test_status_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_path):
@@ -211,4 +213,4 @@ def test_status_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_pat
     result, document = run_as(user, config, tmp_path, "status")
     assert result.exit_code == 1, result.output
     assert ('nodes is forbidden: User "system:serviceaccount:ci:gpu-bootstrap" cannot list resource "nodes" in API '
-            'group "" at the cluster scope') in result.output.replace("\n", " ") + json.dumps(document)
+            'group "" at the cluster scope') in (document or {}).get("error", result.output)
