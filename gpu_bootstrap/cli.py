@@ -225,8 +225,8 @@ def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
 
     [bold]Examples[/]
 
-      gpu-bootstrap rbac --for dry-run --service-account ci/gpu-bootstrap | kubectl apply -f -
-      gpu-bootstrap rbac --for up > rbac.yaml
+      gpu-bootstrap rbac --for dry-run --service-account ci/gpu-bootstrap > rbac.yaml
+      gpu-bootstrap rbac --for status | kubectl apply -f -
     """
     def body():
         from . import app as application

@@ -30,7 +30,7 @@ def test_version_flag_and_command_agree():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("command", ["up", "doctor", "teardown", "simulate", "init"])
+@pytest.mark.parametrize("command", ["up", "doctor", "teardown", "simulate", "init", "rbac"])
 def test_help_shows_no_placeholder_after_a_flag_and_examples_stay_on_one_line(command):
     result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
     assert result.exit_code == 0

@@ -214,3 +214,29 @@ def test_status_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_pat
     assert result.exit_code == 1, result.output
     assert ('nodes is forbidden: User "system:serviceaccount:ci:gpu-bootstrap" cannot list resource "nodes" in API '
             'group "" at the cluster scope') in (document or {}).get("error", result.output)
+
+
+def _plural(kind: str) -> str:
+    lower = kind.lower()
+    return lower[:-1] + "ies" if lower.endswith("y") else lower + "es" if lower.endswith("s") else lower + "s"
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("step, archive", [("gpu-operator", "gpu-operator-v26.7.0.tgz"),
+                                           ("gpu-operator", "gpu-operator-v25.10.1.tgz"),
+                                           ("monitoring", "kube-prometheus-stack-88.5.3.tgz")])
+def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
+    """The charts' objects are granted by kind (rbac.CHART_KINDS): every kind the chart renders (hooks and CRDs
+    included), and whether it is namespaced, must be there."""
+    from tests.tools import tool
+    helm = tool("helm")
+    import subprocess
+    rendered = subprocess.run([helm, "template", "x", str(chart(archive)), "--namespace", "ns", "--kube-version",
+                               "1.33.0", "--include-crds"], capture_output=True, text=True, check=True).stdout
+    found = set()
+    for doc in yaml.load_all(rendered, Loader=yaml.BaseLoader):  # (a CRD holds "- =", which SafeLoader refuses)
+        if isinstance(doc, dict) and doc.get("kind"):
+            group = doc["apiVersion"].rpartition("/")[0]
+            found.add((group, _plural(doc["kind"]), bool(doc["metadata"].get("namespace"))
+                       or doc["kind"] in ("ServiceAccount", "ConfigMap", "Secret", "Service", "Job")))
+    assert found - set(rbac_module.CHART_KINDS[step]) == set()
