@@ -225,7 +225,7 @@ def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
 
     [bold]Examples[/]
 
-      gpu-bootstrap rbac --for dry-run --service-account ci/gpu-bootstrap > rbac.yaml
+      gpu-bootstrap rbac --for dry-run --service-account ci/ci > rbac.yaml
       gpu-bootstrap rbac --for status | kubectl apply -f -
     """
     def body():
