@@ -73,6 +73,8 @@ def _chart(step: str, scope: str, verbs: tuple[str, ...]) -> list[Need]:
     out = [Need(group, (resource,), verbs, scope if namespaced else CLUSTER)
            for group, resource, namespaced in CHART_KINDS[step]]
     out += [Need(group, (resource,), verbs, where) for group, resource, where in CHART_ELSEWHERE.get(step, [])]
+    if verbs == HELM:  # helm --wait follows a Deployment through its ReplicaSets and pods
+        out += [need("apps", "replicasets", "get list watch", scope), need("", "pods", "get list watch", scope)]
     return out + [need("", "secrets", ("get", "list") if verbs == APPLY else verbs, scope)]
 
 

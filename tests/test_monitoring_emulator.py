@@ -21,6 +21,7 @@ from gpu_bootstrap.render import monitoring as render
 from tests.conftest import chart
 from tests.monitoring.live import LocalPrometheus, StandInExporter, scrape_config
 from tests.nodes.reports import write_report
+from tests.test_rbac import uncovered
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
@@ -95,6 +96,8 @@ def test_one_up_installs_the_stack_and_the_operator_creates_the_dcgm_servicemoni
     cluster.emu.proxy_service(STACK_NS, STACK_SERVICE, prometheus.url)
     result, document = cli("up", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
+    # every request of a whole `up` (helm's included) is one the role `gpu-bootstrap rbac --for up` grants (#23)
+    assert uncovered(cluster.emu.requests.all(), "up", write_config(tmp_path, cluster)) == []
     assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-pools": "skipped", "monitoring": "applied",
                                   "gpu-operator": "applied", "binpack-scheduler": "applied", "admission-opa": "applied",
                                   "admission": "applied", "validate": "skipped"}
@@ -128,9 +131,11 @@ def test_one_up_installs_the_stack_and_the_operator_creates_the_dcgm_servicemoni
                                                                    "resources": {"limits": {"nvidia.com/gpu": 4}}}],
                                "tolerations": [{"operator": "Exists"}]}})
     cluster.emu.settle()
+    cluster.emu.requests.clear()
     result, document = cli("doctor", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
     checks = [c for c in document["checks"] if c["id"] == "monitoring"]
     assert [c["status"] for c in checks] == ["pass", "pass"], checks
+    assert uncovered(cluster.emu.requests.all(), "doctor", write_config(tmp_path, cluster)) == []
     assert checks[1]["message"] == ("DCGM exporter scraped on every GPU node (2); series carry namespace/pod for the "
                                     "1 running GPU pod(s)")
     # an exporter that stops mapping GPUs to pods is named

@@ -46,6 +46,22 @@ def generate(command: str, config: Path) -> tuple[str, list[dict]]:
     return result.stdout, [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
+def uncovered(requests, command: str, config_path: Path) -> list[str]:
+    """The recorded requests the role generated for `command` would refuse (each as the emulator logged it)."""
+    from tests.kubeapi.rbac import _matches
+    config = load(config_path)
+    found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
+    out = []
+    for request in requests:
+        access = request.access
+        if access is None or (access.group, access.resource) == ("authorization.k8s.io", "selfsubjectaccessreviews"):
+            continue
+        rules = found.cluster + found.namespaced.get(access.namespace, [])
+        if not any(_matches(rule, access) for rule in rules):
+            out.append(f"{access.verb} {access.full_resource}.{access.group} in {access.namespace or 'the cluster'}")
+    return sorted(set(out))
+
+
 # --- the generator ---------------------------------------------------------------------------------------------------
 @pytest.mark.unit
 @pytest.mark.parametrize("command", rbac_module.COMMANDS)
