@@ -7,10 +7,11 @@ The table below says which API requests each step (and the pipeline around the s
   RUN    what only a real `up` adds: verify's reads, helm's install (watches, hooks, its release Secrets),
          removals of leftovers,
   DOCTOR what only doctor adds (its probes).
-It was derived by recording the requests each command makes on the test emulator, and
-tests/test_rbac.py keeps it honest: every request recorded there is allowed by the generated role, every command
-succeeds with its role on the emulator (which enforces RBAC), and fails with a 403 naming the rule when one is
-removed. Namespaced needs become Roles in their namespace; needs that span namespaces (lists across the cluster,
+It was derived by recording the requests each command makes on the test emulator, and the tests keep it honest:
+`up --dry-run`, `doctor` and `status` run on the emulator as a token bound to their generated roles (the emulator
+enforces RBAC) and succeed with no request refused, and fail with a 403 naming the rule when one is removed
+(tests/test_rbac.py); every request of whole `up` runs (helm's included) and of doctor on a running stack is checked
+against the generated `up` and `doctor` roles (tests/test_monitoring_emulator.py, tests/test_gpu_operator_emulator.py). Namespaced needs become Roles in their namespace; needs that span namespaces (lists across the cluster,
 cluster-scoped objects) go into the ClusterRole. No rule uses `*`.
 
 The charts' own objects (kube-prometheus-stack, gpu-operator) are listed by kind in CHART_KINDS, from the charts the
