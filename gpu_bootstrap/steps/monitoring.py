@@ -426,9 +426,12 @@ class Monitoring(Step):
         if not (isinstance(error, Unreachable) or error.status in ROUTE_FAILURES):
             return None
         namespace, service, port = proxy
-        if not _ready_endpoints(ctx, namespace, service):
+        try:
+            if not _ready_endpoints(ctx, namespace, service):
+                return None
+            number = _service_port(ctx, namespace, service, port)
+        except ClusterError:  # the API itself does not answer now: verify asks again
             return None
-        number = _service_port(ctx, namespace, service, port)
         return RouteBlocked(
             f"{target.mode} mode ({target.prometheus}): Prometheus runs (Service {namespace}/{service} has ready "
             f"endpoints); dashboards and alerts in place",
