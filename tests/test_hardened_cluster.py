@@ -12,11 +12,17 @@ from typer.testing import CliRunner
 from gpu_bootstrap.cli import app
 from gpu_bootstrap.hardening import blocking_policies
 from tests.conftest import chart
+from tests.nodes.reports import write_report
 
 runner = CliRunner()
 ENFORCE = "pod-security.kubernetes.io/enforce"
 OPA_LABELS = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/name": "opa",
               "app.kubernetes.io/component": "admission"}
+
+
+@pytest.fixture
+def emulator_options():
+    return {"kube_version": "1.33.2", "gpu_nodes": ["gpu-1"], "cpu_nodes": ["cpu-1"]}  # (gpu-operator 26.7 needs 1.33)
 
 
 def doctor(tmp_path: Path, cluster, steps: list[str]) -> dict:
@@ -97,3 +103,25 @@ def allow(name: str, ports, selector=None, types=("Ingress",)) -> dict:
 ])
 def test_a_network_policy_blocks_opa_only_when_none_admits_its_port(policies, blocking):
     assert blocking_policies(policies, OPA_LABELS, 8443, "https") == blocking
+
+
+@pytest.mark.usefixtures("helm_on_path")
+def test_a_namespace_that_is_not_ours_is_never_relabelled_and_the_plan_says_what_it_needs(cluster, tmp_path):
+    cluster.kubectl("create", "namespace", "gpu-operator")
+    cluster.kubectl("label", "namespace", "gpu-operator", f"{ENFORCE}=baseline")
+    config = tmp_path / "gpu-bootstrap.yaml"
+    config.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes: [{{name: gpu-1}}]\n"
+                      f"gpu_operator: {{chart: {chart('gpu-operator-v26.7.0.tgz')}}}\n")
+    out = tmp_path / "plan"
+    report = write_report(tmp_path / "report.json", ["gpu-1"])
+    result = runner.invoke(app, ["up", "--dry-run", "-c", str(config), "--only", "gpu-operator", "--render-dir",
+                                 str(out), "--preflight-report", str(report), "-o", "json", "--log-file",
+                                 str(tmp_path / "log")])
+    steps = json.loads(result.stdout)["steps"]
+    step = next((s for s in steps if s["id"] == "gpu-operator"), None)
+    assert step is not None, result.output
+    assert ("namespace gpu-operator is not gpu-bootstrap's, so it is not relabelled; it needs "
+            "pod-security.kubernetes.io/enforce=privileged") in step["message"]
+    assert "kubectl label namespace gpu-operator pod-security.kubernetes.io/enforce=privileged" in step["message"]
+    assert not list(out.glob("*/*-namespace-*.yaml"))  # no change to it planned
+    assert cluster.emu.get("namespaces", "gpu-operator")["metadata"]["labels"][ENFORCE] == "baseline"
