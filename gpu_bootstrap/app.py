@@ -172,8 +172,8 @@ def check_kubeconfig(path: Path | None, context: str | None) -> Path | None:
     existing = [p for p in candidates if p.is_file()]
     if not existing:
         raise ConfigError(f"kubeconfig {', '.join(map(str, candidates))} not found",
-                          "pass --kubeconfig FILE, set cluster.kubeconfig or KUBECONFIG, or plan without a cluster: "
-                          "up --dry-run --offline")
+                          "pass --kubeconfig FILE, set cluster.kubeconfig or KUBECONFIG, or work without a cluster: "
+                          "up --dry-run --offline (the plan), doctor --no-cluster (the nodes only)")
     if context:
         import yaml
         names = []
@@ -239,6 +239,8 @@ def doctor(options: Options, node_names: str | None) -> DoctorReport:
             rows = [("cluster", check) for check in cluster_checks(ctx)]
             if all(check.status != FAIL for _name, check in rows):
                 rows += [(step.id, check) for step, check in runner.doctor()]
+                from . import hardening
+                rows += hardening.checks(ctx, {step.id for step in runner.steps})  # admission; OPA reachable
             if ctx.config.registry.mirror and rows and rows[0][1].status != FAIL:
                 rows.append(("registry", mirror_check(options, ctx.server_version(), ctx.node_facts.reports())))
     finally:
@@ -399,9 +401,10 @@ def cluster_checks(ctx: Context) -> list:
             return checks + [Check(WARN, f"could not check permissions: {error.message}", facts={"id": "rbac"})]
         if not (answer.get("status") or {}).get("allowed"):
             denied.append(f"{verb} {resource}{'.' + group if group else ''}")
-    if denied:
-        checks.append(Check(FAIL, f"missing permissions: {', '.join(denied)}; run as a cluster admin",
-                            facts={"id": "rbac"}))
+    if denied:  # a warning: an identity made for doctor or dry runs (gpu-bootstrap rbac) may rightly lack them
+        checks.append(Check(WARN, f"missing permissions: {', '.join(denied)}: this identity can check and plan but "
+                                  f"not run `up`; run up as a cluster admin, or grant what `gpu-bootstrap rbac --for "
+                                  f"up` prints", facts={"id": "rbac"}))
     else:
         checks.append(Check(PASS, "permissions for every change `up` makes", facts={"id": "rbac"}))
     return checks
@@ -436,3 +439,44 @@ def status(options: Options, status_options):
     from .adapters.kube import Kube
     kube = Kube(check_kubeconfig(sections.cluster.kubeconfig, sections.cluster.context), sections.cluster.context)
     return lambda: cluster_status.collect(kube, status_options, sections)
+
+
+# --- rbac: the least a command needs ------------------------------------------------------------------------------------
+def rbac(options: Options, command: str, service_account: str | None = None) -> str:
+    """YAML: the ClusterRole (and Roles) `command` needs for the configured steps of the playbook, with bindings to
+    `service_account` (namespace/name) when given."""
+    import re
+
+    import yaml
+
+    from . import rbac as rbac_module
+    from .render import pod_security
+    if service_account is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?",
+                                                        service_account):
+        raise UsageError(f"--service-account {service_account!r} is not NAMESPACE/NAME of a ServiceAccount",
+                         "e.g. --service-account ci/gpu-bootstrap")
+    if command == "status":
+        config, steps = None, []
+    else:
+        config = load_config(options)
+        steps = rbac_module.enabled_steps(config, list(load_playbook(options.playbook).steps))
+    docs = rbac_module.manifests(command, config, steps, service_account)
+    header = [f"# gpu-bootstrap rbac --for {command}: the least `{_command_line(command)}` needs"
+              + (f" for the steps {', '.join(steps)}" if steps else ""),
+              "# (generated; no `*` anywhere). Apply as a cluster admin: kubectl apply -f FILE"]
+    missing = [d["metadata"]["namespace"] for d in docs if d["kind"] == "Role" and
+               d["metadata"]["namespace"] not in ("default", "kube-system")]
+    if missing:
+        privileged = {config.gpu_operator.namespace} | (
+            {config.monitoring.namespace} if config.monitoring.mode != "attach" else set())
+        header.append("# The Roles live in namespaces `up` creates. Before the first run, create those as "
+                      "gpu-bootstrap's (so that up adopts and labels them):")
+        for namespace in missing:
+            level = pod_security.PRIVILEGED if namespace in privileged else pod_security.RESTRICTED
+            header.append(f"#   kubectl create namespace {namespace} && kubectl label namespace {namespace} "
+                          f"app.kubernetes.io/managed-by=gpu-bootstrap {pod_security.ENFORCE}={level}")
+    return "\n".join(header) + "\n" + yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _command_line(command: str) -> str:
+    return {"dry-run": "gpu-bootstrap up --dry-run"}.get(command, f"gpu-bootstrap {command}")

@@ -264,6 +264,33 @@ def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=
     run("simulate", common, body)
 
 
+class RbacFor(str, Enum):
+    up = "up"
+    dry_run = "dry-run"
+    status = "status"
+    doctor = "doctor"
+
+
+@command("config", "playbook", "verbose", "log_file")
+def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
+        "The command to grant: up (applies), dry-run (up --dry-run, e.g. in CI), status or doctor."))],
+         service_account: Annotated[Optional[str], Option("--service-account", metavar="NAMESPACE/NAME", help=(
+             "Also bind the roles to this ServiceAccount."))] = None) -> None:
+    """Print the least-privilege RBAC a command needs for the configured steps: a ClusterRole, plus a Role in each
+    namespace where namespaced access suffices. No `*` verb or resource.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap rbac --for dry-run --service-account ci/ci > rbac.yaml
+      gpu-bootstrap rbac --for status | kubectl apply -f -
+    """
+    def body():
+        from . import app as application
+        typer.echo(application.rbac(options_from(common), for_.value, service_account), nl=False)
+
+    run("rbac", common, body)
+
+
 @app.command()
 def init(path: Annotated[Path, typer.Argument(help="Where to write the example config.")] = Path("gpu-bootstrap.yaml"),
          force: Annotated[bool, Option("--force", help="Overwrite an existing file.")] = False) -> None:

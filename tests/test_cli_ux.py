@@ -30,7 +30,7 @@ def test_version_flag_and_command_agree():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("command", ["up", "doctor", "teardown", "simulate", "init"])
+@pytest.mark.parametrize("command", ["up", "doctor", "teardown", "simulate", "init", "rbac"])
 def test_help_shows_no_placeholder_after_a_flag_and_examples_stay_on_one_line(command):
     result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
     assert result.exit_code == 0
@@ -60,6 +60,16 @@ def test_a_missing_kubeconfig_is_bad_input_naming_the_path(tmp_path):
                     tmp_path=tmp_path)
     assert result.exit_code == 2
     assert f"kubeconfig {missing} not found" in " ".join(result.output.split())
+
+
+@pytest.mark.unit
+def test_doctor_without_a_kubeconfig_suggests_checking_the_nodes_only(tmp_path):
+    missing = tmp_path / "nope" / "kubeconfig"
+    result = invoke("doctor", "-c", str(ROOT / "examples" / "minimal.yaml"), "--kubeconfig", str(missing),
+                    tmp_path=tmp_path)
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "doctor --no-cluster" in text and "up --dry-run --offline" in text
 
 
 def test_an_unknown_context_lists_the_ones_there_are(cluster, tmp_path):

@@ -275,7 +275,8 @@ def test_default_config_plans_every_step_with_the_documented_versions(minor, dis
         f"patch Node {node}: update the gpu-bootstrap record  ← remember which operator labels the node has before "
         f"the first install (teardown keeps those)\n" for node in NODES) + (
         "apply Namespace gpu-operator: create  ← the release's namespace, labelled as ours so that teardown removes "
-        "it\n"
+        "it, and pod-security.kubernetes.io/enforce=privileged: the operator's driver, container-toolkit, "
+        "device-plugin and DCGM pods use the host (NVIDIA's advice)\n"
         f"helm-upgrade HelmRelease gpu-operator/gpu-operator: install: gpu-operator {line} ({expected})  ← newest "
         f"release NVIDIA validated for Kubernetes 1.{minor} ({GPU_OPERATOR_RANGE[expected]})\n")
     assert (out / "05-gpu-operator" / "manifests-not-rendered.txt").exists()

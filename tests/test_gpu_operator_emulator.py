@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from gpu_bootstrap.cli import app
 from tests.conftest import chart
 from tests.nodes.reports import write_report
+from tests.test_rbac import uncovered
 from tests.tools import client_env, tool
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
@@ -62,6 +63,8 @@ def test_up_installs_waits_for_the_operands_and_validates(cluster, tmp_path):
     config = write_config(tmp_path, cluster)
     result, document = up(config, tmp_path)
     assert result.exit_code == 0, result.output
+    # every request (helm's, admission's probes and validation's pods included) is one `rbac --for up` grants (#23)
+    assert uncovered(cluster.emu.requests.all(), "up", config) == []
     assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-pools": "skipped", "monitoring": "skipped",
                                   "gpu-operator": "applied", "binpack-scheduler": "applied", "admission-opa": "applied",
                                   "admission": "applied", "validate": "applied"}

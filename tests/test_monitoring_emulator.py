@@ -21,6 +21,7 @@ from gpu_bootstrap.render import monitoring as render
 from tests.conftest import chart
 from tests.monitoring.live import LocalPrometheus, StandInExporter, scrape_config
 from tests.nodes.reports import write_report
+from tests.test_rbac import uncovered
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
@@ -95,6 +96,8 @@ def test_one_up_installs_the_stack_and_the_operator_creates_the_dcgm_servicemoni
     cluster.emu.proxy_service(STACK_NS, STACK_SERVICE, prometheus.url)
     result, document = cli("up", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
+    # every request of a whole `up` (helm's included) is one the role `gpu-bootstrap rbac --for up` grants (#23)
+    assert uncovered(cluster.emu.requests.all(), "up", write_config(tmp_path, cluster)) == []
     assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-pools": "skipped", "monitoring": "applied",
                                   "gpu-operator": "applied", "binpack-scheduler": "applied", "admission-opa": "applied",
                                   "admission": "applied", "validate": "skipped"}
@@ -128,9 +131,11 @@ def test_one_up_installs_the_stack_and_the_operator_creates_the_dcgm_servicemoni
                                                                    "resources": {"limits": {"nvidia.com/gpu": 4}}}],
                                "tolerations": [{"operator": "Exists"}]}})
     cluster.emu.settle()
+    cluster.emu.requests.clear()
     result, document = cli("doctor", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
     checks = [c for c in document["checks"] if c["id"] == "monitoring"]
     assert [c["status"] for c in checks] == ["pass", "pass"], checks
+    assert uncovered(cluster.emu.requests.all(), "doctor", write_config(tmp_path, cluster)) == []
     assert checks[1]["message"] == ("DCGM exporter scraped on every GPU node (2); series carry namespace/pod for the "
                                     "1 running GPU pod(s)")
     # an exporter that stops mapping GPUs to pods is named
@@ -409,3 +414,36 @@ def test_a_cluster_with_prometheus_operator_0_80_crds_gets_0_93_crds_before_the_
     result, document = cli("up", "-c", str(config), "--only", "monitoring", tmp_path=tmp_path)
     assert result.exit_code == 0 and statuses(document)["monitoring"] == "unchanged", result.output
     assert not [r for r in cluster.emu.requests.writes() if "customresourcedefinitions" in r.path]
+
+
+def test_a_refused_service_proxy_route_does_not_fail_a_running_prometheus(cluster, tmp_path):
+    """A private control plane: the API server cannot reach Prometheus (here its proxy forwards to a closed port, and
+    answers 503 'error trying to reach service: ... Connection refused'). Without a ready endpoint that is just a
+    Prometheus not up yet, and verify waits it out; with one, the step passes within a few answers, saying what it
+    could not verify and how to check it, instead of waiting the full wait_timeout and failing."""
+    import socket
+
+    from gpu_bootstrap.steps.monitoring import ROUTE_CONFIRMATIONS
+    preload_prometheus_operator(cluster)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    cluster.emu.proxy_service(OBSERVABILITY, "prometheus-operated", f"http://127.0.0.1:{closed}")
+    config = write_config(tmp_path, cluster)
+    config.write_text(config.read_text().replace("  wait_timeout: 60\n", "  wait_timeout: 10\n"))
+    result, document = cli("up", "-c", str(config), "--only", "monitoring", tmp_path=tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "not ready after 10s" in document["error"] and "Connection refused" in document["error"]
+    cluster.emu.seed({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "prometheus-main-0", "namespace": OBSERVABILITY, "labels": {"app.kubernetes.io/name": "prometheus"}},
+        "spec": {"nodeName": "cpu-1", "containers": [{"name": "prometheus", "image": "prom/prometheus"}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]}})
+    cluster.emu.settle()
+    cluster.emu.requests.clear()
+    result, document = cli("up", "-c", str(config), "--only", "monitoring", tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    text = message(document, "monitoring")
+    assert "Service observability/prometheus-operated has ready endpoints" in text
+    assert "not verified: Prometheus cannot be reached through the API server's service proxy" in text
+    assert "kubectl -n observability port-forward svc/prometheus-operated 9090:9090" in text
+    assert len([r for r in cluster.emu.requests.all() if r.verb == "proxy"]) == ROUTE_CONFIRMATIONS

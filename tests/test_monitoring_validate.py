@@ -97,7 +97,7 @@ def test_the_offline_render_validates(minor, tmp_path, monkeypatch):
     release = yaml.safe_load((folder / "release.yaml").read_text())
     assert release["chart_version"] == ("72.9.1" if minor == 24 else "88.5.3")
     ours = [d for f in sorted(folder.glob("0*-apply-*.yaml")) for d in documents(f)]
-    assert [d["kind"] for d in ours] == ["PrometheusRule"] + ["ConfigMap"] * 5
+    assert [d["kind"] for d in ours] == ["Namespace", "PrometheusRule"] + ["ConfigMap"] * 5  # ns: labelled (#23)
     for doc in ours:
         validate(doc, minor)
     if minor == 24:

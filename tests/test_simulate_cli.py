@@ -112,8 +112,10 @@ def test_track_b_rounds_fractions_up_and_keeps_cpu_pods_off_gpu_nodes(tmp_path):
     assert track_b["policies"][0]["unplaced_cpu_pods"] == 0  # the CPU node takes them
 
 
-@pytest.mark.unit
 def test_plot_draws_every_policy(tmp_path):
+    """Not `unit`: matplotlib's first import on a machine without its font cache runs fc-list (a process) to build it,
+    so the test would pass or fail by whether an earlier test (or run) built that cache. scripts/install-test-tools
+    builds the cache, so this costs no fc-list run in CI either."""
     nodes, pods = small_trace(tmp_path)
     image = tmp_path / "packing.png"
     result, _ = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--plot", str(image))

@@ -17,6 +17,7 @@ from gpu_bootstrap.context import Context, RunOptions
 from gpu_bootstrap.probes.checks import NodeCheck, NodeReport
 from gpu_bootstrap.refs import Chart, Ref, Verb
 from gpu_bootstrap.render import gpu_operator_values as values_render
+from gpu_bootstrap.render import pod_security
 from gpu_bootstrap.render import scheduler as scheduler_render
 from gpu_bootstrap.status import FAIL, PASS, SKIP, WARN
 from gpu_bootstrap.render import admission as admission_render
@@ -204,7 +205,10 @@ def test_binpack_scheduler_without_drift_plans_nothing():
 ])
 def test_validate_runs_one_pod_per_chosen_node_after_removing_leftovers(playbook, nodes, scheduler, pods):
     conf = config(validate={"nodes": nodes})
-    changes = Validate().plan(context(conf, playbook), check_of(ValidateFacts(("gpu-bootstrap-validate-old",))))
+    missing = pod_security.decide("gpu-bootstrap", None, pod_security.RESTRICTED, "validation pods run there")
+    changes = Validate().plan(context(conf, playbook), check_of(ValidateFacts(("gpu-bootstrap-validate-old",),
+                                                                              missing)))
+    assert changes[0].body["metadata"]["labels"][pod_security.ENFORCE] == "restricted"
     assert [(c.verb, str(c.target)) for c in changes] == [
         (Verb.APPLY, "Namespace gpu-bootstrap"),
         (Verb.DELETE, "Pod gpu-bootstrap/gpu-bootstrap-validate-old"),

@@ -34,7 +34,7 @@ def test_the_owned_selector_selects_exactly_the_managed_labels():
 def test_opa_namespace_service_account_service_and_policy_are_exact():
     config = conf()
     assert render.namespace(config) == {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": NS, "labels": MANAGED}}  # exempt by name: no label opts a namespace out
+        "name": NS, "labels": {**MANAGED, "pod-security.kubernetes.io/enforce": "restricted"}}}
     assert render.service_account(config) == {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": OWNED_META,
                                               "automountServiceAccountToken": False}
     assert render.service(config) == {"apiVersion": "v1", "kind": "Service", "metadata": OWNED_META, "spec": {
@@ -181,13 +181,17 @@ def test_the_policies_match_pod_creation_outside_the_exempt_namespaces():
 
 
 TOLERATE_ALL_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
-PAUSE = {"name": "probe", "image": images.default("pause")}  # by digest (data/images.yaml)
+PAUSE = {"name": "probe", "image": images.default("pause"),  # by digest (data/images.yaml)
+         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+RESTRICTED = {"securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
+                                  "seccompProfile": {"type": "RuntimeDefault"}}, "automountServiceAccountToken": False}
 
 
 @pytest.mark.parametrize("args, spec", [
-    ((), {"containers": [{**PAUSE, "resources": {"limits": {"nvidia.com/gpu": 1}}}], "tolerations": TOLERATE_ALL_GPU}),
-    ((False,), {"containers": [PAUSE], "tolerations": TOLERATE_ALL_GPU}),
-    ((True, "gpu-1"), {"containers": [{**PAUSE, "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+    ((), {**RESTRICTED, "containers": [{**PAUSE, "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+          "tolerations": TOLERATE_ALL_GPU}),
+    ((False,), {**RESTRICTED, "containers": [PAUSE], "tolerations": TOLERATE_ALL_GPU}),
+    ((True, "gpu-1"), {**RESTRICTED, "containers": [{**PAUSE, "resources": {"limits": {"nvidia.com/gpu": 1}}}],
                        "tolerations": TOLERATE_ALL_GPU, "nodeName": "gpu-1"}),
 ])
 def test_the_sample_pods_are_exact(args, spec):

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from gpu_bootstrap.refs import Ref, Verb
+from gpu_bootstrap.render import pod_security
 from gpu_bootstrap.steps.gpu_operator import GpuOperator
 from tests.test_step_plans import check_of, config, context, operator_facts
 
@@ -17,11 +18,13 @@ UP_TO_DATE = {"up_to_date": True, "reason": "", "installed": "v26.7.0"}
 
 def test_a_missing_namespace_is_created_labelled_as_ours():
     conf = config()
-    facts = dataclasses.replace(operator_facts(conf, UP_TO_DATE), namespace="missing")
+    facts = dataclasses.replace(operator_facts(conf, UP_TO_DATE), namespace="missing", namespace_plan=pod_security.decide(
+        "gpu-operator", None, pod_security.PRIVILEGED, "the operator's pods use the host"))
     assert [(c.verb, c.target, c.summary, c.body) for c in GpuOperator().plan(context(conf), check_of(facts))] == [
         (Verb.APPLY, Ref("v1", "Namespace", "gpu-operator"), "create",
          {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-             "name": "gpu-operator", "labels": {"app.kubernetes.io/managed-by": "gpu-bootstrap"}}})]
+             "name": "gpu-operator", "labels": {"app.kubernetes.io/managed-by": "gpu-bootstrap",
+                                                "pod-security.kubernetes.io/enforce": "privileged"}}})]
     assert GpuOperator().plan(context(conf), check_of(operator_facts(conf, UP_TO_DATE))) == []
 
 

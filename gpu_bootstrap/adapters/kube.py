@@ -377,7 +377,8 @@ class Kube:
         if status == 409:
             raise Conflict(message, status=status, reason=reason)
         hints = {401: "the credentials in the kubeconfig were refused; log in again",
-                 403: "your account lacks the RBAC permission for this; run 'gpu-bootstrap doctor' to see which",
+                 403: "your account lacks the RBAC permission for this; 'gpu-bootstrap rbac --for COMMAND' prints what "
+                      "each command needs",
                  422: "the API server rejected the object as invalid"}
         tried = f" (HTTP {status}, {attempts})" if attempts and status in RETRYABLE else ""
         raise ClusterError(f"{where} failed: {message}{tried}", hints.get(status, ""), status=status, reason=reason)

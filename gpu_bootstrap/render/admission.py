@@ -11,6 +11,7 @@ from ..versions import minor_of
 from .. import images
 from . import admission_policy as policy_render
 from . import certificates as certs
+from . import pod_security
 
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "admission"}
 OWNED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap,app.kubernetes.io/component=admission"
@@ -57,8 +58,10 @@ def digest(text: str) -> str:
 
 # --- OPA -----------------------------------------------------------------------------------------------------------
 def namespace(config) -> dict:
-    """Exempt by name (admission_policy.of), not by a label."""
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(config.admission.opa.namespace)}
+    """Exempt by name (admission_policy.of), not by a label; OPA's pods pass the restricted profile."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": _meta(config.admission.opa.namespace, extra_labels={
+                pod_security.ENFORCE: pod_security.RESTRICTED})}
 
 
 def policy_files(config) -> dict[str, str]:
@@ -259,10 +262,13 @@ def mutating_policy(config, api_version: str) -> list[dict]:
 
 # --- the sample pods verify and doctor send as server-side dry runs ----------------------------------------------------
 def sample_pod(name: str, namespace: str, gpu: bool = True, node_name: str | None = None) -> dict:
-    container = {"name": "probe", "image": images.default("pause")}  # never started: server-side dry runs only
+    container = {"name": "probe", "image": images.default("pause"),  # never started: server-side dry runs only
+                 "securityContext": pod_security.restricted_container()}
     if gpu:
         container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
-    spec = {"containers": [container], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+    # restricted: the namespace it is tried in may enforce it (gpu-bootstrap's own does)
+    spec = {"securityContext": pod_security.restricted_pod(65535), "automountServiceAccountToken": False,
+            "containers": [container], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
     if node_name:
         spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod",

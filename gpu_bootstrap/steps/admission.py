@@ -24,6 +24,7 @@ from ..pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, 
 from ..render import admission as render
 from ..render import admission_policy as policy_render
 from ..render import certificates as certs
+from ..render import pod_security
 from ..versions import minor_of
 from .node_prep import gpu_taint, no_room_warning
 
@@ -177,6 +178,8 @@ class AdmissionOpa(Step):
         drift = _drift(ctx.kube, objects)
         if namespace == "missing":
             drift[Ref("v1", "Namespace", ns)] = "missing"
+        elif namespace == "ours" and pod_security.enforced(live_ns) != pod_security.RESTRICTED:
+            drift[Ref("v1", "Namespace", ns)] = f"needs {pod_security.ENFORCE}={pod_security.RESTRICTED}"
         if generated and secret is not None and cert.secret is None:
             if paths := differences({k: v for k, v in render.tls_secret(config, "", "", "").items() if k != "data"},
                                     secret):
@@ -207,7 +210,12 @@ class AdmissionOpa(Step):
         changes = []
         if facts.namespace == "missing":
             changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", ns), "create", "OPA's own namespace (exempt "
-                                  "from the policy)", render.namespace(config)))
+                                  f"from the policy; {pod_security.ENFORCE}={pod_security.RESTRICTED}: OPA's pods "
+                                  "pass it)", render.namespace(config)))
+        elif Ref("v1", "Namespace", ns) in facts.drift:
+            changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", ns),
+                                  f"label {pod_security.ENFORCE}={pod_security.RESTRICTED}",
+                                  "OPA's own namespace: its pods pass the restricted profile", render.namespace(config)))
         cert = decide(config, facts.stored, facts.now, facts.seed, facts.rolled_out) \
             if config.admission.certificates == "generated" else None
         secret_ref = Ref("v1", "Secret", render.SECRET, ns)

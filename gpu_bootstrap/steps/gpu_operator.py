@@ -19,6 +19,7 @@ from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..refs import Chart
 from ..render import gpu_operator_values as values_render
 from ..render import node_prep as labels_render
+from ..render import pod_security
 from .node_prep import no_room_warning
 from .preflight import facts_digest
 
@@ -26,6 +27,7 @@ LABELS_ANNOTATION = "gpu-bootstrap.io/gpu-operator"
 BEFORE_ANNOTATION = "gpu-bootstrap.io/labels-before-gpu-operator"  # operator/NFD labels a node had before it
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}  # on the release's metadata and on its namespace
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap"
+PRIVILEGED_WHY = "the operator's driver, container-toolkit, device-plugin and DCGM pods use the host (NVIDIA's advice)"
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 OPERAND_FIXES = {
     "nvidia-driver-daemonset": "if the driver is already on the host set gpu_operator.driver_management: host "
@@ -166,6 +168,7 @@ class OperatorFacts:
     choice: versions.Choice  # the release line and the rule that chose it
     namespace: str = "ours"  # the release's namespace: missing (we create it, labelled ours), ours, or theirs
     crds: object = None  # render.crds.CrdPlan: the chart's CRDs to apply before the release
+    namespace_plan: pod_security.NamespaceDecision | None = None  # its Pod Security label (privileged)
 
 
 class GpuOperator(Step):
@@ -279,10 +282,9 @@ class GpuOperator(Step):
                                       plan.merged if ctx.node_facts.reports() else None)
         if not ours and release["up_to_date"]:  # adopt: one upgrade records that the release is now ours
             release = {**release, "up_to_date": False, "reason": "to adopt (gpu_operator.adopt: true)"}
-        live_ns = ctx.kube.get("v1", "Namespace", section.namespace)
-        namespace = "missing" if live_ns is None else "ours" if (
-            (live_ns["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpu-bootstrap") \
-            else "theirs"
+        ns_plan = pod_security.decide(section.namespace, ctx.kube.get("v1", "Namespace", section.namespace),
+                                      pod_security.PRIVILEGED, PRIVILEGED_WHY, "the release's namespace")
+        namespace = ns_plan.state
         if release["installed"] and not release["up_to_date"] and not ctx.options.allow_operand_restart:
             if changes := values_render.restarts(deployed or {}, plan.merged):
                 return Check(FAIL, f"the plan changes what the running {section.release} does on every GPU node "
@@ -294,8 +296,12 @@ class GpuOperator(Step):
         from ..chart_crds import plan_crds
         crds = plan_crds(ctx, chart, version, release, CRD_GROUPS)
         facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice,
-                              namespace, crds)
+                              namespace, crds, ns_plan)
         warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings) + crds.kept
+        warnings += [ns_plan.advice] if ns_plan.advice else []
+        if ns_plan.action == "label" and release["up_to_date"] and not label_patches and not crds.changes:
+            return Check(WARN, f"{section.release} {version} up to date; its namespace needs "
+                               f"{pod_security.ENFORCE}=privileged", facts=facts, warnings=warnings)
         if release["up_to_date"] and not label_patches and not crds.changes:
             return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts,
                          warnings=warnings)
@@ -348,11 +354,8 @@ class GpuOperator(Step):
                                   "a helm run was interrupted; helm refuses new operations until it is cleared",
                                   {"release": section.release, "namespace": section.namespace,
                                    "timeout": f"{section.wait_timeout}s"}))
-        if facts.namespace == "missing":
-            changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.namespace), "create",
-                                  "the release's namespace, labelled as ours so that teardown removes it",
-                                  {"apiVersion": "v1", "kind": "Namespace",
-                                   "metadata": {"name": section.namespace, "labels": dict(MANAGED)}}))
+        if facts.namespace_plan is not None and (parts := facts.namespace_plan.change()):
+            changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.namespace), *parts))
         from ..chart_crds import crd_changes
         changes += crd_changes(facts.crds, f"gpu-operator {facts.version}")
         if not facts.release["up_to_date"]:

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from .. import versions
 from ..images import registry_inputs
 from ..adapters import charts
-from ..errors import ClusterError, GpuBootstrapError
+from ..errors import ClusterError, GpuBootstrapError, Unreachable
 from ..objects import differences, pod_ready, toleration_for
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..refs import Chart
 from ..render import monitoring as render
+from ..render import pod_security
 from ..render.gpu_operator_values import ValuesPlan
 from .node_prep import gpu_taint, no_room_warning
 
@@ -31,6 +32,7 @@ SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 MONITORING_API = "monitoring.coreos.com/v1"
 CRD_GROUPS = ("monitoring.coreos.com",)  # the chart's CRDs (its crds subchart)
 DCGM_SERVICE = "nvidia-dcgm-exporter"
+PRIVILEGED_WHY = "kube-prometheus-stack's node-exporter uses the host's network, PID namespace and files"
 
 
 class MonitoringProblem(Exception):
@@ -140,7 +142,7 @@ class MonitoringFacts:
     choice: versions.Choice | None = None
     values: ValuesPlan | None = None
     release: dict = field(default_factory=dict)  # up_to_date, reason, installed, pending (install mode)
-    namespace: str = "theirs"  # install mode: the stack's namespace is "missing", "ours" (we created it) or "theirs"
+    namespace: pod_security.NamespaceDecision | None = None  # the stack's namespace, labelled privileged (install mode)
     crds: object = None  # render.crds.CrdPlan: the chart's CRDs to apply before the release (install mode)
 
 
@@ -209,6 +211,10 @@ class Monitoring(Step):
                             "kube-state-metrics to export the node labels nvidia.com/gpu.present and "
                             "nvidia.com/gpu.product (--metric-labels-allowlist=nodes=[...])")
         todo = []
+        if facts.namespace is not None:
+            warnings += [facts.namespace.advice] if facts.namespace.advice else []
+            if facts.namespace.action == "label":
+                todo.append(f"namespace {section.namespace} needs {pod_security.ENFORCE}=privileged")
         if target.mode == "install" and not facts.release.get("up_to_date"):
             todo.append(f"{section.release} {facts.version}: {facts.release.get('reason')}")
         if facts.crds is not None:
@@ -255,7 +261,10 @@ class Monitoring(Step):
                 raise MonitoringProblem(refused)
             from ..chart_crds import plan_crds
             facts.update(chart=chart, version=version, choice=choice, values=plan, release=release,
-                         namespace=_namespace_state(ctx, section.namespace),
+                         namespace=pod_security.decide(section.namespace,
+                                                       ctx.kube.get("v1", "Namespace", section.namespace),
+                                                       pod_security.PRIVILEGED, PRIVILEGED_WHY,
+                                                       "the stack's namespace (install mode)"),
                          crds=plan_crds(ctx, chart, version, release, CRD_GROUPS))
         return MonitoringFacts(**facts)
 
@@ -305,11 +314,8 @@ class Monitoring(Step):
                   f"(the same values)"]
         if target.mode == "install":
             release = Ref.release(section.release, section.namespace)
-            if facts.namespace == "missing":  # created by us (not helm's --create-namespace), so teardown removes it
-                changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.namespace), "create",
-                                      "the stack's namespace, labelled as ours so that teardown removes it",
-                                      {"apiVersion": "v1", "kind": "Namespace",
-                                       "metadata": {"name": section.namespace, "labels": dict(render.MANAGED_BY)}}))
+            if facts.namespace is not None and (parts := facts.namespace.change()):
+                changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.namespace), *parts))
             if facts.release.get("pending"):
                 changes.append(Change(Verb.HELM_RECOVER, release, f"clear the {facts.release['pending']} state",
                                       "a helm run was interrupted; helm refuses new operations until it is cleared",
@@ -346,8 +352,13 @@ class Monitoring(Step):
         section = ctx.config.monitoring
         deadline = time.monotonic() + section.wait_timeout
         last_note = 0.0
+        blocked = 0  # answers in a row saying the service-proxy route fails while Prometheus' endpoints are ready
         while True:
             state = self.health(ctx)
+            blocked = blocked + 1 if isinstance(state.facts, RouteBlocked) else 0
+            if blocked >= ROUTE_CONFIRMATIONS:  # a private control plane: do not wait out the timeout on it
+                ctx.reporter.warn(f"{self.id}: {state.facts.warning}")
+                return Check(PASS, f"{state.facts.verified}; not verified: {state.facts.warning}", done=True)
             if state.status == PASS or time.monotonic() >= deadline:
                 break
             if time.monotonic() - last_note > 10:
@@ -365,14 +376,15 @@ class Monitoring(Step):
         if target.mode == "install":
             if problems := self._workload_problems(ctx):
                 return Check(WARN, "; ".join(problems[:4]))
+        proxy = None
         try:
             proxy = self._prometheus_proxy(ctx, target)
             if isinstance(proxy, str):
                 return Check(WARN, proxy)
             answer = self._query(ctx, proxy, f'up{{job="{render.DCGM_JOB}"}}')
         except ClusterError as error:
-            return Check(WARN, f"Prometheus does not answer through the API server's service proxy yet: "
-                               f"{error.message}")
+            message = f"Prometheus does not answer through the API server's service proxy yet: {error.message}"
+            return Check(WARN, message, facts=self._route_blocked(ctx, target, proxy, error))
         if ctx.kube.get("v1", "Service", DCGM_SERVICE, ctx.config.gpu_operator.namespace) is None:
             return Check(PASS, f"{target.mode} mode ({target.prometheus}): Prometheus answers; dashboards and "
                                f"alerts in place; the DCGM exporter is not deployed yet (the gpu-operator step "
@@ -422,11 +434,36 @@ class Monitoring(Step):
         port = next((p for p in ports if p.get("name") in ("http-web", "web")), ports[0] if ports else {})
         return namespace, chosen["metadata"]["name"], str(port.get("name") or port.get("port") or 9090)
 
+    def _route_blocked(self, ctx, target: render.Target, proxy, error: ClusterError) -> RouteBlocked | None:
+        """When the service-proxy route itself fails (refused, timed out, forbidden: a private control plane, a
+        firewall, RBAC) although Prometheus runs (its Service has ready endpoints, the stack's workloads are
+        ready), what was verified and what could not be, with how to check it by hand. None: Prometheus may just
+        not be up yet (no ready endpoint, or the proxy's own 'no endpoints available')."""
+        if not isinstance(proxy, tuple) or "no endpoints available" in error.message:
+            return None
+        if not (isinstance(error, Unreachable) or error.status in ROUTE_FAILURES):
+            return None
+        namespace, service, port = proxy
+        try:
+            if not _ready_endpoints(ctx, namespace, service):
+                return None
+            number = _service_port(ctx, namespace, service, port)
+        except ClusterError:  # the API itself does not answer now: verify asks again
+            return None
+        return RouteBlocked(
+            f"{target.mode} mode ({target.prometheus}): Prometheus runs (Service {namespace}/{service} has ready "
+            f"endpoints); dashboards and alerts in place",
+            f"Prometheus cannot be reached through the API server's service proxy ({error.message}; a private "
+            f"control plane or a firewall blocks this route), so whether it scrapes the DCGM exporter on every GPU "
+            f"node was not checked — check it by hand: kubectl -n {namespace} port-forward svc/{service} "
+            f"9090:{number}, then open http://localhost:9090/targets (job {render.DCGM_JOB})")
+
     @staticmethod
     def _query(ctx, proxy: tuple[str, str, str], promql: str) -> list[dict]:
         namespace, service, port = proxy
         path = f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/api/v1/query"
-        answer = ctx.kube.request("GET", path, {"query": promql})
+        # One attempt: verify's own loop asks again, and a route that is refused must not be retried for a minute
+        answer = ctx.kube.request("GET", path, {"query": promql}, idempotent=False)
         if answer.get("status") != "success":
             raise ClusterError(f"Prometheus refused the query {promql}: {answer.get('error', answer)}")
         return (answer.get("data") or {}).get("result") or []
@@ -446,6 +483,7 @@ class Monitoring(Step):
 
     def _scrape_report(self, ctx, target: render.Target) -> Check:
         """Missing DCGM targets, and DCGM series without namespace/pod labels while GPU pods run."""
+        proxy = None
         try:
             proxy = self._prometheus_proxy(ctx, target)
             if isinstance(proxy, str):
@@ -467,8 +505,11 @@ class Monitoring(Step):
                                    ": the exporter does not map GPUs to pods (is DCGM_EXPORTER_KUBERNETES on and the "
                                    "kubelet's pod-resources socket mounted?)"))
         except ClusterError as error:
+            where = f" (check it by hand: kubectl -n {proxy[0]} port-forward svc/{proxy[1]} 9090:" \
+                    f"{_service_port(ctx, proxy[0], proxy[1], proxy[2])}, then http://localhost:9090/targets)" \
+                if isinstance(proxy, tuple) else ""
             return Check(WARN, f"Prometheus could not be queried through the API server's service proxy: "
-                               f"{error.message}")
+                               f"{error.message}{where}")
         if problems:
             return Check(WARN, "; ".join(problems))
         return Check(PASS, f"DCGM exporter scraped on every GPU node ({len(ctx.config.nodes)})" +
@@ -504,19 +545,35 @@ class Monitoring(Step):
                                                                crd["metadata"]["name"]),
                                               "delete the CRD and every object of it",
                                               "--purge-crds (gpu-bootstrap installed the stack that brought it)"))
-        if section.mode != "attach" and _namespace_state(ctx, section.namespace) == "ours":
+        if section.mode != "attach" and pod_security.ownership(ctx.kube.get("v1", "Namespace", section.namespace)) == "ours":
             changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", section.namespace), "remove",
                                   "the namespace gpu-bootstrap created for the stack"))
         return changes
 
 
-def _namespace_state(ctx, name: str) -> str:
-    live = ctx.kube.get("v1", "Namespace", name)
-    if live is None:
-        return "missing"
-    labels = live["metadata"].get("labels") or {}
-    return "ours" if labels.get("app.kubernetes.io/managed-by") == render.MANAGED_BY["app.kubernetes.io/managed-by"] \
-        else "theirs"
+ROUTE_FAILURES = {403, 502, 503, 504}  # the proxy refused, or could not reach or wait for the pod
+ROUTE_CONFIRMATIONS = 3  # verify accepts a blocked route after this many answers in a row (2 s apart)
+
+
+@dataclass(frozen=True)
+class RouteBlocked:
+    verified: str  # what was verified
+    warning: str  # what could not be, and how to check it
+
+
+def _ready_endpoints(ctx, namespace: str, service: str) -> bool:
+    slices = ctx.kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace,
+                           label_selector=f"kubernetes.io/service-name={service}")
+    return any((e.get("conditions") or {}).get("ready") is not False
+               for found in slices for e in found.get("endpoints") or [])
+
+
+def _service_port(ctx, namespace: str, service: str, port: str) -> str:
+    """The number of the Service port the proxy was asked for by name (for kubectl port-forward)."""
+    found = ctx.kube.get("v1", "Service", service, namespace) or {}
+    ports = (found.get("spec") or {}).get("ports") or []
+    chosen = next((p for p in ports if port in (p.get("name"), str(p.get("port")))), ports[0] if ports else {})
+    return str(chosen.get("port", 9090))
 
 
 def _compact(value) -> str:

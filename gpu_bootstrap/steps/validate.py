@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..objects import unschedulable, waiting
 from ..images import locate, locate_pods, registry_inputs
 from ..pipeline.step import FAIL, PASS, Change, Check, Ref, Step, Verb
+from ..render import pod_security
 from .preflight import facts_digest
 
 POD_PREFIX = "gpu-bootstrap-validate-"
@@ -22,6 +23,7 @@ LABEL = {"app.kubernetes.io/name": "gpu-bootstrap-validate", "app.kubernetes.io/
 @dataclass(frozen=True)
 class ValidateFacts:
     leftovers: tuple[str, ...]  # validation pods an earlier run left behind
+    namespace: pod_security.NamespaceDecision | None = None  # where they run: created or labelled restricted if ours
 
 
 class Validate(Step):
@@ -56,9 +58,12 @@ class Validate(Step):
     def check(self, ctx) -> Check:
         # Nothing persists between runs (the pods are removed), so the record's fingerprint decides.
         leftovers = tuple(p["metadata"]["name"] for p in self._pods(ctx))
+        namespace = ctx.config.validation.namespace
+        decision = pod_security.decide(namespace, ctx.kube.get("v1", "Namespace", namespace), pod_security.RESTRICTED,
+                                       "the validation pods pass it", "where the validation pods run")
         return Check(PASS, f"CUDA vector-add ({locate(ctx.config.validation.image, ctx.config.registry)}) on "
-                           f"{len(self.nodes(ctx.config))} GPU "
-                           f"node(s)", done=True, facts=ValidateFacts(leftovers))
+                           f"{len(self.nodes(ctx.config))} GPU node(s)", done=True,
+                     facts=ValidateFacts(leftovers, decision))
 
     def _pod_name(self, node: str) -> str:
         return (POD_PREFIX + node)[:63].rstrip("-.")
@@ -68,9 +73,13 @@ class Validate(Step):
         tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         if taint is not None and taint.key != "nvidia.com/gpu":
             tolerations.append({"key": taint.key, "operator": "Exists", "effect": taint.effect})
+        # The restricted Pod Security profile: the sample needs no root, no capability and no syscall beyond the
+        # runtime's default (the device plugin hands it the GPU device files, readable by any user).
         spec = {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
-                "tolerations": tolerations,
+                "tolerations": tolerations, "automountServiceAccountToken": False,
+                "securityContext": pod_security.restricted_pod(),
                 "containers": [{"name": "vectoradd", "image": ctx.config.validation.image,
+                                "securityContext": pod_security.restricted_container(),
                                 "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
         if scheduler := self.scheduler_name(ctx):
             spec["schedulerName"] = scheduler
@@ -82,9 +91,9 @@ class Validate(Step):
 
     def plan(self, ctx, check: Check) -> list[Change]:
         namespace = ctx.config.validation.namespace
-        changes = [Change(Verb.APPLY, Ref("v1", "Namespace", namespace), "ensure the namespace",
-                          "validation pods run there",
-                          {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})]
+        changes = []
+        if check.facts.namespace is not None and (parts := check.facts.namespace.change()):
+            changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", namespace), *parts))
         changes += self._removals(namespace, check.facts.leftovers)
         for node in self.nodes(ctx.config):
             changes.append(Change(Verb.CREATE, Ref("v1", "Pod", self._pod_name(node), namespace),

@@ -56,6 +56,7 @@ class Emulator:
         self.pki = certs.generate()
         self.store.ca_pem = self.pki.ca_pem
         self.token = uuid.uuid4().hex
+        self.rbac_tokens: dict[str, str] = {}  # bearer token -> user name, authorized by RBAC (tests/kubeapi/rbac.py)
         self.gpu_product = gpu_product
         self.gpu_operator = gpu_operator
         if gpu_operator:
@@ -135,6 +136,23 @@ class Emulator:
                 "clusters": [{"name": "emulator", "cluster": {"server": self.url,
                                                               "certificate-authority-data": b64(self.pki.ca_pem)}}],
                 "contexts": contexts, "users": users, "preferences": {}}
+
+    def add_token(self, user: str) -> str:
+        """A bearer token that authenticates as `user` (e.g. system:serviceaccount:ci:gpu-bootstrap), whose requests
+        RBAC authorizes against the stored roles and bindings."""
+        token = uuid.uuid4().hex
+        self.rbac_tokens[token] = user
+        return token
+
+    def user_kubeconfig(self, path, token: str) -> Path:
+        """A kubeconfig that presents `token` (from add_token)."""
+        document = self.kubeconfig("token")
+        document["users"] = [{"name": "emulator-token", "user": {"token": token}}]
+        document["contexts"] = [c for c in document["contexts"] if c["name"] == "emulator-token"]
+        path = Path(path)
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        path.chmod(0o600)
+        return path
 
     def write_kubeconfig(self, path, auth: str = "cert", context: str = "emulator") -> Path:
         path = Path(path)

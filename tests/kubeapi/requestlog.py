@@ -20,6 +20,7 @@ class Request:
     duration: float = 0.0
     started: float = 0.0  # time.monotonic() when the request arrived
     body: bytes = field(default=b"", repr=False)
+    access: object = None  # the RBAC attributes it was authorized by (tests/kubeapi/rbac.py Attributes), if any
 
     @property
     def is_write(self) -> bool:

@@ -136,13 +136,32 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
     def _authenticate(self) -> None:
+        """The emulator's own certificate and token are cluster-admin (self._user None); a token made with
+        Emulator.add_token is its user, whose requests RBAC authorizes (tests/kubeapi/rbac.py)."""
         emulator = self.server.emulator
+        self._user = None
         if self.connection.getpeercert():
             return
         header = self.headers.get("Authorization", "")
         if header == f"Bearer {emulator.token}":
             return
+        if header.startswith("Bearer ") and (name := emulator.rbac_tokens.get(header[len("Bearer "):])):
+            from .rbac import User
+            self._user = User.of(name)
+            return
         raise ApiError(401, "Unauthorized")
+
+    def _authorize(self, verb: str, group: str, resource: str, subresource: str = "", namespace: str | None = None,
+                   name: str = "") -> None:
+        from .rbac import Attributes, allowed, forbidden_message
+        emulator = self.server.emulator
+        attributes = self._record.access = Attributes(verb, group, resource, subresource, namespace or "", name)
+        if self._user is None:
+            return
+        if not allowed(emulator.store, emulator.table, self._user, attributes):
+            raise ApiError(403, forbidden_message(self._user, attributes), "Forbidden",
+                           {"name": name, "group": group, "kind": resource} if name else
+                           {"group": group, "kind": resource})
 
     def _send(self, code: int, payload: bytes, content_type: str, extra: dict | None = None) -> None:
         self._record.status = code
@@ -181,6 +200,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         if len(segments) >= 7 and segments[:3] == ["api", "v1", "namespaces"] and segments[4] == "services" and \
                 segments[6] == "proxy":
+            self._authorize(_verb(method, segments[5], "", query), "", "services", "proxy", segments[3], segments[5])
             return self._proxy(method, segments[3], segments[5], "/".join(segments[7:]), body)
         if segments[:2] == ["api", "v1"]:
             group, version, rest = "", "v1", segments[2:]
@@ -206,6 +226,7 @@ class Handler(BaseHTTPRequestHandler):
         if rt.kind == "SelfSubjectAccessReview":
             self._record.verb = "selfsubjectaccessreview"
             return self._access_review(self._decode(body))
+        self._authorize(self._record.verb, group, rt.plural, sub, namespace, name)
         handler = getattr(self, f"_{self._record.verb}")
         return handler(rt, namespace, name, sub, query, body)
 
@@ -355,6 +376,8 @@ class Handler(BaseHTTPRequestHandler):
         _check_kind(rt, obj)
         options = self._options(query, manager_default=self._default_manager())
         obj = self._admit(rt, namespace, obj, None, "CREATE", options)
+        if rt.kind == "Pod":
+            self._pod_security(namespace, obj)
         created = store.create(rt, namespace, obj, options)
         self._present(rt, created, 201)
 
@@ -385,6 +408,16 @@ class Handler(BaseHTTPRequestHandler):
             return None
         groups = self.headers.get_all("Impersonate-Group") or []
         return {"username": name, "groups": [*groups, "system:authenticated"]}
+    def _pod_security(self, namespace: str, pod: dict) -> None:
+        """Pod Security Admission for a pod created in a namespace labelled pod-security.kubernetes.io/enforce
+        (tests/kubeapi/pod_security.py); the pods controllers create are not checked (as for a cluster whose
+        workloads were admitted before the label)."""
+        from .pod_security import admit
+        emulator = self.server.emulator
+        live = emulator.store.find(emulator.table.lookup("", "v1", "namespaces"), None, namespace)
+        if (message := admit(live, pod)) is not None:
+            raise ApiError(403, message, "Forbidden", {"name": (pod.get("metadata") or {}).get("name", ""),
+                                                       "kind": "pods"})
 
     def _update(self, rt, namespace, name, sub, query, body) -> None:
         store = self.server.emulator.store
@@ -518,6 +551,11 @@ class Handler(BaseHTTPRequestHandler):
         emulator = self.server.emulator
         attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
         denied = any(all(attributes.get(k) == v for k, v in rule.items()) for rule in emulator.store.denied_access)
+        if self._user is not None and not denied:
+            from .rbac import Attributes, allowed
+            denied = not allowed(emulator.store, emulator.table, self._user, Attributes(
+                attributes.get("verb", ""), attributes.get("group", ""), attributes.get("resource", ""),
+                attributes.get("subresource", ""), attributes.get("namespace", ""), attributes.get("name", "")))
         review = {**review, "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                   "metadata": {"creationTimestamp": None}, "status": {"allowed": not denied}}
         if denied:

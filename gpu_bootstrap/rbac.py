@@ -1,0 +1,280 @@
+"""Least-privilege RBAC for each command: `gpu-bootstrap rbac --for up|dry-run|status|doctor`.
+
+The table below says which API requests each step (and the pipeline around the steps) makes, by phase:
+  READ   what check/doctor read (every pipeline command),
+  WRITE  the changes its plan makes: `up --dry-run` sends the same requests with dryRun=All, which the API server
+         authorizes exactly like real ones (server-side apply of a new object needs `create` as well as `patch`),
+  RUN    what only a real `up` adds: verify's reads, helm's install (watches, hooks, its release Secrets),
+         removals of leftovers,
+  DOCTOR what only doctor adds (its probes).
+It was derived by recording the requests each command makes on the test emulator, and the tests keep it honest:
+`up --dry-run`, `doctor` and `status` run on the emulator as a token bound to their generated roles (the emulator
+enforces RBAC) and succeed with no request refused, and fail with a 403 naming the rule when one is removed
+(tests/test_rbac.py); every request of whole `up` runs (helm's included) and of doctor on a running stack is checked
+against the generated `up` and `doctor` roles (tests/test_monitoring_emulator.py, tests/test_gpu_operator_emulator.py). Namespaced needs become Roles in their namespace; needs that span namespaces (lists across the cluster,
+cluster-scoped objects) go into the ClusterRole. No rule uses `*`.
+
+The charts' own objects (kube-prometheus-stack, gpu-operator) are listed by kind in CHART_KINDS, from the charts the
+version catalogue picks (a test renders the local charts and checks every kind is there).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .pipeline import checkpoint
+
+COMMANDS = ("up", "dry-run", "status", "doctor")
+READ, WRITE, RUN, DOCTOR = "read", "write", "run", "doctor"
+CLUSTER = None  # a need's scope: cluster-wide (ClusterRole); else the key of a namespace in `namespaces()`
+APPLY = ("get", "patch", "create")  # server-side apply: patch, plus create when the object is new
+HELM = ("get", "list", "watch", "create", "update", "patch", "delete")  # helm install/upgrade --wait, hooks
+
+
+@dataclass(frozen=True)
+class Need:
+    group: str
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    scope: str | None = CLUSTER  # None: every namespace / cluster-scoped; else a key of namespaces(config)
+
+
+def need(group: str, resources: str, verbs: tuple[str, ...] | str, scope: str | None = CLUSTER) -> Need:
+    return Need(group, tuple(resources.split()), tuple(verbs.split()) if isinstance(verbs, str) else verbs, scope)
+
+
+# The charts' objects: (group, resource, namespaced?) of every kind they render (and their CRDs).
+CHART_KINDS = {
+    "gpu-operator": [("", "configmaps", True), ("", "serviceaccounts", True), ("apps", "daemonsets", True),
+                     ("apps", "deployments", True), ("batch", "jobs", True), ("nvidia.com", "clusterpolicies", False),
+                     ("rbac.authorization.k8s.io", "clusterroles", False),
+                     ("rbac.authorization.k8s.io", "clusterrolebindings", False),
+                     ("rbac.authorization.k8s.io", "roles", True), ("rbac.authorization.k8s.io", "rolebindings", True),
+                     ("apiextensions.k8s.io", "customresourcedefinitions", False)],
+    "monitoring": [("", "configmaps", True), ("", "secrets", True), ("", "services", True),
+                   ("", "serviceaccounts", True), ("apps", "daemonsets", True), ("apps", "deployments", True),
+                   ("batch", "jobs", True), ("monitoring.coreos.com", "alertmanagers", True),
+                   ("monitoring.coreos.com", "prometheuses", True), ("monitoring.coreos.com", "prometheusrules", True),
+                   ("monitoring.coreos.com", "servicemonitors", True),
+                   ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", False),
+                   ("admissionregistration.k8s.io", "validatingwebhookconfigurations", False),
+                   ("rbac.authorization.k8s.io", "clusterroles", False),
+                   ("rbac.authorization.k8s.io", "clusterrolebindings", False),
+                   ("rbac.authorization.k8s.io", "roles", True), ("rbac.authorization.k8s.io", "rolebindings", True),
+                   ("apiextensions.k8s.io", "customresourcedefinitions", False)],
+}
+
+
+# Objects a chart puts in another namespace: kube-prometheus-stack's Services for scraping the control plane.
+CHART_ELSEWHERE = {"monitoring": [("", "services", "kube-system")]}
+
+
+def _chart(step: str, scope: str, verbs: tuple[str, ...]) -> list[Need]:
+    """The chart's objects, plus its release records (helm keeps them as Secrets in the release's namespace)."""
+    out = [Need(group, (resource,), verbs, scope if namespaced else CLUSTER)
+           for group, resource, namespaced in CHART_KINDS[step]]
+    out += [Need(group, (resource,), verbs, where) for group, resource, where in CHART_ELSEWHERE.get(step, [])]
+    if verbs == HELM:  # helm --wait follows a Deployment through its ReplicaSets and pods
+        out += [need("apps", "replicasets", "get list watch", scope), need("", "pods", "get list watch", scope)]
+    return out + [need("", "secrets", ("get", "list") if verbs == APPLY else verbs, scope)]
+
+
+def _pipeline() -> dict[str, list[Need]]:
+    """Every pipeline command (up, up --dry-run, doctor): the state record, the lock, the nodes."""
+    return {
+        READ: [need("", "configmaps", "get", "state"), need("", "nodes", "get list"),
+               need("", "namespaces", "get")],
+        RUN: [need("", "namespaces", "create patch"), need("", "configmaps", "create patch", "state"),
+              need("coordination.k8s.io", "leases", "get create update", "state")],
+        DOCTOR: [need("authorization.k8s.io", "selfsubjectaccessreviews", "create")],
+    }
+
+
+def _steps(config) -> dict[str, dict[str, list[Need]]]:
+    opa = config.admission.certificates
+    admission_kinds = "mutatingwebhookconfigurations validatingwebhookconfigurations validatingadmissionpolicies " \
+                      "validatingadmissionpolicybindings"
+    monitoring_install = config.monitoring.mode in ("install", "auto")  # auto installs when there is no Prometheus
+    probes = [need("", "pods", "create", "probe-default"), need("", "pods", "create", "state")]  # dry runs
+    attach_scope = "monitoring" if config.monitoring.mode == "install" else CLUSTER  # attach: the user's Prometheus
+    return {
+        "preflight": {RUN: [need("", "configmaps", "create patch", "state")]},
+        "node-prep": {READ: [need("", "nodes", "get list")], WRITE: [need("", "nodes", "patch")]},
+        "gpu-pools": {
+            READ: [need("karpenter.sh", "nodepools", "get list"), need("karpenter.k8s.aws", "ec2nodeclasses", "get list"),
+                   need("", "pods", "list")],
+            WRITE: [need("karpenter.sh", "nodepools", APPLY), need("karpenter.k8s.aws", "ec2nodeclasses", APPLY)],
+            RUN: [need("karpenter.sh", "nodepools", "delete"), need("karpenter.k8s.aws", "ec2nodeclasses", "delete")]},
+        "monitoring": {
+            READ: [need("apiextensions.k8s.io", "customresourcedefinitions", "get list"),
+                   need("monitoring.coreos.com", "prometheuses prometheusrules", "get list"),
+                   need("apps", "deployments statefulsets", "list"), need("", "configmaps", "list"),
+                   need("", "configmaps", "get", attach_scope), need("", "pods", "list", "monitoring"),
+                   need("monitoring.coreos.com", "prometheusrules", "get", attach_scope),
+                   *(_chart("monitoring", "monitoring", ("get", "list")) if monitoring_install else [])],
+            WRITE: [need("", "configmaps", APPLY, attach_scope),
+                    need("monitoring.coreos.com", "prometheusrules", APPLY, attach_scope),
+                    *([need("", "namespaces", APPLY)] + _chart("monitoring", "monitoring", APPLY)
+                      if monitoring_install else [])],
+            RUN: [*(_chart("monitoring", "monitoring", HELM) if monitoring_install else []),
+                  need("", "configmaps", "delete", attach_scope),
+                  need("monitoring.coreos.com", "prometheusrules", "delete", attach_scope),
+                  need("apps", "daemonsets deployments statefulsets replicasets", "list", "monitoring"),
+                  need("", "pods", "list", "monitoring"), need("", "services", "list"),
+                  need("", "services/proxy", "get"), need("", "services", "get", "operator"),
+                  need("discovery.k8s.io", "endpointslices", "list")],
+            DOCTOR: [need("", "services", "list"), need("", "services/proxy", "get"), need("", "pods", "list"),
+                     need("", "services", "get", "operator"), need("apps", "deployments daemonsets statefulsets",
+                                                                    "list", "monitoring")]},
+        "gpu-operator": {
+            READ: [need("", "nodes", "get list"), *_chart("gpu-operator", "operator", ("get", "list")),
+                   need("apiextensions.k8s.io", "customresourcedefinitions", "get")],
+            WRITE: [need("", "nodes", "patch"), need("", "namespaces", APPLY),
+                    *_chart("gpu-operator", "operator", APPLY)],
+            RUN: [*_chart("gpu-operator", "operator", HELM), need("", "pods", "list", "operator")],
+            DOCTOR: [need("apps", "daemonsets", "list", "operator"), need("", "pods", "list create", "operator")]},
+        "binpack-scheduler": {
+            READ: [need("", "serviceaccounts configmaps", "get list", "scheduler"),
+                   need("apps", "deployments", "get list", "scheduler"),
+                   need("policy", "poddisruptionbudgets", "get list", "scheduler"),
+                   need("rbac.authorization.k8s.io", "roles rolebindings", "get list", "scheduler"),
+                   need("rbac.authorization.k8s.io", "clusterrolebindings", "get list"), need("", "nodes", "list")],
+            WRITE: [need("", "serviceaccounts configmaps", APPLY, "scheduler"),
+                    need("apps", "deployments", APPLY, "scheduler"),
+                    need("policy", "poddisruptionbudgets", APPLY, "scheduler"),
+                    need("rbac.authorization.k8s.io", "roles rolebindings", APPLY, "scheduler"),
+                    need("rbac.authorization.k8s.io", "clusterrolebindings", APPLY),
+                    # binding the system roles kube-scheduler runs with: RBAC's escalation check asks for `bind`
+                    need("rbac.authorization.k8s.io", "clusterroles", "bind"),
+                    need("rbac.authorization.k8s.io", "roles", "bind", "scheduler")],
+            RUN: [need("", "serviceaccounts configmaps", "delete", "scheduler"),
+                  need("apps", "deployments", "delete", "scheduler"), need("", "pods", "list", "scheduler"),
+                  need("coordination.k8s.io", "leases", "get", "scheduler")],
+            DOCTOR: [need("", "pods", "list"), need("", "pods", "list", "scheduler"),
+                     need("coordination.k8s.io", "leases", "get", "scheduler")]},
+        "admission-opa": {
+            READ: [need("", "secrets serviceaccounts configmaps services", "get list", "opa"),
+                   need("apps", "deployments", "get list", "opa"),
+                   need("policy", "poddisruptionbudgets", "get list", "opa"),
+                   need("admissionregistration.k8s.io", admission_kinds, "get list"), need("", "nodes", "list"),
+                   *([need("cert-manager.io", "certificates issuers", "get list", "opa")]
+                     if opa == "cert-manager" else [])],
+            WRITE: [need("", "namespaces", APPLY),
+                    need("", "secrets serviceaccounts configmaps services", APPLY, "opa"),
+                    need("apps", "deployments", APPLY, "opa"), need("policy", "poddisruptionbudgets", APPLY, "opa"),
+                    need("admissionregistration.k8s.io", "mutatingwebhookconfigurations "
+                                                         "validatingwebhookconfigurations", "patch"),
+                    *([need("cert-manager.io", "certificates issuers", APPLY, "opa")]
+                      if opa == "cert-manager" else [])],
+            RUN: [need("", "secrets serviceaccounts configmaps services", "delete", "opa"),
+                  need("apps", "deployments", "delete", "opa"), need("policy", "poddisruptionbudgets", "delete", "opa"),
+                  need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa")],
+            DOCTOR: [need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa"),
+                     need("networking.k8s.io", "networkpolicies", "list", "opa"), need("", "pods", "create", "opa")]},
+        "admission": {
+            READ: [need("admissionregistration.k8s.io", admission_kinds, "get list"),
+                   need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
+                        "get list"),
+                   need("", "secrets", "get", "opa")],
+            WRITE: [need("admissionregistration.k8s.io", admission_kinds, APPLY),
+                    need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
+                         APPLY)],
+            RUN: [need("admissionregistration.k8s.io", admission_kinds, "delete"), *probes],
+            DOCTOR: probes},
+        "validate": {
+            READ: [need("", "pods", "list", "validation")],
+            WRITE: [need("", "namespaces", APPLY), need("", "pods", "create", "validation")],
+            RUN: [need("", "pods", "get delete", "validation"), need("", "pods/log", "get", "validation")],
+            DOCTOR: [need("", "pods", "create", "validation")]},
+    }
+
+
+def _status() -> list[Need]:
+    """`status`: nodes, pods, FailedScheduling events, and Prometheus through the service proxy where it runs."""
+    return [need("", "nodes pods events services", "list"), need("", "services/proxy", "get")]
+
+
+def enabled_steps(config, playbook: list[str]) -> list[str]:
+    """The playbook's steps the config turns on (as each step's enabled() decides)."""
+    admission = config.admission
+    on = {"node-prep": config.node_prep.enabled, "gpu-pools": bool(config.pools),
+          "monitoring": config.monitoring.enabled, "gpu-operator": config.gpu_operator.enabled,
+          "binpack-scheduler": config.scheduler.enabled, "admission-opa": admission.enabled and admission.engine == "opa",
+          "admission": admission.enabled, "validate": config.validation.enabled}
+    return [step for step in playbook if on.get(step, True)]
+
+
+def namespaces(config) -> dict[str, str]:
+    return {"state": checkpoint.NAMESPACE, "operator": config.gpu_operator.namespace,
+            "monitoring": config.monitoring.namespace, "opa": config.admission.opa.namespace,
+            "scheduler": config.scheduler.namespace, "validation": config.validation.namespace,
+            "probe-default": "default", "kube-system": "kube-system"}
+
+
+def needs(command: str, config, steps: list[str]) -> list[Need]:
+    """What `command` uses for the enabled `steps` of the playbook."""
+    if command not in COMMANDS:
+        raise ValueError(command)
+    if command == "status":
+        return _status()
+    phases = {"up": (READ, WRITE, RUN), "dry-run": (READ, WRITE), "doctor": (READ, DOCTOR)}[command]
+    table = _steps(config)
+    out = [n for phase in phases for n in _pipeline().get(phase, [])]
+    for step in steps:
+        out += [n for phase in phases for n in table.get(step, {}).get(phase, [])]
+    return out
+
+
+@dataclass(frozen=True)
+class Rules:
+    cluster: list[dict]  # the ClusterRole's rules
+    namespaced: dict[str, list[dict]]  # namespace -> the Role's rules
+
+
+def rules(command: str, config, steps: list[str]) -> Rules:
+    """The needs merged into RBAC rules: one per (API group, verbs), resources sorted; namespaced verbs a
+    cluster-wide rule already grants are left out of the Roles."""
+    names = namespaces(config) if config is not None else {}
+    wide: dict[tuple[str, str], set] = defaultdict(set)
+    local: dict[str, dict[tuple[str, str], set]] = defaultdict(lambda: defaultdict(set))
+    for item in needs(command, config, steps):
+        for resource in item.resources:
+            target = wide if item.scope is CLUSTER else local[names[item.scope]]
+            target[(item.group, resource)].update(item.verbs)
+    for namespace, found in local.items():
+        for key in list(found):
+            found[key] -= wide.get(key, set())
+            if not found[key]:
+                del found[key]
+    return Rules(_merge(wide), {ns: _merge(found) for ns, found in sorted(local.items()) if found})
+
+
+def _merge(found: dict[tuple[str, str], set]) -> list[dict]:
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = defaultdict(list)
+    for (group, resource), verbs in sorted(found.items()):
+        grouped[(group, tuple(sorted(verbs)))].append(resource)
+    return [{"apiGroups": [group], "resources": sorted(resources), "verbs": list(verbs)}
+            for (group, verbs), resources in sorted(grouped.items())]
+
+
+def manifests(command: str, config, steps: list[str], service_account: str | None = None) -> list[dict]:
+    """The ClusterRole, the Roles, and (given `namespace/name` of a ServiceAccount) their bindings."""
+    found = rules(command, config, steps)
+    name = f"gpu-bootstrap-{command}"
+    labels = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "rbac"}
+    docs = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": name, "labels": labels}, "rules": found.cluster}]
+    docs += [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+              "metadata": {"name": name, "namespace": namespace, "labels": labels}, "rules": role_rules}
+             for namespace, role_rules in found.namespaced.items()]
+    if service_account:
+        sa_namespace, _, sa_name = service_account.partition("/")
+        subject = [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_namespace}]
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "name": name}
+        docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                     "metadata": {"name": name, "labels": labels}, "subjects": subject,
+                     "roleRef": {**ref, "kind": "ClusterRole"}})
+        docs += [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                  "metadata": {"name": name, "namespace": namespace, "labels": labels}, "subjects": subject,
+                  "roleRef": {**ref, "kind": "Role"}} for namespace in found.namespaced]
+    return docs

@@ -1,0 +1,258 @@
+"""Least-privilege RBAC (#23): `gpu-bootstrap rbac --for COMMAND` against the emulator, which enforces RBAC for a
+bearer token bound to the generated roles (tests/kubeapi/rbac.py; proven with the real kubectl below).
+
+Each command runs through the real CLI with a ServiceAccount token bound to the role generated for it, with the real
+helm and the local charts: it succeeds, and no request it made was refused (so every request it makes is covered by
+the generated rules); with one rule removed it fails with the API server's 403 naming the missing verb and resource.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpu_bootstrap import rbac as rbac_module
+from gpu_bootstrap.cli import app
+from gpu_bootstrap.config import load
+from gpu_bootstrap.pipeline.playbook import load_playbook
+from tests.conftest import chart
+from tests.nodes.reports import write_report
+
+runner = CliRunner()
+NODES = ["node5", "node6"]
+SA = "system:serviceaccount:ci:gpu-bootstrap"
+
+
+@pytest.fixture
+def emulator_options():
+    return {"kube_version": "1.33.2", "gpu_nodes": NODES, "cpu_nodes": ["cpu-1"], "gpu_operator": True}
+
+
+def write_config(tmp_path: Path, kubeconfig: Path | None = None, extra: str = "") -> Path:
+    path = tmp_path / "gpu-bootstrap.yaml"
+    path.write_text((f"cluster: {{kubeconfig: {kubeconfig}}}\n" if kubeconfig else "") + "nodes:\n" +
+                    "".join(f"  - name: {n}\n" for n in NODES) +
+                    f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n"
+                    f"monitoring:\n  chart: {chart('kube-prometheus-stack-88.5.3.tgz')}\n" + extra)
+    return path
+
+
+def generate(command: str, config: Path) -> tuple[str, list[dict]]:
+    result = runner.invoke(app, ["rbac", "--for", command, "-c", str(config), "--service-account", "ci/gpu-bootstrap"])
+    assert result.exit_code == 0, result.output
+    return result.stdout, [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def uncovered(requests, command: str, config_path: Path) -> list[str]:
+    """The recorded requests the role generated for `command` would refuse (each as the emulator logged it)."""
+    from tests.kubeapi.rbac import _matches
+    config = load(config_path)
+    found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
+    out = []
+    for request in requests:
+        access = request.access
+        if access is None or (access.group, access.resource) == ("authorization.k8s.io", "selfsubjectaccessreviews"):
+            continue
+        rules = found.cluster + found.namespaced.get(access.namespace, [])
+        if not any(_matches(rule, access) for rule in rules):
+            out.append(f"{access.verb} {access.full_resource}.{access.group} in {access.namespace or 'the cluster'}")
+    return sorted(set(out))
+
+
+# --- the generator ---------------------------------------------------------------------------------------------------
+@pytest.mark.unit
+@pytest.mark.parametrize("command", rbac_module.COMMANDS)
+@pytest.mark.parametrize("extra", ["", "monitoring:\n  mode: attach\nadmission:\n  certificates: cert-manager\n",
+                                   "pools:\n  - {name: gpu, role: KarpenterNodeRole-x, discovery_tag: x}\n"])
+def test_no_generated_role_uses_a_wildcard(tmp_path, command, extra):
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes: [{name: node5}]\n" + extra)
+    config = load(path)
+    steps = rbac_module.enabled_steps(config, list(load_playbook("default").steps))
+    found = rbac_module.rules(command, config, steps)
+    every = found.cluster + [r for rules in found.namespaced.values() for r in rules]
+    assert every
+    for rule in every:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+        assert rule["verbs"] and rule["resources"]
+
+
+@pytest.mark.unit
+def test_the_roles_follow_the_configured_steps(tmp_path):
+    """A step the config turns off grants nothing: without admission, no admission policies; namespaced
+    needs are Roles in their namespace."""
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes: [{name: node5}]\nadmission: {enabled: false}\nvalidation: {enabled: false}\n")
+    config = load(path)
+    steps = rbac_module.enabled_steps(config, list(load_playbook("default").steps))
+    assert "admission" not in steps and "validate" not in steps
+    found = rbac_module.rules("dry-run", config, steps)
+    assert not [r for r in found.cluster if r["apiGroups"] == ["admissionregistration.k8s.io"]
+                and "validatingadmissionpolicies" in r["resources"]]  # (the stack's chart has webhooks of its own)
+    assert "gpu-bootstrap-admission" not in found.namespaced
+    # (the state record's namespace needs no Role here: monitoring.mode auto may attach anywhere, so configmaps are
+    # in the ClusterRole)
+    assert set(found.namespaced) == {"gpu-operator", "kube-system", "monitoring"}
+
+
+@pytest.mark.unit
+def test_a_bad_service_account_is_bad_input(tmp_path):
+    result = runner.invoke(app, ["rbac", "--for", "status", "--service-account", "gpu-bootstrap"])
+    assert result.exit_code == 2
+    assert "--service-account 'gpu-bootstrap' is not NAMESPACE/NAME" in " ".join(result.output.split())
+
+
+# --- the emulator enforces RBAC --------------------------------------------------------------------------------------
+def test_the_emulator_authorizes_a_token_by_its_roles_and_bindings(cluster, tmp_path):
+    token = cluster.emu.add_token("system:serviceaccount:ci:reader")
+    user = cluster.emu.user_kubeconfig(tmp_path / "user", token)
+    as_user = ["--kubeconfig", str(user)]
+    refused = cluster.kubectl(*as_user, "get", "nodes", check=False)
+    assert refused.returncode != 0
+    assert ('nodes is forbidden: User "system:serviceaccount:ci:reader" cannot list resource "nodes" in API group "" '
+            'at the cluster scope') in refused.stderr
+    cluster.kubectl("create", "namespace", "ci")
+    subject = [{"kind": "ServiceAccount", "name": "reader", "namespace": "ci"}]
+    group = "rbac.authorization.k8s.io"
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+        {"apiVersion": f"{group}/v1", "kind": "ClusterRole", "metadata": {"name": "node-reader"},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]},
+        {"apiVersion": f"{group}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "node-reader"},
+         "subjects": subject, "roleRef": {"apiGroup": group, "kind": "ClusterRole", "name": "node-reader"}},
+        {"apiVersion": f"{group}/v1", "kind": "Role", "metadata": {"name": "cm-reader", "namespace": "ci"},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["allowed"]}]},
+        {"apiVersion": f"{group}/v1", "kind": "RoleBinding", "metadata": {"name": "cm-reader", "namespace": "ci"},
+         "subjects": subject, "roleRef": {"apiGroup": group, "kind": "Role", "name": "cm-reader"}}]))
+    assert "node/node5" in cluster.kubectl(*as_user, "get", "nodes", "-o", "name").stdout
+    cluster.kubectl("create", "configmap", "allowed", "-n", "ci")
+    cluster.kubectl("create", "configmap", "other", "-n", "ci")
+    cluster.kubectl(*as_user, "get", "configmap", "allowed", "-n", "ci")
+    other = cluster.kubectl(*as_user, "get", "configmap", "other", "-n", "ci", check=False)
+    assert 'configmaps "other" is forbidden: User "system:serviceaccount:ci:reader" cannot get resource ' \
+           '"configmaps" in API group "" in the namespace "ci"' in other.stderr
+    elsewhere = cluster.kubectl(*as_user, "get", "configmap", "allowed", "-n", "default", check=False)
+    assert 'in the namespace "default"' in elsewhere.stderr
+
+
+# --- each command with its generated role ----------------------------------------------------------------------------
+def grant(cluster, config: Path, command: str, tmp_path: Path, drop: tuple[str, str, str, str] | None = None) -> Path:
+    """Apply the generated role for `command` (as the admin, with the real kubectl), creating its namespaces as the
+    header says; `drop`: (kind, namespace, resource, verb) removed from it. Returns the ServiceAccount's kubeconfig."""
+    text, docs = generate(command, config)
+    for line in text.splitlines():
+        if line.startswith("#   kubectl create namespace "):
+            namespace = line.split()[4]
+            if cluster.emu.get("namespaces", namespace) is None:
+                labels = line.split("kubectl label namespace ")[1].split()[1:]
+                cluster.kubectl("create", "namespace", namespace)
+                cluster.kubectl("label", "namespace", namespace, *labels)
+    if drop is not None:
+        kind, namespace, resource, verb = drop
+        for doc in docs:
+            if doc["kind"] == kind and doc["metadata"].get("namespace", "") == namespace:
+                for rule in doc["rules"]:
+                    if resource in rule["resources"]:
+                        rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+                doc["rules"] = [r for r in doc["rules"] if r["verbs"]]
+    cluster.kubectl("create", "namespace", "ci", check=False)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    token = cluster.emu.add_token(SA)
+    return cluster.emu.user_kubeconfig(tmp_path / f"kubeconfig-{command}", token)
+
+
+def run_as(kubeconfig: Path, config: Path, tmp_path: Path, *args: str):
+    command = list(args)
+    if command[0] == "up":
+        command += ["--preflight-report", str(write_report(tmp_path / "report.json", NODES))]
+    if command[0] == "doctor":
+        command += ["--no-nodes"]
+    result = runner.invoke(app, [*command, "-c", str(config), "--kubeconfig", str(kubeconfig), "-o", "json",
+                                 "--log-file", str(tmp_path / "log")])
+    return result, json.loads(result.stdout) if result.stdout.startswith("{") else None
+
+
+def refused(cluster) -> list[str]:
+    return [str(r) for r in cluster.emu.requests.all() if r.status == 403]
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+@pytest.mark.usefixtures("helm_on_path")
+def test_up_dry_run_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_path):
+    config = write_config(tmp_path)
+    user = grant(cluster, config, "dry-run", tmp_path)
+    cluster.emu.requests.clear()
+    result, document = run_as(user, config, tmp_path, "up", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert refused(cluster) == []
+    assert {s["status"] for s in document["steps"]} <= {"planned", "unchanged", "skipped"}, document
+    assert cluster.emu.requests.writes() == []  # a dry run, whoever runs it
+    user = grant(cluster, config, "dry-run", tmp_path, drop=("ClusterRole", "", "nodes", "patch"))
+    result, document = run_as(user, config, tmp_path, "up", "--dry-run")
+    assert result.exit_code == 1
+    assert ('nodes "node5" is forbidden: User "system:serviceaccount:ci:gpu-bootstrap" cannot patch resource '
+            '"nodes" in API group "" at the cluster scope') in document["error"]
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+@pytest.mark.usefixtures("helm_on_path")
+def test_doctor_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_path):
+    config = write_config(tmp_path)
+    user = grant(cluster, config, "doctor", tmp_path)
+    cluster.emu.requests.clear()
+    result, document = run_as(user, config, tmp_path, "doctor")
+    assert refused(cluster) == []
+    assert result.exit_code == 0, result.output
+    messages = {c["message"].split(":")[0]: c["status"] for c in document["checks"]}
+    # its SelfSubjectAccessReviews say it may not run `up` (a warning), and nothing it read was refused
+    assert messages["missing permissions"] == "warn", document
+    assert not [c for c in document["checks"] if "forbidden" in c["message"]], document
+    user = grant(cluster, config, "doctor", tmp_path, drop=("ClusterRole", "", "configmaps", "get"))
+    result, document = run_as(user, config, tmp_path, "doctor")
+    assert result.exit_code == 1
+    assert ('configmaps "gpu-bootstrap-state" is forbidden: User "system:serviceaccount:ci:gpu-bootstrap" cannot get '
+            'resource "configmaps" in API group "" in the namespace "gpu-bootstrap"') in document["error"]
+
+
+def test_status_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_path):
+    config = write_config(tmp_path)
+    user = grant(cluster, config, "status", tmp_path)
+    cluster.emu.requests.clear()
+    result, _document = run_as(user, config, tmp_path, "status")
+    assert result.exit_code == 0, result.output
+    assert refused(cluster) == []
+    user = grant(cluster, config, "status", tmp_path, drop=("ClusterRole", "", "nodes", "list"))
+    result, document = run_as(user, config, tmp_path, "status")
+    assert result.exit_code == 1, result.output
+    assert ('nodes is forbidden: User "system:serviceaccount:ci:gpu-bootstrap" cannot list resource "nodes" in API '
+            'group "" at the cluster scope') in (document or {}).get("error", result.output)
+
+
+def _plural(kind: str) -> str:
+    lower = kind.lower()
+    return lower[:-1] + "ies" if lower.endswith("y") else lower + "es" if lower.endswith("s") else lower + "s"
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("step, archive", [("gpu-operator", "gpu-operator-v26.7.0.tgz"),
+                                           ("gpu-operator", "gpu-operator-v25.10.1.tgz"),
+                                           ("monitoring", "kube-prometheus-stack-88.5.3.tgz")])
+def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
+    """The charts' objects are granted by kind (rbac.CHART_KINDS): every kind the chart renders (hooks and CRDs
+    included), and whether it is namespaced, must be there."""
+    from tests.tools import tool
+    helm = tool("helm")
+    import subprocess
+    rendered = subprocess.run([helm, "template", "x", str(chart(archive)), "--namespace", "ns", "--kube-version",
+                               "1.33.0", "--include-crds"], capture_output=True, text=True, check=True).stdout
+    found = set()
+    for doc in yaml.load_all(rendered, Loader=yaml.BaseLoader):  # (a CRD holds "- =", which SafeLoader refuses)
+        if isinstance(doc, dict) and doc.get("kind"):
+            group = doc["apiVersion"].rpartition("/")[0]
+            found.add((group, _plural(doc["kind"]), bool(doc["metadata"].get("namespace"))
+                       or doc["kind"] in ("ServiceAccount", "ConfigMap", "Secret", "Service", "Job")))
+    assert found - set(rbac_module.CHART_KINDS[step]) == set()
