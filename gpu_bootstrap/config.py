@@ -938,7 +938,9 @@ def validate(data: Any, source: Source, model: type[BaseModel] = None) -> Config
                 if allowed:
                     message += f" (allowed here: {', '.join(allowed)})"
             problems.append(f"{source.locate(loc)}: {describe_loc(loc) or '<top>'}: {message}")
-        raise ConfigError("\n".join(problems), "fix the config file and run again (nothing was changed)")
+        # from None: the ValidationError (chained, it would print with the traceback in the log) quotes the input
+        # values, secrets among them (monitoring.values given as a string, a misspelled values block)
+        raise ConfigError("\n".join(problems), "fix the config file and run again (nothing was changed)") from None
 
 
 def _parse_path(text: str) -> tuple:
