@@ -464,7 +464,7 @@ class SchedulerConfig(Section):
 IMAGE_REF = re.compile(r"[a-z0-9]([-a-z0-9._/:]*[a-z0-9])?(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?")
 
 
-OPA_IMAGE = "openpolicyagent/opa:1.16.1"
+OPA_IMAGE = "openpolicyagent/opa:1.16.2"
 
 
 class OpaConfig(Section):
@@ -1093,7 +1093,7 @@ admission:                          # keep GPU pods on the bin-packing scheduler
   exempt_namespaces: []             # left alone besides kube-system, the scheduler's and OPA's own (the only opt-out)
   override_other_schedulers: false  # false: a GPU pod naming another scheduler (e.g. volcano) is left alone
   opa:
-    # image: openpolicyagent/opa:1.16.1   # default: data/images.yaml (by digest where known)
+    # image: openpolicyagent/opa:1.16.2   # default: data/images.yaml, by digest (1.16.2: the patch release after kube-mgmt's 1.16.1 pin)
     replicas: 2
     namespace: gpu-bootstrap-admission
   certificates: generated           # generated (a CA of our own, kept only in a Secret) | cert-manager
