@@ -516,7 +516,7 @@ class SchedulerConfig(Section):
 IMAGE_REF = re.compile(r"[a-z0-9]([-a-z0-9._/:]*[a-z0-9])?(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?")
 
 
-OPA_IMAGE = "openpolicyagent/opa:1.16.1"
+OPA_IMAGE = "openpolicyagent/opa:1.16.2"
 
 
 class OpaConfig(Section):
@@ -990,7 +990,9 @@ def validate(data: Any, source: Source, model: type[BaseModel] = None) -> Config
                 if allowed:
                     message += f" (allowed here: {', '.join(allowed)})"
             problems.append(f"{source.locate(loc)}: {describe_loc(loc) or '<top>'}: {message}")
-        raise ConfigError("\n".join(problems), "fix the config file and run again (nothing was changed)")
+        # from None: the ValidationError (chained, it would print with the traceback in the log) quotes the input
+        # values, secrets among them (monitoring.values given as a string, a misspelled values block)
+        raise ConfigError("\n".join(problems), "fix the config file and run again (nothing was changed)") from None
 
 
 def _parse_path(text: str) -> tuple:
@@ -1143,7 +1145,7 @@ admission:                          # keep GPU pods on the bin-packing scheduler
   exempt_namespaces: []             # left alone besides kube-system, the scheduler's and OPA's own (the only opt-out)
   override_other_schedulers: false  # false: a GPU pod naming another scheduler (e.g. volcano) is left alone
   opa:
-    # image: openpolicyagent/opa:1.16.1   # default: data/images.yaml (by digest where known)
+    # image: openpolicyagent/opa:1.16.2   # default: data/images.yaml, by digest (1.16.2: the patch release after kube-mgmt's 1.16.1 pin)
     replicas: 2
     namespace: gpu-bootstrap-admission
   certificates: generated           # generated (a CA of our own, kept only in a Secret) | cert-manager

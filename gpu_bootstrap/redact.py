@@ -21,7 +21,7 @@ REDACTED = "<redacted>"
 
 _SECRET_WORDS = (r"password|passwd|passphrase|secret|token|credentials?|api[-_]?key|apikey|private[-_]?key|"
                  r"(access|auth|client|routing|service|integration|signing|encryption|license|ssh)[-_]?key|"
-                 r"webhook[-_]?url|bearer|cookie|session[-_]?id|dsn|^pass$|^pwd$")
+                 r"webhook[-_]?url|bearer|authorization|cookie|session[-_]?id|dsn|^pass$|^pwd$")
 SECRET_KEY = re.compile(_SECRET_WORDS, re.IGNORECASE)
 # keys that name a secret's *reference* or a setting about it, not its value (secretName: grafana-admin)
 _REFERENCE = re.compile(r"(name|names|ref|file|path|paths|dir|mount|mountpath|namespace|enabled|selector|type|tokens|"
@@ -43,8 +43,10 @@ _VALUE_PATTERNS = [  # (pattern, replacement): each keeps what identifies the th
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
 ]
 # `password: x`, `api_key = x`, `"apiKey": "x"` inside an embedded file (a ConfigMap's config, an ini, JSON)
+# A value never starts with `{` or `[`: a nested inline map or list is not consumed, so the scan goes on inside it
+# and finds `{"stringData": {"password": "x"}}` or `values: {grafana: {adminPassword: x}}` too.
 _ASSIGNMENT = re.compile(r"""(?P<lead>(?:^|[\s{,])(?P<q>["']?)(?P<key>[A-Za-z_][\w.-]*)(?P=q)[ \t]*[:=](?!=)[ \t]*)"""
-                         r"""(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s,}'"][^\n,}]*)""", re.MULTILINE)
+                         r"""(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s,}'"{\[][^\n,}]*)""", re.MULTILINE)
 
 
 def secret_key(key: Any) -> bool:
@@ -85,14 +87,19 @@ def tree(value: Any, key: Any = None) -> Any:
         return [tree(item, key) for item in value]
     if isinstance(value, str):
         return _hidden(value) if key is not None and secret_key(key) else text(value)
+    if key is not None and secret_key(key):
+        return _hidden(value)  # a number is a secret too (adminPassword: 73195824)
     return value
 
 
 def _hidden(value: Any) -> Any:
-    """A secret key's value: hidden when it holds something (an empty string or null hides nothing)."""
+    """A secret key's value: hidden when it holds something (an empty string or null hides nothing). A boolean is a
+    switch (plans show true/false too), not a secret; any other scalar (a number, a date) is hidden."""
     if isinstance(value, (dict, list)):
         return tree(value)
-    return REDACTED if isinstance(value, str) and value else value
+    if value is None or isinstance(value, bool) or value == "":
+        return value
+    return REDACTED
 
 
 def manifests(stream: str) -> str:

@@ -179,12 +179,17 @@ def test_only_the_system_claims_an_exemption_and_opa_serves_only_verdicts(cluste
     assert kubelet.returncode == 0, kubelet.stderr
     not_a_node = pod_as(cluster, "static-2", node="gpu-1", as_user="alice", groups=("system:nodes",))
     assert not_a_node.returncode != 0 and "spec.nodeName" in not_a_node.stderr
-    daemon = pod_as(cluster, "plugin", owner="DaemonSet",
+    no_group = pod_as(cluster, "static-3", node="gpu-1", as_user="system:node:gpu-1")
+    assert no_group.returncode != 0 and "spec.nodeName" in no_group.stderr  # a kubelet is also in system:nodes
+    cluster.kubectl("create", "namespace", "gpu-operator")
+    daemon = pod_as(cluster, "plugin", "gpu-operator", owner="DaemonSet",
                     as_user="system:serviceaccount:kube-system:daemon-set-controller")
     assert daemon.returncode == 0, daemon.stderr
+    tenant_daemon = pod_as(cluster, "plugin-3", owner="DaemonSet",  # a tenant's own DaemonSet: not exempt
+                           as_user="system:serviceaccount:kube-system:daemon-set-controller")
+    assert tenant_daemon.returncode != 0 and "spec.schedulerName" in tenant_daemon.stderr
     fake_daemon = pod_as(cluster, "plugin-2", owner="DaemonSet")
     assert fake_daemon.returncode != 0 and "spec.schedulerName" in fake_daemon.stderr
-    cluster.kubectl("create", "namespace", "gpu-operator")
     validator = pod_as(cluster, "cuda-validator", "gpu-operator", node="gpu-1",
                        as_user="system:serviceaccount:gpu-operator:nvidia-operator-validator")
     assert validator.returncode == 0, validator.stderr

@@ -108,10 +108,27 @@ TABLE = [
     ("nodeName set by a tenant in group system:nodes", review(pod(GPU, node_name="gpu-1"), user={
         "username": "alice", "groups": ["system:nodes"]}), {}, "bound", "bound", {}),
     ("nodeName set by its kubelet", review(pod(GPU, node_name="gpu-1"), user=KUBELET), {}, "allow", "allow", {}),
+    # a kubelet is a user named system:node:<name> in group system:nodes (the Node authorizer requires both)
+    ("nodeName set by a system:node: user without the group", review(pod(GPU, node_name="gpu-1"), user={
+        "username": "system:node:x", "groups": ["system:authenticated"]}), {}, "bound", "bound", {}),
+    ("nodeName set by a system:node: user with no groups", review(pod(GPU, node_name="gpu-1"), user={
+        "username": "system:node:x"}), {}, "bound", "bound", {}),
+    ("mirror annotation, by a system:node: user without the group", review(pod(GPU, annotations=MIRROR), user={
+        "username": "system:node:x", "groups": ["team-a"]}), {}, "patch", "deny", {}),
+    # a DaemonSet's pods are exempt only in the system's and the gpu-operator's namespaces: whoever may create a
+    # DaemonSet in a tenant namespace would otherwise exempt any GPU pod
     ("DaemonSet-owned, by the DaemonSet controller", review(pod(GPU, owner="DaemonSet"), user=DS_CONTROLLER), {},
-     "allow", "allow", {}),
+     "patch", "deny", {}),
+    ("DaemonSet-owned naming a node, by the DaemonSet controller",
+     review(pod(GPU, owner="DaemonSet", node_name="gpu-1"), user=DS_CONTROLLER), {}, "bound", "bound", {}),
     ("DaemonSet-owned, by the controller manager", review(pod(GPU, owner="DaemonSet"), user=CONTROLLER_MANAGER), {},
+     "patch", "deny", {}),
+    ("operator DaemonSet, by the DaemonSet controller",
+     review(pod(GPU, owner="DaemonSet", node_name="gpu-1"), "gpu-operator", user=DS_CONTROLLER), {},
      "allow", "allow", {}),
+    ("operator DaemonSet, by the controller manager",
+     review(pod(GPU, owner="DaemonSet"), "gpu-operator", user=CONTROLLER_MANAGER), {}, "allow", "allow", {}),
+    ("operator DaemonSet, by a tenant", review(pod(GPU, owner="DaemonSet"), "gpu-operator"), {}, "patch", "deny", {}),
     ("DaemonSet-owned, by a tenant", review(pod(GPU, owner="DaemonSet")), {}, "patch", "deny", {}),
     ("DaemonSet-owned, by a kubelet", review(pod(GPU, owner="DaemonSet"), user=KUBELET), {}, "patch", "deny", {}),
     ("mirror pod, by its kubelet", review(pod(GPU, owner="Node", annotations=MIRROR), user=KUBELET), {},

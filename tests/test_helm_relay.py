@@ -209,7 +209,8 @@ def head(answer: bytes) -> str:
 def test_no_connection_stops_the_relay_while_helm_goes_through(cluster, demo_chart):
     """With time limits longer than the test, the attackers stay open the whole time: helm's install succeeds beside
     them, a `@host` target and bad lengths are refused at once, and close() ends it all without hanging."""
-    relay = Relay(Kube(cluster.kubeconfig), handshake_timeout=60, idle_timeout=60, request_timeout=60)
+    relay = Relay(Kube(cluster.kubeconfig), handshake_timeout=60, idle_timeout=60, request_timeout=60,
+                  first_request_timeout=60)
     stop = threading.Event()
     other = socket.create_server(("127.0.0.1", 0))  # where a `@host` target would send the user's credentials
     try:
@@ -279,6 +280,33 @@ def test_connections_beyond_the_bound_are_closed_and_the_slots_come_back(cluster
                             b"close\r\n\r\n" % relay.token.encode())
         assert head(answer) == "HTTP/1.1 200 OK"
     finally:
+        relay.close()
+
+
+def test_unauthenticated_connections_lose_their_slots_after_the_first_request_deadline(cluster):
+    """Any local user can connect: TLS connections that never send the token (silent, or trickling a request) are cut
+    after the first-request deadline, though the idle limit is long, so they cannot hold every slot; a connection
+    whose request carried the token keeps the idle limit."""
+    relay = Relay(Kube(cluster.kubeconfig), handshake_timeout=60, idle_timeout=60, request_timeout=60,
+                  first_request_timeout=1, max_connections=3)
+    stop = threading.Event()
+    try:
+        authenticated = tls(relay)
+        authenticated.sendall(b"GET /version HTTP/1.1\r\nAuthorization: Bearer %s\r\nHost: x\r\n\r\n"
+                              % relay.token.encode())
+        assert head(authenticated.recv(65536)) == "HTTP/1.1 200 OK"
+        squatters = [tls(relay), slow_loris(relay, stop)]  # with `authenticated`, every slot is taken
+        assert all(closed_by_relay(connection, within=20) for connection in squatters)
+        assert still_open(authenticated)  # past the first-request deadline: it had proved the token
+        deadline = time.monotonic() + 30
+        while relay._server.connections > 1 and time.monotonic() < deadline:  # the squatters' threads end
+            time.sleep(0.02)
+        answer = ask(relay, b"GET /version HTTP/1.1\r\nAuthorization: Bearer %s\r\nHost: x\r\nConnection: "
+                            b"close\r\n\r\n" % relay.token.encode())
+        assert head(answer) == "HTTP/1.1 200 OK"
+        authenticated.close()
+    finally:
+        stop.set()
         relay.close()
 
 

@@ -25,7 +25,7 @@ def config(**sections):
 
 @pytest.mark.parametrize("ref, mirrored", [
     ("busybox:1.37.0", "reg.local:5000/mirror/busybox:1.37.0"),
-    ("openpolicyagent/opa:1.16.1", "reg.local:5000/mirror/openpolicyagent/opa:1.16.1"),
+    ("openpolicyagent/opa:1.16.2", "reg.local:5000/mirror/openpolicyagent/opa:1.16.2"),
     ("registry.k8s.io/kube-scheduler:v1.33.1", "reg.local:5000/mirror/kube-scheduler:v1.33.1"),
     ("docker.io/grafana/grafana:13.2.0", "reg.local:5000/mirror/grafana/grafana:13.2.0"),
     ("localhost:5000/a/b@sha256:" + "a" * 64, "reg.local:5000/mirror/a/b@sha256:" + "a" * 64),

@@ -313,7 +313,8 @@ def test_images_is_exactly_what_the_render_pulls_and_names_the_driver_per_os(tmp
     # the render holds the driver without its OS suffix (the operator adds it per node)
     assert {re.sub(r"(/nvidia/driver:[0-9.]+)-\w+[0-9.]+$", r"\1", ref) for ref in references} == rendered
     sources = {entry["source"] for entry in listed["images"]}
-    assert all(not s.startswith(mirror) for s in sources) and f"{mirror}/openpolicyagent/opa:1.16.1" in references
+    assert all(not s.startswith(mirror) for s in sources) and f"{mirror}/openpolicyagent/opa:1.16.2@sha256:" \
+        "a915d8b59ddb09a9badecd8e061d43cf3111283494c4cf1d38a675bdb4e81a13" in references
     per = listed["per_component"]
     assert per["kube-prometheus-stack chart"] >= 9 and per["gpu-operator operand"] >= 6
 

@@ -182,11 +182,18 @@ def test_cert_manager_mode_renders_issuers_and_the_injection_annotation():
 
 
 @pytest.mark.unit
+def test_the_default_opa_image_is_pulled_by_digest():
+    image = render.deployment(conf(), "abc")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "openpolicyagent/opa:1.16.2@sha256:a915d8b59ddb09a9badecd8e061d43cf3111283494c4cf1d38a675bdb4e81a13"
+
+
+@pytest.mark.unit
 def test_opa_runs_hardened_and_off_the_gpu_nodes():
     deploy = render.deployment(conf(), "abc")
     spec = deploy["spec"]["template"]["spec"]
     container = spec["containers"][0]
     assert container["image"] == images.default("opa")
+    assert "--set=server.decoding.max_length=8388608,server.decoding.gzip.max_length=8388608" in container["args"]
     assert container["args"][:2] == ["run", "--server"] and "--tls-cert-file=/certs/tls.crt" in container["args"]
     assert container["securityContext"]["readOnlyRootFilesystem"] and spec["securityContext"]["runAsNonRoot"]
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8443, "scheme": "HTTPS"}

@@ -163,6 +163,17 @@ def test_tree_redacts_by_key_env_style_pairs_and_secret_data_and_keeps_the_rest(
 
 
 @pytest.mark.unit
+def test_tree_redacts_any_scalar_under_a_secret_key_but_booleans():
+    values = {"grafana": {"adminPassword": 73195824, "enabled": True}, "ngc": {"apiKey": 1234567890},
+              "auth": {"token": 1.5, "passwordAuth": False}, "headers": {"Authorization": "Bearer abc"},
+              "env": [{"name": "DB_PASSWORD", "value": 4242}], "replicas": 3}
+    assert redact.tree(values) == {
+        "grafana": {"adminPassword": "<redacted>", "enabled": True}, "ngc": {"apiKey": "<redacted>"},
+        "auth": {"token": "<redacted>", "passwordAuth": False}, "headers": {"Authorization": "<redacted>"},
+        "env": [{"name": "DB_PASSWORD", "value": "<redacted>"}], "replicas": 3}
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("given, shown", [
     ("https://hooks.slack.com/services/T0/B0/abc", "https://hooks.slack.com/services/<redacted>"),
     ("see https://discord.com/api/webhooks/1/x now", "see https://discord.com/api/webhooks/<redacted> now"),
@@ -177,6 +188,12 @@ def test_tree_redacts_by_key_env_style_pairs_and_secret_data_and_keeps_the_rest(
     ("password: {{ .Values.x }}\ntoken: ''", "password: {{ .Values.x }}\ntoken: ''"),  # templates, empties
     ("token := input.identity\nallow if token == 1", "token := input.identity\nallow if token == 1"),  # Rego
     ("https://charts.example.com/stable", "https://charts.example.com/stable"),
+    # nested inline maps and JSON: the scan goes inside them
+    ('{"stringData":{"password":"x"}}', '{"stringData":{"password":"<redacted>"}}'),
+    ("values: {grafana: {adminPassword: x}}", "values: {grafana: {adminPassword: <redacted>}}"),
+    ('[{"name": "a", "auth": {"token": "t1"}}]', '[{"name": "a", "auth": {"token": "<redacted>"}}]'),
+    ("Authorization: Bearer abc.def", "Authorization: <redacted>"),
+    ('{"headers": {"authorization": "Basic dXNlcjpwdw=="}}', '{"headers": {"authorization": "<redacted>"}}'),
     ("expr: sum(DCGM_FI_DEV_GPU_UTIL) by (node)", "expr: sum(DCGM_FI_DEV_GPU_UTIL) by (node)"),
 ])
 def test_text_redacts_secret_looking_values(given, shown):
@@ -220,3 +237,19 @@ def test_render_dir_is_private_and_redacts_values_and_release(tmp_path):
                                  "manifests-not-rendered.txt")}
     assert yaml.safe_load((folder / "values.yaml").read_text()) == {"grafana": {"adminPassword": "<redacted>"}}
     assert not [p for p in folder.iterdir() if "pw-1" in p.read_text() or "pw-2" in p.read_text()]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("section", [{"values": "adminPassword: hunter2x"},  # a string, not a mapping
+                                     {"valuez": {"grafana": {"adminPassword": "hunter2x"}}}])  # a misspelled block
+def test_a_config_error_and_its_logged_traceback_quote_no_input_value(section):
+    """The CLI logs a ConfigError with its traceback: pydantic's ValidationError (which quotes each input value)
+    must not ride along as its context."""
+    import traceback
+    from pathlib import PurePath
+    from gpu_bootstrap import config as cfg
+    from gpu_bootstrap.errors import ConfigError
+    with pytest.raises(ConfigError) as caught:
+        cfg.validate({"nodes": [{"name": "gpu-1"}], "monitoring": section}, cfg.Source(PurePath("c.yaml"), {}))
+    logged = "".join(traceback.format_exception(caught.value))
+    assert "monitoring.valu" in logged and "hunter2x" not in logged, logged  # short: pydantic would quote it whole

@@ -53,7 +53,8 @@ CONTAINER = {
     "name": "opa", "image": images.default("opa"),
     "args": ["run", "--server", "--addr=0.0.0.0:8443", "--tls-cert-file=/certs/tls.crt",
              "--tls-private-key-file=/certs/tls.key", "--authentication=token", "--authorization=basic",
-             "--disable-telemetry", "--log-level=info", "/policy/gpu-pods.rego", "/policy/authz.rego"],
+             "--disable-telemetry", "--log-level=info", "--set=server.decoding.max_length=8388608,server.decoding.gzip.max_length=8388608",
+             "/policy/gpu-pods.rego", "/policy/authz.rego"],
     "ports": [{"name": "https", "containerPort": 8443, "protocol": "TCP"}],
     "readinessProbe": {**PROBE, "periodSeconds": 5, "failureThreshold": 3},
     "livenessProbe": {**PROBE, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 3},
@@ -114,7 +115,7 @@ def test_cert_manager_reloads_the_files_it_renews_in_place():
     assert args == ["run", "--server", "--addr=0.0.0.0:8443", "--tls-cert-file=/certs/tls.crt",
                     "--tls-private-key-file=/certs/tls.key", "--tls-cert-refresh-period=10m",
                     "--authentication=token", "--authorization=basic", "--disable-telemetry", "--log-level=info",
-                    "/policy/gpu-pods.rego", "/policy/authz.rego"]
+                    "--set=server.decoding.max_length=8388608,server.decoding.gzip.max_length=8388608", "/policy/gpu-pods.rego", "/policy/authz.rego"]
 
 
 def test_cert_manager_objects_are_exact():

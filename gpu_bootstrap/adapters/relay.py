@@ -13,7 +13,9 @@ random bearer token, which is written only to a 0600 kubeconfig in a 0700 folder
 stops. It holds no credential of its own: it uses the Kube adapter's (any auth method of the user's kubeconfig).
 
 Robustness: no connection can stop it (README, "The relay"). Each connection gets its own thread, in which the TLS
-handshake runs with a time limit (HANDSHAKE_TIMEOUT); a connection waits at most IDLE_TIMEOUT for its next request,
+handshake runs with a time limit (HANDSHAKE_TIMEOUT); a connection's first request, which proves the token, must be
+complete within FIRST_REQUEST_TIMEOUT (so unauthenticated idle connections cannot hold the MAX_CONNECTIONS slots: any
+local user can connect); once a request was authenticated, a connection waits at most IDLE_TIMEOUT for its next one,
 and a request's line, headers and body must arrive within REQUEST_TIMEOUT (a slow-loris that trickles bytes is cut
 off). At most MAX_CONNECTIONS are served at once; more are closed at once. A request must send its body with a
 Content-Length between 0 and MAX_BODY and name an origin-form target (one leading `/`), and the URL sent upstream is
@@ -42,7 +44,8 @@ PASSED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # what of helm's requ
 DROPPED_ANSWER_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "date", "server"}
 MAX_BODY = 64 * 1024 * 1024  # bytes: more than any object the API server accepts (etcd's limit is 1.5 MiB)
 HANDSHAKE_TIMEOUT = 10.0  # seconds a connection has for its TLS handshake
-IDLE_TIMEOUT = 120.0  # seconds a connection may wait for its next request (client-go closes idle ones after 90 s)
+FIRST_REQUEST_TIMEOUT = 10.0  # seconds after the handshake by which a connection's first request must be complete
+IDLE_TIMEOUT = 120.0  # seconds an authenticated connection may wait for its next request (client-go closes idle ones after 90 s)
 REQUEST_TIMEOUT = 60.0  # seconds from a request's first byte to its last (request line, headers and body)
 WRITE_TIMEOUT = 120.0  # seconds one write of an answer may block on a client that does not read
 MAX_CONNECTIONS = 256  # served at once (helm opens a few dozen at most: writes, watches, kstatus polls)
@@ -52,12 +55,14 @@ class Relay:
     """Started on first use (`kubeconfig()`), stopped by `close()` (idempotent)."""
 
     def __init__(self, kube, *, handshake_timeout: float = HANDSHAKE_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
-                 request_timeout: float = REQUEST_TIMEOUT, max_connections: int = MAX_CONNECTIONS):
+                 request_timeout: float = REQUEST_TIMEOUT, max_connections: int = MAX_CONNECTIONS,
+                 first_request_timeout: float = FIRST_REQUEST_TIMEOUT):
         self.kube = kube
         self.token = secrets.token_urlsafe(32)
         self.handshake_timeout = handshake_timeout
         self.idle_timeout = idle_timeout
         self.request_timeout = request_timeout
+        self.first_request_timeout = first_request_timeout
         self.max_connections = max_connections
         self._server: _Server | None = None
         self._folder: Path | None = None
@@ -256,19 +261,23 @@ def _handler(relay: Relay):
         protocol_version = "HTTP/1.1"  # keep-alive, and chunked answers for watches
         disable_nagle_algorithm = True  # headers and body go out in separate writes: no 40 ms delayed-ACK stall
         deadline: float | None = None  # time.monotonic() by which the request being read must be complete
+        authenticated = False  # a request on this connection carried the token: from then on, the idle limit
+        first_deadline = 0.0  # until then, time.monotonic() by which the first request must be complete
 
         def setup(self) -> None:
             super().setup()
+            self.first_deadline = time.monotonic() + relay.first_request_timeout
             self.rfile.close()  # the socket's own file: ours reads with deadlines (closed, so it holds no fd)
             self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self))
 
         def read_timeout(self) -> float:
-            if self.deadline is None:
-                return relay.idle_timeout
-            left = self.deadline - time.monotonic()
+            now = time.monotonic()
+            if not self.authenticated and self.first_deadline - now <= 0:
+                raise TimeoutError(f"no authenticated request within {relay.first_request_timeout:g} s")
+            left = relay.idle_timeout if self.deadline is None else self.deadline - now
             if left <= 0:
                 raise TimeoutError(f"request not complete within {relay.request_timeout:g} s")
-            return left
+            return left if self.authenticated else min(left, self.first_deadline - now)
 
         def handle_one_request(self) -> None:
             self.deadline = None
@@ -304,6 +313,7 @@ def _handler(relay: Relay):
         def _relay(self) -> None:
             if not hmac.compare_digest(self.headers.get("Authorization", ""), f"Bearer {relay.token}"):
                 return self._refuse(401, "")
+            self.authenticated = True
             try:
                 relay.kube.upstream_url(self.path)
             except ValueError as error:

@@ -110,6 +110,13 @@ def service(config) -> dict:
                      "ports": [{"name": "https", "port": 443, "targetPort": PORT, "protocol": "TCP"}]}}
 
 
+# What OPA reads of a request body (its default: 256 MiB, and 512 MiB gzip-decoded). Anyone may POST to / (the API
+# server calls the webhook without credentials), so the bound is an AdmissionReview's size: the API server accepts
+# bodies up to 3 MiB and a review holds the object (twice for an UPDATE); 8 MiB leaves room and keeps a 256Mi pod alive.
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+DECODING_LIMITS = f"server.decoding.max_length={MAX_REQUEST_BYTES},server.decoding.gzip.max_length={MAX_REQUEST_BYTES}"
+
+
 def deployment(config, tls_hash: str, tolerate: dict | None = None) -> dict:
     """OPA serving the policy over TLS on the Secret's certificate. `tls_hash` (the certificate's fingerprint) is in
     the pod template, so a new certificate rolls the pods and an unchanged one does not."""
@@ -121,7 +128,7 @@ def deployment(config, tls_hash: str, tolerate: dict | None = None) -> dict:
     # so the policy can be changed only by changing the ConfigMap (README "Security model").
     args = ["run", "--server", f"--addr=0.0.0.0:{PORT}", "--tls-cert-file=/certs/tls.crt",
             "--tls-private-key-file=/certs/tls.key", "--authentication=token", "--authorization=basic",
-            "--disable-telemetry", "--log-level=info", *(f"/policy/{name}" for name in files)]
+            "--disable-telemetry", "--log-level=info", f"--set={DECODING_LIMITS}", *(f"/policy/{name}" for name in files)]
     if settings.certificates == "cert-manager":
         args.insert(5, "--tls-cert-refresh-period=10m")  # cert-manager renews in place: reload the files
     probe = {"httpGet": {"path": "/health", "port": PORT, "scheme": "HTTPS"}}

@@ -10,9 +10,10 @@ A GPU pod: any container or init container whose limits or requests name `nvidia
 Exempt whatever the mode, and only where the system itself sent the request (README "Security model"): the fields a
 pod's creator writes (spec.nodeName, ownerReferences, annotations) never exempt a pod on their own.
 - a pod bound to a node (spec.nodeName), a mirror pod (the annotation) or a Node-owned pod, when a kubelet
-  (`system:node:<name>`) creates it;
-- a DaemonSet-owned pod, when the DaemonSet controller creates it (its service account, or the controller manager's
-  own identity on clusters that run without per-controller credentials);
+  (user `system:node:<name>` in group `system:nodes`) creates it;
+- a DaemonSet-owned pod in kube-system or the gpu-operator's namespace, when the DaemonSet controller creates it (its
+  service account, or the controller manager's own identity on clusters that run without per-controller
+  credentials). Not elsewhere: whoever may create a DaemonSet in a tenant namespace would otherwise exempt its pods;
 - the gpu-operator's validation pods (they set nodeName and request a GPU), when the validator's service account
   creates them in the operator's namespace;
 - every pod in an exempt namespace: kube-system, the scheduler's and OPA's own, and `admission.exempt_namespaces`
@@ -32,6 +33,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 BUILTIN_EXEMPT = ("kube-system",)
 NODE_PREFIX = "system:node:"  # a kubelet's user name (Node authorizer); the only creator of mirror pods
+NODES_GROUP = "system:nodes"  # and its group: the Node authorizer requires both, so do we
 DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",
                          "system:kube-controller-manager")  # the latter: --use-service-account-credentials=false
 VALIDATOR_SERVICE_ACCOUNT = "nvidia-operator-validator"  # gpu-operator's assets/state-operator-validation
@@ -56,6 +58,11 @@ class Policy:
     def node_message(self) -> str:
         return ("GPU pods may not name a node: remove spec.nodeName and use a nodeSelector on kubernetes.io/hostname, "
                 f"so that the bin-packing scheduler ({self.scheduler}) places the pod (gpu-bootstrap admission)")
+
+    @property
+    def daemonset_namespaces(self) -> tuple[str, ...]:
+        """Where a DaemonSet controller's pod is exempt: the system's and the gpu-operator's namespaces only."""
+        return tuple(sorted({*BUILTIN_EXEMPT, self.operator_namespace}))
 
     @property
     def validator(self) -> str:
@@ -114,6 +121,8 @@ exempt_namespaces := {{{", ".join(json.dumps(n) for n in policy.exempt_namespace
 
 daemonset_controllers := {{{", ".join(json.dumps(n) for n in DAEMONSET_CONTROLLERS)}}}
 
+daemonset_namespaces := {{{", ".join(json.dumps(n) for n in policy.daemonset_namespaces)}}}
+
 operator_namespace := {json.dumps(policy.operator_namespace)}
 
 validator := {json.dumps(policy.validator)}
@@ -161,7 +170,12 @@ node_name := object.get(input.request.object.spec, "nodeName", "")
 # Who sent the request, as the API server authenticated it (not a field the pod's creator writes).
 requester := object.get(input.request, ["userInfo", "username"], "")
 
-by_a_node if startswith(requester, {json.dumps(NODE_PREFIX)})
+groups := object.get(input.request, ["userInfo", "groups"], [])
+
+by_a_node if {{
+	startswith(requester, {json.dumps(NODE_PREFIX)})
+	{json.dumps(NODES_GROUP)} in groups
+}}
 
 owned_by(kind) if {{
 	some owner in object.get(input.request.object.metadata, "ownerReferences", [])
@@ -186,6 +200,7 @@ exempt if {{
 }}
 
 exempt if {{
+	input.request.namespace in daemonset_namespaces
 	requester in daemonset_controllers
 	owned_by("DaemonSet")
 }}
@@ -226,6 +241,7 @@ def _quoted(names) -> str:
 
 
 REQUESTER = "(has(request.userInfo) && has(request.userInfo.username) ? request.userInfo.username : '')"
+GROUPS = "(has(request.userInfo) && has(request.userInfo.groups) ? request.userInfo.groups : [])"
 NAMES_A_NODE = "has(object.spec.nodeName) && object.spec.nodeName != ''"
 
 
@@ -245,10 +261,11 @@ def exemption_conditions(policy: Policy) -> list[dict]:
             "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
             f".exists(c, has(c.resources) && ({per_section}))"},
         {"name": "not-a-kubelet-bound-or-mirror-pod", "expression":
-            f"!({REQUESTER}.startsWith('{NODE_PREFIX}') && "
+            f"!({REQUESTER}.startsWith('{NODE_PREFIX}') && '{NODES_GROUP}' in {GROUPS} && "
             f"(({NAMES_A_NODE}) || {mirror} || {_owned_by('Node')}))"},
         {"name": "not-a-daemonset-controller-pod", "expression":
-            f"!({REQUESTER} in {_quoted(DAEMONSET_CONTROLLERS)} && {_owned_by('DaemonSet')})"},
+            f"!(request.namespace in {_quoted(policy.daemonset_namespaces)} && "
+            f"{REQUESTER} in {_quoted(DAEMONSET_CONTROLLERS)} && {_owned_by('DaemonSet')})"},
         {"name": "not-a-gpu-operator-validator-pod", "expression":
             f"!(request.namespace == {json.dumps(policy.operator_namespace)} && "
             f"{REQUESTER} == {json.dumps(policy.validator)})"},
