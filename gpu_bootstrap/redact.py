@@ -25,7 +25,8 @@ _SECRET_WORDS = (r"password|passwd|passphrase|secret|token|credentials?|api[-_]?
 SECRET_KEY = re.compile(_SECRET_WORDS, re.IGNORECASE)
 # keys that name a secret's *reference* or a setting about it, not its value (secretName: grafana-admin)
 _REFERENCE = re.compile(r"(name|names|ref|file|path|paths|dir|mount|mountpath|namespace|enabled|selector|type|tokens|"
-                        r"policy|seconds|ttl|expiration|length|prefix|annotations?|labels?)$|^existing|^use[A-Z]|"
+                        r"policy|seconds|ttl|expiration|length|prefix|annotations?|labels?|pull[-_]?secrets?)$|"
+                        r"^existing|^use[A-Z]|"
                         r"^(create|generate|rotate|auto)", re.IGNORECASE)
 
 _VALUE_PATTERNS = [  # (pattern, replacement): each keeps what identifies the thing and drops the secret part

@@ -253,3 +253,12 @@ def test_a_config_error_and_its_logged_traceback_quote_no_input_value(section):
         cfg.validate({"nodes": [{"name": "gpu-1"}], "monitoring": section}, cfg.Source(PurePath("c.yaml"), {}))
     logged = "".join(traceback.format_exception(caught.value))
     assert "monitoring.valu" in logged and "hunter2x" not in logged, logged  # short: pydantic would quote it whole
+
+
+def test_image_pull_secrets_name_a_secret_and_are_kept():
+    """imagePullSecrets (registry.pull_secret) holds the names of Secrets, not their data: a render must keep them,
+    or the mirrored manifests would be written without the secret the pods pull with."""
+    from gpu_bootstrap import redact
+    spec = {"imagePullSecrets": [{"name": "regcred"}], "pullSecrets": ["regcred"], "adminPassword": "x"}
+    assert redact.tree(spec) == {"imagePullSecrets": [{"name": "regcred"}], "pullSecrets": ["regcred"],
+                                 "adminPassword": redact.REDACTED}
