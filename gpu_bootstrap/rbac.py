@@ -98,7 +98,8 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
     probes = [need("", "pods", "create", "probe-default"), need("", "pods", "create", "state")]  # dry runs
     attach_scope = "monitoring" if config.monitoring.mode == "install" else CLUSTER  # attach: the user's Prometheus
     return {
-        "preflight": {RUN: [need("", "configmaps", "create patch", "state")]},
+        "preflight": {RUN: [need("", "configmaps", "create patch", "state"), *_cluster_probe(config)],
+                      DOCTOR: _cluster_probe(config)},
         "node-prep": {READ: [need("", "nodes", "get list")], WRITE: [need("", "nodes", "patch")]},
         "gpu-pools": {
             READ: [need("karpenter.sh", "nodepools", "get list"), need("karpenter.k8s.aws", "ec2nodeclasses", "get list"),
@@ -156,10 +157,12 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             READ: [need("", "secrets serviceaccounts configmaps services", "get list", "opa"),
                    need("apps", "deployments", "get list", "opa"),
                    need("policy", "poddisruptionbudgets", "get list", "opa"),
+                   need("networking.k8s.io", "networkpolicies", "get list", "opa"),
                    need("admissionregistration.k8s.io", admission_kinds, "get list"), need("", "nodes", "list"),
                    *([need("cert-manager.io", "certificates issuers", "get list", "opa")]
                      if opa == "cert-manager" else [])],
             WRITE: [need("", "namespaces", APPLY),
+                    need("networking.k8s.io", "networkpolicies", APPLY, "opa"),
                     need("", "secrets serviceaccounts configmaps services", APPLY, "opa"),
                     need("apps", "deployments", APPLY, "opa"), need("policy", "poddisruptionbudgets", APPLY, "opa"),
                     need("admissionregistration.k8s.io", "mutatingwebhookconfigurations "
@@ -167,6 +170,7 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
                     *([need("cert-manager.io", "certificates issuers", APPLY, "opa")]
                       if opa == "cert-manager" else [])],
             RUN: [need("", "secrets serviceaccounts configmaps services", "delete", "opa"),
+                  need("networking.k8s.io", "networkpolicies", "delete", "opa"),
                   need("apps", "deployments", "delete", "opa"), need("policy", "poddisruptionbudgets", "delete", "opa"),
                   need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa")],
             DOCTOR: [need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa"),
@@ -175,7 +179,8 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             READ: [need("admissionregistration.k8s.io", admission_kinds, "get list"),
                    need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
                         "get list"),
-                   need("", "secrets", "get", "opa")],
+                   need("", "secrets", "get", "opa"),
+                   need("", "namespaces", "list")],  # namespaces still carrying the retired opt-out label
             WRITE: [need("admissionregistration.k8s.io", admission_kinds, APPLY),
                     need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
                          APPLY)],
@@ -187,6 +192,20 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             RUN: [need("", "pods", "get delete", "validation"), need("", "pods/log", "get", "validation")],
             DOCTOR: [need("", "pods", "create", "validation")]},
     }
+
+
+def _cluster_probe(config) -> list[Need]:
+    """preflight through the cluster (preflight.via cluster, or auto without an SSH route): a namespace per run (its
+    name is made per run, so the rules are cluster-wide), the script's ConfigMap and the probe DaemonSet in it, read
+    back with one pod list (and its events when the pods are refused), removed with the namespace; leftovers of
+    killed runs are found by label."""
+    via = config.preflight.via
+    if via == "auto":
+        via = "ssh" if "ssh" in config.model_fields_set or any(n.address for n in config.nodes) else "cluster"
+    if via != "cluster":
+        return []
+    return [need("", "namespaces", "get list create delete"), need("", "configmaps", "create"),
+            need("apps", "daemonsets", "create"), need("", "pods events", "list"), need("", "nodes", "list")]
 
 
 def _status() -> list[Need]:

@@ -256,3 +256,18 @@ def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
             found.add((group, _plural(doc["kind"]), bool(doc["metadata"].get("namespace"))
                        or doc["kind"] in ("ServiceAccount", "ConfigMap", "Secret", "Service", "Job")))
     assert found - set(rbac_module.CHART_KINDS[step]) == set()
+
+
+@pytest.mark.unit
+def test_the_cluster_probe_is_granted_only_where_preflight_probes_through_the_cluster(tmp_path):
+    """preflight.via auto without an SSH route probes through the cluster: its per-run namespace, the DaemonSet and
+    the pod list are in the doctor and up roles; with an `ssh` section they are not."""
+    def daemonsets(text: str, command: str) -> bool:
+        path = tmp_path / "c.yaml"
+        path.write_text(text)
+        config = load(path)
+        found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
+        return any("daemonsets" in r["resources"] and "create" in r["verbs"] and r["apiGroups"] == ["apps"]
+                   for r in found.cluster)
+    assert daemonsets("nodes: [{name: node5}]\n", "doctor") and daemonsets("nodes: [{name: node5}]\n", "up")
+    assert not daemonsets("nodes: [{name: node5}]\nssh: {user: root}\nmonitoring: {enabled: false}\n", "doctor")
