@@ -12,9 +12,10 @@ the run took its Lease, "helm-install-first-write" helm's first write of the ins
 request at fraction f of the requests that step made in the uninterrupted reference run. After kill -9 the held
 requests are let through: an abandoned request still lands on a real API server.
 
-The default matrix (8 boundaries and helm's first write, each with kill -9 and SIGTERM, plus 3 random points drawn
-from the seed) takes about 3 minutes on two cores. GPU_BOOTSTRAP_KILL_MATRIX=N draws N random points in every step
-instead of 3 in all (N=5: 35 more runs, about 6 minutes more); GPU_BOOTSTRAP_KILL_SEED changes the seed (default
+The default matrix (the lock, 8 step boundaries and helm's first writes, each once, kill -9 and SIGTERM
+alternating, plus 3 random points drawn from the seed) takes about 2 minutes on two cores;
+GPU_BOOTSTRAP_KILL_MATRIX_FULL=1 sends both signals at every boundary. GPU_BOOTSTRAP_KILL_MATRIX=N (which implies the
+full boundaries) draws N random points in every step instead of 3 in all (N=5: 35 more runs, about 6 minutes more); GPU_BOOTSTRAP_KILL_SEED changes the seed (default
 11, the issue).
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,9 @@ OPTIONS = {"kube_version": "1.33.2", "gpu_nodes": NODES, "cpu_nodes": ["cpu-1"],
 STEPS = [step for step in load_playbook("default").steps if step != "gpu-pools"]
 SEED = int(os.environ.get("GPU_BOOTSTRAP_KILL_SEED", "11"))
 PER_STEP = int(os.environ.get("GPU_BOOTSTRAP_KILL_MATRIX", "0"))
+# Both signals at every boundary only when asked (or with random points per step): the default run alternates them,
+# which halves the matrix's share of CI (issue 23) while every boundary and both signals stay covered.
+FULL = PER_STEP > 0 or os.environ.get("GPU_BOOTSTRAP_KILL_MATRIX_FULL") == "1"
 SIGTERM_EXIT_WITHIN = 5.0
 runner = CliRunner()
 
@@ -69,12 +73,13 @@ class Point:
 
 
 def matrix() -> list[Point]:
-    points = []
-    for how in ("kill-9", "sigterm"):
-        points.append(Point("lock-taken", how))
-        points += [Point(f"after-{step}", how, after=step) for step in STEPS]
-        points.append(Point("helm-install-first-write", how, helm="/"))
-        points.append(Point("helm-install-first-deployment", how, helm="/deployments/"))
+    boundaries = [Point("lock-taken", ""), *[Point(f"after-{step}", "", after=step) for step in STEPS],
+                  Point("helm-install-first-write", "", helm="/"),
+                  Point("helm-install-first-deployment", "", helm="/deployments/")]
+    if FULL:  # every boundary with both signals
+        points = [replace(b, how=how) for how in ("kill-9", "sigterm") for b in boundaries]
+    else:  # every boundary once, the two signals alternating (each signal still meets every kind of boundary)
+        points = [replace(b, how=("kill-9", "sigterm")[index % 2]) for index, b in enumerate(boundaries)]
     draw = random.Random(SEED)
     chosen = [(step, draw.random()) for step in STEPS for _ in range(PER_STEP)] if PER_STEP else \
         [(draw.choice(STEPS), draw.random()) for _ in range(3)]
