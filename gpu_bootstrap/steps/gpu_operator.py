@@ -395,7 +395,8 @@ class GpuOperator(Step):
         namespace = ctx.config.gpu_operator.namespace
         daemonsets = ctx.kube.list("apps/v1", "DaemonSet", namespace)
         pods = ctx.kube.list("v1", "Pod", namespace)
-        nodes = {n.name: ctx.kube.get("v1", "Node", n.name) for n in ctx.config.nodes}
+        listed = {n["metadata"]["name"]: n for n in ctx.kube.list("v1", "Node")}  # one list, not a GET per node
+        nodes = {n.name: listed.get(n.name) for n in ctx.config.nodes}
         return operand_problems(daemonsets, pods, nodes, namespace)
 
     def doctor(self, ctx) -> list[Check]:
@@ -414,7 +415,8 @@ class GpuOperator(Step):
     def _driver_upgrade(self, ctx) -> Check | None:
         """The operator's driver upgrade on the GPU nodes: None while no node carries an upgrade state."""
         section = ctx.config.gpu_operator
-        nodes = {n.name: ctx.kube.get("v1", "Node", n.name) for n in ctx.config.nodes}
+        listed = {n["metadata"]["name"]: n for n in ctx.kube.list("v1", "Node")}  # one list, not a GET per node
+        nodes = {n.name: listed.get(n.name) for n in ctx.config.nodes}
         states = {name: ((node or {}).get("metadata", {}).get("labels") or {}).get(UPGRADE_STATE)
                   for name, node in nodes.items()}
         if not any(states.values()):
