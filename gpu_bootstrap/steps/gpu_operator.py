@@ -156,6 +156,15 @@ def downgrade_refusal(section, name: str, release: dict, version: str) -> str:
             f"{release['installed']}, or set {name}.allow_downgrade: true to downgrade anyway")
 
 
+def version_change(installed: str, version: str) -> dict:
+    """The release state of a deployed chart whose version differs from the one planned: an upgrade, or a downgrade
+    (which downgrade_refusal refuses unless allowed)."""
+    downgrade = versions.version_tuple(version) < versions.version_tuple(installed)
+    verb = "downgrade" if downgrade else "upgrade"
+    return {"up_to_date": False, "reason": f"{verb} {installed} → {version}", "installed": installed,
+            "downgrade": downgrade}
+
+
 @dataclass(frozen=True)
 class OperatorFacts:
     chart: Chart
@@ -325,9 +334,7 @@ class GpuOperator(Step):
         if state != "deployed":
             return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
         if installed.lstrip("v") != version.lstrip("v"):
-            verb = "downgrade" if versions.version_tuple(version) < versions.version_tuple(installed) else "upgrade"
-            return {"up_to_date": False, "reason": f"{verb} {installed} → {version}", "installed": installed,
-                    "downgrade": verb == "downgrade"}
+            return version_change(installed, version)
         if values is None:
             return {"up_to_date": True, "reason": "deployed (values not compared without node facts)",
                     "installed": installed}

@@ -286,9 +286,8 @@ class Monitoring(Step):
         if state != "deployed":
             return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
         if installed.lstrip("v") != version.lstrip("v"):
-            verb = "downgrade" if versions.version_tuple(version) < versions.version_tuple(installed) else "upgrade"
-            return {"up_to_date": False, "reason": f"{verb} {installed} → {version}", "installed": installed,
-                    "downgrade": verb == "downgrade"}
+            from .gpu_operator import version_change
+            return version_change(installed, version)
         if (status.get("config") or {}) != values:
             return {"up_to_date": False, "reason": "values changed", "installed": installed}
         return {"up_to_date": True, "reason": "up to date", "installed": installed}
