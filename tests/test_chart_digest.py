@@ -101,8 +101,10 @@ def test_the_pinned_archive_is_checked_and_then_used(chart_repository, tmp_path,
 
 def verified_catalogue(monkeypatch):
     """The catalogue as it reads once a chart's sums come from its repository's index (`verified: true`)."""
+    import copy
     from gpu_bootstrap import images
-    loaded = images.catalogue()
+    # A copy: catalogue() is cached, and editing the cached dict in place would leak into every later test.
+    loaded = copy.deepcopy(images.catalogue())
     loaded["charts"]["gpu-operator"]["verified"] = True
     monkeypatch.setattr(images, "catalogue", lambda: loaded)
 
