@@ -11,7 +11,7 @@ over HTTPS), started cold; requests are the adapter's own count.
 
 Targets: 1,000 nodes <= 10 s wall; requests that do not grow with the node count beyond list pagination (500 per
 page). The wall time includes the emulator's own work (it stores and serves every pod and status write on the same
-cores; ~30 ms of CPU per probe pod); the client's CPU is printed beside it.
+cores; about 4 ms of CPU per probe pod: create, bind, status, delete); the client's CPU is printed beside it.
 
 Usage: sudo python benchmarks/incluster_probe.py [--sizes 100,1000] [--runs 3] [--ssh-nodes 100]
 """

@@ -406,6 +406,45 @@ def test_namespace_deletion_cascades_and_blocks_new_content(api, emu):
     assert emu.get("namespaces", "team") is None
 
 
+def test_garbage_collection_follows_owner_references_as_they_change(api, emu):
+    """The collector finds dependents through an index kept on every write: a dependent is collected with its owner,
+    and one whose reference an update removed is not (the index must not answer with an owner it no longer names)."""
+    owner = api.post(CM, configmap("owner")).json
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+    for name in ("kept", "collected"):
+        api.post(CM, {**configmap(name), "metadata": {"name": name, "ownerReferences": [ref]}})
+    assert api.patch(f"{CM}/kept", {"metadata": {"ownerReferences": None}}, "merge").status == 200
+    assert api.delete(f"{CM}/owner").status == 200
+    emu.settle()
+    assert emu.get("configmaps", "collected", "default") is None
+    assert emu.get("configmaps", "kept", "default") is not None
+
+
+def test_pod_binding_sets_the_node_and_the_scheduled_condition_in_one_write(api, emu):
+    """pods/binding as the API server's BindingREST does it: nodeName and PodScheduled=True in one update (one new
+    resourceVersion, one watch event), recorded under no field manager; a second binding is a 409."""
+    emu.controllers.disable("kubelet")  # nothing but the binding writes the pod
+    pods = "/api/v1/namespaces/default/pods"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting"},
+           "spec": {"schedulerName": "nobody-serves-this", "containers": [{"name": "c", "image": "busybox"}]}}
+    created = api.post(pods, pod).json
+    emu.settle()
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "waiting"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": emu.list("nodes")[0]["metadata"]["name"]}}
+    assert api.post(f"{pods}/waiting/binding?dryRun=All", binding).status == 201
+    assert emu.get("pods", "waiting", "default")["spec"].get("nodeName") is None
+    before = int(emu.get("pods", "waiting", "default")["metadata"]["resourceVersion"])
+    assert api.post(f"{pods}/waiting/binding", binding).status == 201
+    bound = emu.get("pods", "waiting", "default")
+    assert bound["spec"]["nodeName"] == binding["target"]["name"]
+    assert int(bound["metadata"]["resourceVersion"]) == before + 1
+    assert [c["status"] for c in bound["status"]["conditions"] if c["type"] == "PodScheduled"] == ["True"]
+    assert bound["metadata"]["managedFields"] == created["metadata"]["managedFields"]
+    again = api.post(f"{pods}/waiting/binding", binding)
+    assert again.status == 409 and "already assigned" in again.json["message"]
+    assert api.post(f"{pods}/nobody/binding", {**binding, "metadata": {"name": "nobody"}}).status == 404
+
+
 def test_creating_in_a_missing_namespace_is_404(api):
     response = api.post("/api/v1/namespaces/nope/configmaps", configmap("a"))
     assert response.status == 404 and 'namespaces "nope" not found' in response.json["message"]

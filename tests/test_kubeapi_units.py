@@ -156,3 +156,18 @@ def test_serve_prints_one_ready_line_and_stops_on_sigterm(tmp_path):
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=10)
     assert process.returncode == 0 and rest == ""
+
+
+def test_jcopy_copies_every_level_and_shares_nothing():
+    """The emulator's stored objects must not share parts with their copies (a caller's edit would reach the store),
+    even where the original shares one dict in two places."""
+    from tests.kubeapi.util import jcopy
+    shared = {"k": [1, 2.5, True, None, "s"]}
+    original = {"a": shared, "b": shared, "c": [shared]}
+    copy = jcopy(original)
+    assert copy == original
+    copy["a"]["k"].append("x")
+    assert original["a"]["k"] == [1, 2.5, True, None, "s"] and copy["b"]["k"] == [1, 2.5, True, None, "s"]
+    assert type(copy["a"]["k"][2]) is bool and type(copy["a"]["k"][1]) is float
+    odd = {"a": {1, 2}}  # not JSON: still copied (walked in Python, leaves shared as before)
+    assert jcopy(odd) == odd

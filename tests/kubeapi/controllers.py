@@ -134,6 +134,7 @@ class ControllerManager:
         self.plugins: list = []  # extra controllers (e.g. the gpu-operator stand-in): wants(key), reconcile()
         self.kubelet_sim = None  # a kubelet that runs pods' commands on node trees (kubelet_sim.py)
         self._queue: list[tuple[float, int, tuple]] = []
+        self._earliest: dict[tuple, tuple[float, int]] = {}  # key -> (due, seq) of its earliest queued entry
         self._seq = 0
         self._cv = threading.Condition()
         self._busy = False
@@ -218,10 +219,13 @@ class ControllerManager:
     def _enqueue(self, key: tuple, delay: float = 0.0) -> None:
         with self._cv:
             due = time.monotonic() + delay
-            if not delay and any(k == key and d <= due for d, _s, k in self._queue):
-                return
+            queued = self._earliest.get(key)
+            if not delay and queued is not None and queued[0] <= due:
+                return  # already queued to run no later: one reconcile covers both (an index, not a scan: 1,000s)
             self._seq += 1
             heapq.heappush(self._queue, (due, self._seq, key))
+            if queued is None or due < queued[0]:
+                self._earliest[key] = (due, self._seq)
             self._cv.notify()
 
     def _run(self) -> None:
@@ -232,7 +236,9 @@ class ControllerManager:
                     self._cv.wait(timeout=wait)
                 if self._stop:
                     return
-                _due, _seq, key = heapq.heappop(self._queue)
+                _due, seq, key = heapq.heappop(self._queue)
+                if self._earliest.get(key, (0, None))[1] == seq:
+                    del self._earliest[key]
                 self._busy = True
             try:
                 with self.store.lock:
@@ -313,8 +319,7 @@ class ControllerManager:
     def _write_status(self, group: str, plural: str, obj: dict, status: dict, manager: str) -> None:
         if obj.get("status") == status:
             return
-        body = jcopy(obj)
-        body["status"] = status
+        body = {**obj, "status": status}  # store.update copies it
         rt = self._rt(group, plural)
         self.store.update(rt, obj["metadata"].get("namespace"), obj["metadata"]["name"], body,
                           WriteOptions(manager=manager, subresource="status" if rt.has_status else ""))
@@ -413,11 +418,10 @@ class ControllerManager:
 
     # --- garbage collector --------------------------------------------------------------------------------------
     def _dependents(self, uid: str) -> list[tuple]:
-        return [(rt, obj) for rt, obj in self.store.all_objects()
-                if rt is not None and any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])]
+        return [(rt, obj) for rt, obj in self.store.dependents(uid) if rt is not None]
 
     def _collect_dependents(self, uid: str) -> None:
-        if any(o["metadata"].get("uid") == uid for _rt, o in self.store.all_objects()):
+        if self.store.by_uid(uid) is not None:
             return  # owner still exists (e.g. only its old revision was deleted)
         for rt, obj in self._dependents(uid):
             if not obj["metadata"].get("deletionTimestamp"):
@@ -576,14 +580,16 @@ class ControllerManager:
         spec = ds["spec"].get("template", {}).get("spec", {})
         nodes = self._eligible_nodes(spec)
         pods = self._pods_of(ds)
+        names = {n["metadata"]["name"] for n in nodes}
         by_node = {}
         for pod in pods:
             target = pod_target_node(pod)
-            if target in by_node or target not in {n["metadata"]["name"] for n in nodes}:
+            if target in by_node or target not in names:
                 self._delete("", "pods", pod)
             else:
                 by_node[target] = pod
         created = 0
+        revision = ""  # the template's hash: computed once per sync (a 1,000-node template takes ms), when needed
         for node in nodes:
             name = node["metadata"]["name"]
             if name not in by_node and created >= DAEMON_BURST:  # the rest in the next sync, as the real one does
@@ -597,11 +603,12 @@ class ControllerManager:
                                                             "values": [name]}]}]}
                 tolerations = list(spec.get("tolerations") or [])
                 tolerations += [t for t in DAEMON_TOLERATIONS if t not in tolerations]
+                revision = revision or kinds.template_hash(ds["spec"].get("template", {}))[:10]
                 self._new_pod(ds, f"{ds['metadata']['name']}-{self._suffix()}",
-                              {"controller-revision-hash": kinds.template_hash(ds["spec"].get("template", {}))[:10],
+                              {"controller-revision-hash": revision,
                                "pod-template-generation": str(ds["metadata"].get("generation", 1))},
                               {"affinity": affinity, "tolerations": tolerations})
-        pods = [p for p in self._pods_of(ds) if pod_target_node(p) in {n["metadata"]["name"] for n in nodes}]
+        pods = [p for p in self._pods_of(ds) if pod_target_node(p) in names]
         ready = sum(1 for p in pods if pod_is_ready(p))
         scheduled = sum(1 for p in pods if p["spec"].get("nodeName"))
         status = {"currentNumberScheduled": scheduled, "desiredNumberScheduled": len(nodes),
@@ -720,13 +727,8 @@ class ControllerManager:
         return self._bind(pod, best)
 
     def _bind(self, pod: dict, best: dict) -> None:
-        body = jcopy(pod)
-        body["spec"]["nodeName"] = best["metadata"]["name"]
-        bound = self._update("", "pods", body, "kube-scheduler")
-        status = jcopy(bound.get("status") or {})
-        status["conditions"] = [{"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                                 "lastTransitionTime": now()}]
-        self._write_status("", "pods", bound, status, "kube-scheduler")
+        self.store.bind(self._rt("", "pods"), pod["metadata"]["namespace"], pod["metadata"]["name"],
+                        best["metadata"]["name"])
 
     def _node_usage(self, node_name: str) -> dict[str, float]:
         used: dict[str, float] = {"pods": 0}

@@ -43,7 +43,8 @@ def load_definitions(schema_minor: int) -> dict:
 class Schema:
     """One node of a schema tree. `defs` resolves $refs for built-in schemas; CRD schemas have none."""
 
-    __slots__ = ("raw", "defs", "def_name", "_props")
+    # Nodes are shared and their `raw` never changes, so every derived property is computed once
+    # (cached_property): validation, field tracking and merges ask them for every field of every write.
 
     def __init__(self, raw: dict, defs: dict | None = None, def_name: str = ""):
         local = raw
@@ -55,10 +56,10 @@ class Schema:
         self.raw = raw
         self.defs = defs
         self.def_name = def_name
-        self._props = None
+        self._children: dict[str, "Schema | None"] = {}
 
     # --- shape -------------------------------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def types(self) -> frozenset[str]:
         if self.def_name == INT_OR_STRING or self.raw.get("x-kubernetes-int-or-string"):
             return frozenset({"integer", "string"})
@@ -75,7 +76,7 @@ class Schema:
         names = [declared] if isinstance(declared, str) else declared
         return frozenset(n for n in names if n != "null")
 
-    @property
+    @functools.cached_property
     def nullable(self) -> bool:
         declared = self.raw.get("type")
         return bool(self.raw.get("nullable")) or (isinstance(declared, list) and "null" in declared)
@@ -90,20 +91,18 @@ class Schema:
             entry = _NODE_CACHE[id(raw)] = (raw, cls(raw, defs))  # holding raw keeps its id from being reused
         return entry[1]
 
-    @property
+    @functools.cached_property
     def properties(self) -> dict[str, "Schema"]:
-        if self._props is None:
-            self._props = {name: Schema.make(sub, self.defs) for name, sub in self.raw.get("properties", {}).items()}
-        return self._props
+        return {name: Schema.make(sub, self.defs) for name, sub in self.raw.get("properties", {}).items()}
 
     def prop(self, name: str) -> "Schema | None":
         return self.properties.get(name)
 
-    @property
+    @functools.cached_property
     def is_struct(self) -> bool:
         return "properties" in self.raw
 
-    @property
+    @functools.cached_property
     def additional(self) -> "Schema | None":
         extra = self.raw.get("additionalProperties")
         if isinstance(extra, dict):
@@ -112,27 +111,34 @@ class Schema:
             return ANY
         return None
 
-    @property
+    @functools.cached_property
     def items(self) -> "Schema":
         sub = self.raw.get("items")
         return Schema.make(sub, self.defs) if isinstance(sub, dict) else ANY
 
-    @property
+    @functools.cached_property
     def preserve_unknown(self) -> bool:
         return bool(self.raw.get("x-kubernetes-preserve-unknown-fields")) or self.is_any
 
-    @property
+    @functools.cached_property
     def is_any(self) -> bool:
         """No constraint at all (e.g. apiextensions JSON, RawExtension): everything is kept and owned atomically."""
         return not self.types and "properties" not in self.raw and "additionalProperties" not in self.raw \
             and "items" not in self.raw
 
-    @property
+    @functools.cached_property
     def embedded_resource(self) -> bool:
         return bool(self.raw.get("x-kubernetes-embedded-resource"))
 
     def child(self, key: str) -> "Schema | None":
         """Schema of a map entry: a declared property, else additionalProperties, else None (unknown)."""
+        try:
+            return self._children[key]
+        except KeyError:
+            found = self._children[key] = self._child(key)
+            return found
+
+    def _child(self, key: str) -> "Schema | None":
         declared = self.prop(key)
         if declared is not None:
             return declared
@@ -146,14 +152,14 @@ class Schema:
             return ANY
         return None
 
-    @property
+    @functools.cached_property
     def free_form(self) -> bool:
         """A built-in `object` with no declared fields (FieldsV1, RawExtension) holds arbitrary JSON. In a CRD the
         same shape is structural and prunes everything, so only schemas from the built-in definitions qualify."""
         return self.defs is not None and not self.is_struct and "additionalProperties" not in self.raw
 
     # --- list and map semantics (structured-merge-diff and strategic merge patch) ---------------------------
-    @property
+    @functools.cached_property
     def list_type(self) -> str:
         declared = self.raw.get("x-kubernetes-list-type")
         if declared:
@@ -179,7 +185,7 @@ class Schema:
     def patch_merge_key(self) -> str:
         return self.raw.get("x-kubernetes-patch-merge-key", "")
 
-    @property
+    @functools.cached_property
     def atomic_map(self) -> bool:
         return self.raw.get("x-kubernetes-map-type") == "atomic"
 
@@ -196,7 +202,7 @@ class Schema:
     def default(self):
         return self.raw.get("default", _MISSING)
 
-    @property
+    @functools.cached_property
     def type_label(self) -> str:
         """Go-ish type name used in decode errors."""
         if self.def_name:

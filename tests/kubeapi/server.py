@@ -530,14 +530,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, text.encode(), "text/plain")
 
     def _bind(self, rt, namespace, name, binding: dict, query: dict) -> None:
-        store = self.server.emulator.store
-        pod = store.get(rt, namespace, name)
-        if pod["spec"].get("nodeName"):
-            raise ApiError(409, f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already '
-                                f'assigned to node "{pod["spec"]["nodeName"]}"', "Conflict")
-        body = jcopy(pod)
-        body["spec"]["nodeName"] = (binding.get("target") or {}).get("name", "")
-        store.update(rt, namespace, name, body, self._options(query, manager_default=self._default_manager()))
+        self.server.emulator.store.bind(rt, namespace, name, (binding.get("target") or {}).get("name", ""),
+                                        dry_run=bool(self._options(query).dry_run))
         self._send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
 
     def _update_scale(self, rt, namespace, name, scale: dict, query: dict) -> None:

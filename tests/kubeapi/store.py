@@ -92,6 +92,10 @@ class Store:
         self.pod_logs: dict[tuple[str, str, str], str] = {}
         self.denied_access: list[dict] = []  # SelfSubjectAccessReview answers: attribute matchers that are denied
         self._crd_schemas: dict[tuple, Schema] = {}
+        # uid -> (group, plural, namespace, name), and owner uid -> its dependents' keys: the garbage collector asks
+        # both for every deleted object, and a scan of every object each time is quadratic at 1,000s of pods.
+        self._uids: dict[str, tuple[str, str, str, str]] = {}
+        self._dependents: dict[str, set[tuple[str, str, str, str]]] = {}
         self._random = random.Random(7)
 
     # --- reading ------------------------------------------------------------------------------------------------
@@ -180,6 +184,7 @@ class Store:
         return str(self.rv)
 
     def _emit(self, event_type: str, rt: ResourceType, obj: dict, old: dict | None) -> None:
+        self._index(event_type, rt, obj, old)
         event = Event(event_type, rt.group, rt.plural, obj, old, self.rv)
         self.history.append(event)
         while len(self.history) > self.history_limit:
@@ -440,7 +445,9 @@ class Store:
         if subresource == "status":
             if old is None:
                 return obj
-            out = jcopy(old)
+            # Stored objects are never edited in place, so the new one may share everything but its metadata (which
+            # this write changes) and its status (the caller's) with the old: no copy of a 1,000-item spec per write.
+            out = {**old, "metadata": dict(old["metadata"])}
             out["status"] = obj.get("status", {})
             out["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
             if "managedFields" in obj.get("metadata", {}):
@@ -467,6 +474,33 @@ class Store:
         changed = {k: v for k, v in obj.items() if k not in ignored} != \
                   {k: v for k, v in old.items() if k not in ignored}
         obj["metadata"]["generation"] = generation + 1 if changed else generation
+
+    def bind(self, rt: ResourceType, namespace: str, name: str, node: str, dry_run: bool = False) -> dict:
+        """pods/binding, as the API server's BindingREST does it: one storage-level update that sets spec.nodeName
+        and the PodScheduled=True condition together, with no field manager (a bound pod's managedFields name no
+        scheduler); 409 when the pod is bound already."""
+        with self.lock:
+            old = self.bucket(rt).get((namespace or "", name))
+            if old is None:
+                raise not_found(rt, name)
+            if old["spec"].get("nodeName"):
+                raise ApiError(409, f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already '
+                                    f'assigned to node "{old["spec"]["nodeName"]}"', "Conflict")
+            if old["metadata"].get("deletionTimestamp"):
+                raise ApiError(409, f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being '
+                                    f'deleted, cannot be assigned to a host', "Conflict")
+            obj = {**old, "metadata": dict(old["metadata"]), "spec": {**old["spec"], "nodeName": node}}
+            status = dict(old.get("status") or {})
+            scheduled = {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now()}
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            status["conditions"] = conditions + [scheduled]
+            obj["status"] = status
+            if dry_run:
+                return obj
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self.bucket(rt)[(namespace or "", name)] = obj
+            self._emit("MODIFIED", rt, obj, old)
+            return obj
 
     # --- deleting -------------------------------------------------------------------------------------------------
     def delete(self, rt: ResourceType, namespace: str | None, name: str, options: dict | None = None,
@@ -526,8 +560,7 @@ class Store:
             return final
         meta = final["metadata"]
         self.bucket(rt).pop((meta.get("namespace", ""), meta["name"]), None)
-        gone = jcopy(final)
-        gone["metadata"]["resourceVersion"] = self._next_rv()
+        gone = {**final, "metadata": {**final["metadata"], "resourceVersion": self._next_rv()}}
         if rt.kind == "CustomResourceDefinition":
             self._unregister_crd(final)
         self._emit("DELETED", rt, gone, old)
@@ -562,6 +595,45 @@ class Store:
         group, plural = spec.get("group", ""), spec.get("names", {}).get("plural", "")
         self.table.remove_group_resource(group, plural)
         self.objects.pop((group, plural), None)
+
+    # --- uid and owner indexes (every stored change passes _emit) --------------------------------------------------
+    def _index(self, event_type: str, rt: ResourceType, obj: dict, old: dict | None) -> None:
+        meta = obj["metadata"]
+        key = (rt.group, rt.plural, meta.get("namespace", ""), meta["name"])
+        owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+        before = {ref.get("uid") for ref in ((old or {}).get("metadata") or {}).get("ownerReferences") or []}
+        if event_type == "DELETED":
+            if self._uids.get(meta.get("uid")) == key:
+                del self._uids[meta["uid"]]
+            owners, before = set(), owners | before
+        else:
+            self._uids[meta.get("uid")] = key
+        for uid in before - owners:
+            self._dependents.get(uid, set()).discard(key)
+        for uid in owners:
+            self._dependents.setdefault(uid, set()).add(key)
+
+    def _located(self, key: tuple[str, str, str, str]) -> tuple[ResourceType | None, dict | None]:
+        group, plural, namespace, name = key
+        candidates = self.table.versions_of(group, plural)
+        return (candidates[0] if candidates else None), self.objects.get((group, plural), {}).get((namespace, name))
+
+    def by_uid(self, uid: str) -> dict | None:
+        """The stored object with this uid (None once it is gone)."""
+        with self.lock:
+            key = self._uids.get(uid)
+            obj = self._located(key)[1] if key else None
+            return obj if obj is not None and obj["metadata"].get("uid") == uid else None
+
+    def dependents(self, uid: str) -> list[tuple[ResourceType | None, dict]]:
+        """Stored objects with an ownerReference to this uid."""
+        with self.lock:
+            out = []
+            for key in sorted(self._dependents.get(uid, ())):
+                rt, obj = self._located(key)
+                if obj is not None and any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or []):
+                    out.append((rt, obj))
+            return out
 
     # --- helpers for controllers and tests ---------------------------------------------------------------------
     def all_objects(self) -> list[tuple[ResourceType | None, dict]]:
