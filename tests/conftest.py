@@ -20,6 +20,32 @@ SHARED = shared_dir()
 CHARTS = SHARED / "charts"
 
 
+@pytest.fixture(autouse=True)
+def _process_state_restored():
+    """An in-process CLI run (CliRunner) sets process-wide state: the gpu_bootstrap logger (DEBUG, not propagating, a
+    file handler on that test's log) and SIGINT/SIGTERM handlers. Undo both after every test, so that a later test in
+    the same worker sees its own log records (caplog) and the signal handlers it started with (the live suite's
+    SIGTERM cleanup), whatever order the tests run in."""
+    import logging
+    import signal
+    import threading
+    from gpu_bootstrap import interrupts
+    logger = logging.getLogger("gpu_bootstrap")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    main = threading.current_thread() is threading.main_thread()
+    signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    yield
+    for handler in [h for h in logger.handlers if h not in handlers]:
+        logger.removeHandler(handler)
+        handler.close()
+    logger.setLevel(level)
+    logger.propagate = propagate
+    interrupts.reset()  # forgets a received signal; puts back the defaults, so the saved handlers go back after it
+    for sig, handler in signals.items():
+        if handler is not None:
+            signal.signal(sig, handler)
+
+
 @pytest.fixture
 def helm_on_path(monkeypatch, tmp_path):
     """The pinned helm first on PATH, with its caches and config under tmp_path (tests that shell out to helm)."""
