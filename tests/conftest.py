@@ -20,12 +20,12 @@ SHARED = shared_dir()
 CHARTS = SHARED / "charts"
 
 
-@pytest.fixture(autouse=True)
-def _process_state_restored():
+@contextmanager
+def _process_state_kept():
     """An in-process CLI run (CliRunner) sets process-wide state: the gpu_bootstrap logger (DEBUG, not propagating, a
-    file handler on that test's log) and SIGINT/SIGTERM handlers. Undo both after every test, so that a later test in
-    the same worker sees its own log records (caplog) and the signal handlers it started with (the live suite's
-    SIGTERM cleanup), whatever order the tests run in."""
+    file handler on that run's log) and SIGINT/SIGTERM handlers. This puts both back as they were on entry, so that
+    a later test in the same worker sees its own log records (caplog) and the signal handlers it started with (the
+    live suite's SIGTERM cleanup), whatever order the tests run in."""
     import logging
     import signal
     import threading
@@ -34,16 +34,33 @@ def _process_state_restored():
     handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
     main = threading.current_thread() is threading.main_thread()
     signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
-    yield
-    for handler in [h for h in logger.handlers if h not in handlers]:
-        logger.removeHandler(handler)
-        handler.close()
-    logger.setLevel(level)
-    logger.propagate = propagate
-    interrupts.reset()  # forgets a received signal; puts back the defaults, so the saved handlers go back after it
-    for sig, handler in signals.items():
-        if handler is not None:
-            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for handler in [h for h in logger.handlers if h not in handlers]:
+            logger.removeHandler(handler)
+            handler.close()
+        for handler in [h for h in handlers if h not in logger.handlers]:
+            logger.addHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+        interrupts.reset()  # forgets a received signal; puts back the defaults, so the saved handlers go back after it
+        for sig, handler in signals.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _process_state_kept_per_module():
+    """Module-scoped fixtures (a shared `up`, a fleet) may run the CLI too: their state goes with their module."""
+    with _process_state_kept():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _process_state_kept_per_test():
+    with _process_state_kept():
+        yield
 
 
 @pytest.fixture
