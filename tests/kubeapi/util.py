@@ -3,26 +3,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import marshal
 
 
 def jcopy(value):
-    """Deep copy of a JSON tree. marshal's format 2 (no shared references, so no part of the copy is shared) does
-    it in C, about 3 times faster than a Python walk and many times faster than copy.deepcopy; the emulator copies
-    every object several times per write. A tree marshal cannot write (a non-JSON value) is walked in Python."""
-    if isinstance(value, (dict, list)):
-        try:
-            return marshal.loads(marshal.dumps(value, 2))
-        except ValueError:
-            return _walk_copy(value)
-    return value
-
-
-def _walk_copy(value):
+    """Deep copy of a JSON tree (several times faster than copy.deepcopy)."""
     if isinstance(value, dict):
-        return {k: _walk_copy(v) for k, v in value.items()}
+        return {k: jcopy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_walk_copy(v) for v in value]
+        return [jcopy(v) for v in value]
     return value
 
 
