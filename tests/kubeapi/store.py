@@ -307,8 +307,8 @@ class Store:
 
     def _apply(self, rt, namespace, name, old, body, schema, opts: WriteOptions) -> tuple[dict, bool]:
         if not opts.manager:
-            raise ApiError(400, "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required "
-                                "for apply patch", "BadRequest")
+            raise ApiError(422, "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required "
+                                "for apply patch", "Invalid")
         if not isinstance(body, dict):
             raise ApiError(400, "apply patch must be a single object")
         if body.get("kind") and body.get("kind") != rt.kind:
@@ -391,6 +391,18 @@ class Store:
                 opts.warnings.extend(f'unknown field "{path}"' for path in problems.unknown)
         return cleaned, [(reason, path, message) for reason, path, message, _value in problems.invalid]
 
+    def _service_account_exists(self, namespace: str | None, pod: dict) -> None:
+        """The ServiceAccount admission plugin: a pod naming a ServiceAccount that does not exist is refused (the
+        real API server found a stand-in's DaemonSets doing that). A missing `default` is let through on purpose: the
+        real server refuses it only until its controller made it, a window the emulator's loop would only widen."""
+        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        if account == "default" or (namespace, account) in self.objects.get(("", "serviceaccounts"), {}):
+            return
+        meta = pod.get("metadata") or {}
+        raise ApiError(403, f'pods "{meta.get("name") or meta.get("generateName", "")}" is forbidden: error looking up '
+                            f'service account {namespace}/{account}: serviceaccount "{account}" not found',
+                       "Forbidden")
+
     def _write(self, rt: ResourceType, namespace: str | None, name: str, old: dict | None, obj: dict,
                opts: WriteOptions, operation: str) -> dict:
         """The shared tail of every write: validate, default, admit, track fields, then store and notify."""
@@ -401,6 +413,7 @@ class Store:
         kinds.default_object(obj, rt, self.allocator, old)
         if rt.kind == "Pod" and old is None:
             kinds.admit_pod(obj, self.extended_resource_toleration)
+            self._service_account_exists(namespace, obj)
         meta = obj["metadata"]
         problems = Problems()
         check_metadata(meta, kinds.name_style(rt), problems)
