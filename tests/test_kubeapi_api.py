@@ -505,6 +505,21 @@ def test_creating_in_a_missing_namespace_is_404(api):
     assert response.status == 404 and 'namespaces "nope" not found' in response.json["message"]
 
 
+def test_a_pod_naming_a_missing_service_account_is_refused(api):
+    """The ServiceAccount admission plugin (found with the real API server, where a stand-in's DaemonSets named
+    accounts nobody had made, and every one of their pods was refused)."""
+    pods = "/api/v1/namespaces/default/pods"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "plugin-"},
+           "spec": {"serviceAccountName": "nobody", "containers": [{"name": "c", "image": "busybox"}]}}
+    refused = api.post(pods, pod)
+    assert refused.status == 403, refused
+    assert refused.json["message"] == ('pods "plugin-" is forbidden: error looking up service account '
+                                       'default/nobody: serviceaccount "nobody" not found')
+    api.post("/api/v1/namespaces/default/serviceaccounts",
+             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody"}})
+    assert api.post(pods, pod).status == 201
+
+
 # --- dry run ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.emulator_only("reads the emulator store's resourceVersion counter")
 def test_dry_run_validates_every_write_but_stores_nothing(api, emu):
@@ -735,14 +750,20 @@ def test_daemonset_places_pods_only_on_matching_tolerated_nodes(api, emu):
                                          "containers": [{"name": "a", "image": "agent:1"}]}}}}
     api.post("/apis/apps/v1/namespaces/default/daemonsets", ds)
     emu.settle()
+    # Counted from the nodes as they are: on the real cluster a deployment may have tainted gpu-1 too.
+    untainted = [n for n in emu.list("nodes") if not any(
+        t.get("effect") in ("NoSchedule", "NoExecute") for t in n["spec"].get("taints") or [])]
+    gpu_only = [n for n in emu.list("nodes") if n["spec"].get("taints") and all(
+        t["key"] == "nvidia.com/gpu" for t in n["spec"]["taints"] if t.get("effect") in ("NoSchedule", "NoExecute"))]
+    assert "gpu-2" not in {n["metadata"]["name"] for n in untainted}
     status = emu.get("daemonsets", "agent", "default")["status"]
-    assert status["desiredNumberScheduled"] == 2 and status["numberReady"] == 2  # gpu-2 is tainted
+    assert status["desiredNumberScheduled"] == len(untainted) and status["numberReady"] == len(untainted)
     ds["spec"]["template"]["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     api.put("/apis/apps/v1/namespaces/default/daemonsets/agent",
             {**ds, "metadata": {"name": "agent", "resourceVersion": emu.get("daemonsets", "agent", "default")[
                 "metadata"]["resourceVersion"]}})
     emu.settle()
-    assert emu.get("daemonsets", "agent", "default")["status"]["numberReady"] == 3
+    assert emu.get("daemonsets", "agent", "default")["status"]["numberReady"] == len(untainted) + len(gpu_only)
 
 
 def test_statefulset_and_job_controllers(api, emu):

@@ -55,12 +55,14 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The teardown test runs last in its module (after pytest-randomly's shuffle): every other test then shares the
-    module's one `up`. Correctness does not depend on this: a test after teardown deploys again (Deployment.ensure)."""
+    """The teardown test runs after every other test of tests/live (after pytest-randomly's shuffle): they all share
+    the session's one `up`. Correctness does not depend on this: a test after teardown deploys again
+    (Deployment.ensure)."""
+    here = Path(__file__).resolve().parent
     for item in [i for i in items if i.name == TEARDOWN_TEST]:
         items.remove(item)
-        same = [index for index, other in enumerate(items) if other.module is item.module]
-        items.insert(same[-1] + 1 if same else len(items), item)
+        live = [index for index, other in enumerate(items) if Path(str(other.path)).resolve().parent == here]
+        items.insert(live[-1] + 1 if live else len(items), item)
 
 
 @dataclass
@@ -147,7 +149,7 @@ def _tools(local: bool) -> None:
         missing("the CEL runtime (pip package cel-expr-python) is not installed")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def target(request, tmp_path_factory):
     from tests.conftest import local_cluster_wanted
     local = not LIVE_KUBECONFIG and local_cluster_wanted()
@@ -230,7 +232,7 @@ def write_config(target: Target, nodes: list[str], folder: Path) -> Path:
 
 @dataclass
 class Deployment:
-    """The module's one `up`, shared by the tests; the teardown test takes it down and marks it so."""
+    """The session's one `up`, shared by every test of tests/live; the teardown test takes it down and marks it so."""
 
     target: Target
     config: Path
@@ -259,7 +261,7 @@ class Deployment:
         return self
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def deployment(target, tmp_path_factory):
     from tests.live.audit import audit, node_view
     from tests.nodes.reports import write_report

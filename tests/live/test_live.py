@@ -1,11 +1,12 @@
 """The live suite: gpu-bootstrap end to end on a cluster with fake GPUs, through the CLI, kubectl and Prometheus.
 
-Against a real cluster (GPU_BOOTSTRAP_LIVE_KUBECONFIG, normally via scripts/test-live on kind) the assertions are
-about the real kube-apiserver, kube-scheduler, OPA and kube-prometheus-stack. Against the emulator (the default, so
-CI here runs the same code) a few of them cannot hold, because nothing real runs there; those tests say so where
-they branch, check the nearest thing the emulator can show, and never weaken the live assertion.
+Against a real cluster (the local cluster of tests/localcluster, the default; or GPU_BOOTSTRAP_LIVE_KUBECONFIG, e.g.
+kind via scripts/test-live) the assertions are about the real kube-apiserver, kube-scheduler, OPA and
+kube-prometheus-stack. Against the emulator (GPU_BOOTSTRAP_LIVE_TARGET=emulator, or where the local cluster is not
+built) a few of them cannot hold, because nothing real runs there; those tests say so where they branch, check the
+nearest thing the emulator can show, and never weaken the live assertion.
 
-One `up` (the module's `deployment` fixture) serves every test; the teardown test runs last and, if anything runs
+One `up` (the session's `deployment` fixture) serves every test; the teardown test runs last and, if anything runs
 after it, the next test deploys again.
 """
 from __future__ import annotations

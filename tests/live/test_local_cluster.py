@@ -2,7 +2,7 @@
 API server's requester, the real PodSecurity plugin, RBAC roles with TokenRequest tokens, the real CRD schemas, the
 bin-packing kube-scheduler's Lease and placements (against `simulate`), `doctor` and `status`.
 
-They share the module's one `up` with tests/live/test_live.py's fixtures (same worker, same cluster) and are skipped
+They share the session's one `up` with tests/live/test_live.py (same worker, same cluster) and are skipped
 on the emulator (which has its own tests for each) and on external clusters (whose nodes are not KWOK's).
 """
 from __future__ import annotations
