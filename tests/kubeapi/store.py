@@ -97,6 +97,7 @@ class Store:
         self._uids: dict[str, tuple[str, str, str, str]] = {}
         self._dependents: dict[str, set[tuple[str, str, str, str]]] = {}
         self._random = random.Random(7)
+        self._admitted_as = ""  # the name admission sees on a create (before generateName is resolved)
 
     # --- reading ------------------------------------------------------------------------------------------------
     def bucket(self, rt: ResourceType) -> dict:
@@ -240,6 +241,8 @@ class Store:
             obj = jcopy(body)
             meta = obj.setdefault("metadata", {})
             self._check_namespace_scope(rt, namespace, meta)
+            # Admission runs before the real server generates a name: its messages name the generateName.
+            self._admitted_as = meta.get("name") or meta.get("generateName", "")
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + "".join(self._random.choice(GENERATE_ALPHABET)
                                                               for _ in range(5))
@@ -398,8 +401,7 @@ class Store:
         account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
         if account == "default" or (namespace, account) in self.objects.get(("", "serviceaccounts"), {}):
             return
-        meta = pod.get("metadata") or {}
-        raise ApiError(403, f'pods "{meta.get("name") or meta.get("generateName", "")}" is forbidden: error looking up '
+        raise ApiError(403, f'pods "{self._admitted_as}" is forbidden: error looking up '
                             f'service account {namespace}/{account}: serviceaccount "{account}" not found',
                        "Forbidden")
 

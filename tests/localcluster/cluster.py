@@ -11,6 +11,7 @@ matches is someone else's and is left alone), then removes the folder.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -281,8 +282,37 @@ def up(folder: Path, *, gpu_nodes: int = 2, gpus_per_node: int = 4, cpu_nodes: i
     return cluster
 
 
+def control_plane(folder: Path, *, die_with_parent: bool = False, timeout: float = 180) -> LocalCluster:
+    """etcd and kube-apiserver only, configured as `up` configures them: no nodes, KWOK, controllers or agent, and
+    no route (nothing runs in a pod). For benchmarks that bring their own nodes and kube-scheduler
+    (benchmarks/packing_real.py); the caller creates what the controller-manager would (service accounts)."""
+    absent = [f"{name} ({path})" for name, path in binaries().items()
+              if name in ("etcd", "kube-apiserver") and not path.exists()]
+    if absent:
+        raise ClusterError("not built: " + ", ".join(absent) + "; run scripts/install-test-tools")
+    if folder.exists():
+        existing = LocalCluster.load(folder)
+        if existing is not None and existing.running():
+            raise ClusterError(f"a cluster already runs from {folder} (PIDs {existing.running()})")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / "pki").mkdir(mode=0o700)
+    tools = binaries()
+    cluster = LocalCluster(folder.resolve(), version=kubernetes_version())
+    cluster.ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port()}
+    cluster.network = str(next(ipaddress.ip_network(NETWORKS).subnets(new_prefix=NETWORK_PREFIX)))
+    cluster.save()
+    try:
+        _certificates(cluster)
+        _start_etcd(cluster, tools, die_with_parent)
+        _start_apiserver(cluster, tools, die_with_parent, timeout)
+    except BaseException:
+        stop_processes(cluster)
+        raise
+    return cluster
+
+
 def _local_routes() -> list:
-    import ipaddress
     out = subprocess.run(["ip", "-4", "route", "show", "table", "local"], capture_output=True, text=True,
                          check=True).stdout
     found = []
@@ -298,7 +328,6 @@ def _local_routes() -> list:
 
 def _route_network(cluster: LocalCluster) -> None:
     """Route a free /20 of NETWORKS to loopback (needs root: CAP_NET_ADMIN)."""
-    import ipaddress
     if shutil.which("ip") is None:
         raise ClusterError("the ip command (Debian package iproute2) is needed to route the pods' addresses")
     taken = _local_routes()
