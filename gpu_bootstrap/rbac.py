@@ -135,7 +135,10 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             RUN: [*_chart("gpu-operator", "operator", HELM), need("", "pods", "list", "operator")],
             DOCTOR: [need("apps", "daemonsets", "list", "operator"), need("", "pods", "list create", "operator")]},
         "binpack-scheduler": {
+            # check reads the pods and the leader Lease once nothing drifts (found on a real cluster: a dry run
+            # of an up-to-date cluster was refused `list pods` in kube-system)
             READ: [need("", "serviceaccounts configmaps", "get list", "scheduler"),
+                   need("", "pods", "list", "scheduler"), need("coordination.k8s.io", "leases", "get", "scheduler"),
                    need("apps", "deployments", "get list", "scheduler"),
                    need("policy", "poddisruptionbudgets", "get list", "scheduler"),
                    need("rbac.authorization.k8s.io", "roles rolebindings", "get list", "scheduler"),

@@ -100,6 +100,40 @@ class Cluster:
         return run([tool("helm"), "--kubeconfig", str(self.kubeconfig), *args], self.env, timeout, check)
 
 
+def local_cluster_wanted() -> bool:
+    """Whether tests that can use the local real cluster (tests/localcluster) should: when its components are built,
+    or when .ci/run requires every tool (then a missing build fails the test instead of quietly using the emulator).
+    GPU_BOOTSTRAP_LIVE_TARGET=emulator (or =local) decides it by hand."""
+    chosen = os.environ.get("GPU_BOOTSTRAP_LIVE_TARGET")
+    if chosen in ("emulator", "local"):
+        return chosen == "local"
+    from tests.localcluster.cluster import missing_binaries
+    from tests.tools import tools_required
+    return tools_required() or not missing_binaries()
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory):
+    """A real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with KWOK's fake GPU and
+    CPU nodes and the agent (tests/localcluster), one per test session and worker: every test that uses it is in the
+    xdist group "live", so one worker starts it. It dies with the worker (PR_SET_PDEATHSIG), and is stopped and
+    removed at the end of the session."""
+    from tests.localcluster import cluster as local
+    from tests.tools import missing
+    absent = local.missing_binaries()
+    if absent:
+        missing("the local cluster's components are not built: " + ", ".join(absent))
+    folder = tmp_path_factory.mktemp("local-cluster")
+    try:
+        started = local.up(folder, die_with_parent=True)
+    except local.ClusterError as error:
+        pytest.fail(f"the local cluster did not start: {error}")
+    try:
+        yield started
+    finally:
+        local.down(folder)
+
+
 @pytest.fixture
 def emulator_options() -> dict:
     """Override in a module to start the emulator differently (e.g. another Kubernetes version)."""

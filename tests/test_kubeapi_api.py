@@ -1,6 +1,10 @@
 """The emulator's API semantics, checked over real HTTPS with exact requests (issue: emulator fidelity).
 
-Each test names the apiserver behaviour it pins; removing that behaviour from the emulator makes it fail.
+Each test names the apiserver behaviour it pins; removing that behaviour from the emulator makes it fail. Every test
+also runs against the real kube-apiserver of the local cluster (the `real` parameter; tests/localcluster/facade.py
+moves it into a namespace of its own): where the two disagree, the real one is right. Tests marked emulator_only
+check the emulator's own machinery (its controllers switched off, its fault injection, its request log, its store)
+or a Kubernetes version the local cluster does not run; each says which.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pytest
 
 from tests.conftest import Api
 from tests.kubeapi import protobuf
+from tests.localcluster.facade import RealApi, RealEmu, new_namespace
 
 CM = "/api/v1/namespaces/default/configmaps"
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
@@ -34,13 +39,54 @@ def deployment(name: str, replicas: int = 1, image: str = "nginx:1.27", schedule
                      "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
 
 
+BACKENDS = ["emulator", pytest.param("real", marks=pytest.mark.xdist_group("live"))]
+
+
+@pytest.fixture(params=BACKENDS)
+def emu(request, emulator_options):
+    """The emulator, or the local cluster's real API server seen through the same interface (see the docstring)."""
+    if request.param == "emulator":
+        yield request.getfixturevalue("cluster").emu
+        return
+    marker = request.node.get_closest_marker("emulator_only")
+    if marker is not None:
+        pytest.skip(f"emulator only: {marker.args[0]}")
+    from tests.conftest import local_cluster_wanted
+    if not local_cluster_wanted():
+        pytest.skip("the local cluster is not built (scripts/install-test-tools); GPU_BOOTSTRAP_LIVE_TARGET=emulator")
+    real = new_namespace(request.getfixturevalue("local_cluster"))
+    try:
+        yield real
+    finally:
+        real.cleanup()
+
+
+@pytest.fixture
+def api(emu):
+    return client(emu)
+
+
+def client(emu, auth: str = "cert"):
+    return emu.api(auth) if isinstance(emu, RealEmu) else Api(emu, auth=auth)
+
+
 # --- authentication and TLS --------------------------------------------------------------------------------------
-def test_requests_without_credentials_get_401_status(emu):
-    response = Api(emu, auth="none").get("/api/v1/namespaces")
-    assert response.status == 401
-    assert response.json["kind"] == "Status" and response.json["reason"] == "Unauthorized"
+def test_requests_without_credentials_are_anonymous_and_wrong_ones_get_401(emu):
+    """kube-apiserver's default --anonymous-auth=true: no credentials is the user system:anonymous, whom RBAC refuses;
+    a token that authenticates nobody is a 401."""
+    response = client(emu, auth="none").get("/api/v1/namespaces")
+    assert response.status == 403
+    assert response.json["kind"] == "Status" and response.json["reason"] == "Forbidden"
+    assert response.json["message"] == ('namespaces is forbidden: User "system:anonymous" cannot list resource '
+                                        '"namespaces" in API group "" at the cluster scope')
+    wrong = client(emu, auth="none")
+    wrong.headers["Authorization"] = "Bearer not-a-token"
+    refused = wrong.get("/api/v1/namespaces")
+    assert refused.status == 401 and refused.json["reason"] == "Unauthorized"
 
 
+@pytest.mark.emulator_only("the emulator's own static bearer token (the real server's tokens are tested with "
+                            "TokenRequest in tests/live)")
 def test_bearer_token_and_client_certificate_both_authenticate(emu):
     assert Api(emu, auth="token").get("/api/v1/namespaces").status == 200
     assert Api(emu, auth="cert").get("/api/v1/namespaces").status == 200
@@ -57,6 +103,7 @@ def test_server_certificate_only_verifies_against_the_emulator_ca(emu):
 
 
 # --- discovery and OpenAPI -----------------------------------------------------------------------------------------
+@pytest.mark.emulator_only("a configured Kubernetes version (the local cluster runs one)")
 @pytest.mark.parametrize("emulator_options", [{"kube_version": "1.29.4"}])
 def test_version_reports_the_configured_kubernetes_version(api):
     info = api.get("/version").json
@@ -90,6 +137,7 @@ def test_aggregated_discovery_is_served_from_1_30(api):
     assert nodes["scope"] == "Cluster" and nodes["responseKind"]["kind"] == "Node"
 
 
+@pytest.mark.emulator_only("Kubernetes 1.24 (the local cluster runs one version)")
 @pytest.mark.parametrize("emulator_options", [{"kube_version": "1.24.17"}])
 def test_old_versions_answer_legacy_discovery_and_lack_newer_apis(api):
     response = api.get("/apis", accept=AGGREGATED)
@@ -107,7 +155,10 @@ def test_openapi_v3_declares_field_validation_on_patch(api):
     containers = document["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"]
     assert containers["x-kubernetes-patch-merge-key"] == "name"
     v2 = api.get("/openapi/v2", accept="application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
-    assert v2.status == 200 and v2.data == b"" and v2.headers["Content-Type"] == "application/octet-stream"
+    assert v2.status == 200
+    assert v2.headers["Content-Type"] == "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    # DELIBERATE: the emulator's OpenAPI v2 document is empty (its clients use v3); the real one is the whole spec
+    assert (v2.data != b"") == isinstance(api, RealApi)
 
 
 # --- create, read, update ---------------------------------------------------------------------------------------------
@@ -151,7 +202,7 @@ def test_errors_are_status_objects(api):
                      api.request("PATCH", f"{CM}/x", b"{}", content_type="text/plain")):
         assert response.json["kind"] == "Status" and response.json["status"] == "Failure", response
         assert response.json["code"] == response.status
-    assert api.get(f"{CM}/missing").json["details"] == {"name": "missing", "group": "", "kind": "configmaps"}
+    assert api.get(f"{CM}/missing").json["details"] == {"name": "missing", "kind": "configmaps"}  # "" group left out
 
 
 def test_names_and_labels_are_validated(api):
@@ -211,7 +262,9 @@ def test_field_selectors_on_name_namespace_and_node(api, emu):
     on_node = api.get("/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-2").json["items"]
     assert [p["metadata"]["name"] for p in on_node] == ["p"]
     unsupported = api.get(f"{CM}?fieldSelector=data.k%3Dv")
-    assert unsupported.status == 400 and "field label not supported" in unsupported.json["message"]
+    assert unsupported.status == 400, unsupported
+    assert unsupported.json["message"] == '"data.k" is not a known field selector: only "metadata.name", ' \
+                                          '"metadata.namespace"', unsupported
 
 
 def test_limit_and_continue_page_through_a_list(api):
@@ -234,11 +287,11 @@ def test_list_items_of_builtin_kinds_carry_no_type_meta(api):
     assert "kind" not in listing["items"][0]
 
 
-def test_table_responses(api):
+def test_table_responses(api, emu):
     table = api.get("/api/v1/nodes?includeObject=Object", accept="application/json;as=Table;v=v1;g=meta.k8s.io").json
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]][:5] == ["Name", "Status", "Roles", "Age", "Version"]
-    assert [row["cells"][0] for row in table["rows"]] == ["cpu-1", "gpu-1", "gpu-2"]
+    assert [row["cells"][0] for row in table["rows"]] == sorted(n["metadata"]["name"] for n in emu.list("nodes"))
     assert table["rows"][0]["object"]["kind"] == "Node"
 
 
@@ -275,7 +328,7 @@ def test_strategic_merge_patch_directives(api):
     api.post(CM, configmap("f"))
     api.patch(f"{CM}/f", meta, "strategic")
     merged = api.patch(f"{CM}/f", {"metadata": {"finalizers": ["b/y"]}}, "strategic").json
-    assert merged["metadata"]["finalizers"] == ["a/x", "b/y"]
+    assert merged["metadata"]["finalizers"] == ["b/y", "a/x"]  # a new patch item goes first (normalizeElementOrder)
     removed = api.patch(f"{CM}/f", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/x"]}}, "strategic").json
     assert removed["metadata"]["finalizers"] == ["b/y"]
 
@@ -350,10 +403,11 @@ def test_apply_merges_associative_lists_by_key(api):
 
 def test_apply_requires_a_field_manager(api):
     response = api.patch(f"{CM}/a", configmap("a"), "apply")
-    assert response.status == 400 and "fieldManager" in response.json["message"]
+    assert response.status == 422 and "fieldManager: Required value" in response.json["message"], response
 
 
 # --- delete ----------------------------------------------------------------------------------------------------------
+@pytest.mark.emulator_only("switches the emulator's garbage collector off to see the foregroundDeletion finalizer")
 def test_delete_propagation_background_foreground_and_orphan(api, emu):
     for name in ("bg", "fg", "orphan"):
         api.post(DEPLOYMENTS, deployment(name))
@@ -420,6 +474,7 @@ def test_garbage_collection_follows_owner_references_as_they_change(api, emu):
     assert emu.get("configmaps", "kept", "default") is not None
 
 
+@pytest.mark.emulator_only("switches the emulator's kubelet off")
 def test_pod_binding_sets_the_node_and_the_scheduled_condition_in_one_write(api, emu):
     """pods/binding as the API server's BindingREST does it: nodeName and PodScheduled=True in one update (one new
     resourceVersion, one watch event), recorded under no field manager; a second binding is a 409."""
@@ -450,7 +505,23 @@ def test_creating_in_a_missing_namespace_is_404(api):
     assert response.status == 404 and 'namespaces "nope" not found' in response.json["message"]
 
 
+def test_a_pod_naming_a_missing_service_account_is_refused(api):
+    """The ServiceAccount admission plugin (found with the real API server, where a stand-in's DaemonSets named
+    accounts nobody had made, and every one of their pods was refused)."""
+    pods = "/api/v1/namespaces/default/pods"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "plugin-"},
+           "spec": {"serviceAccountName": "nobody", "containers": [{"name": "c", "image": "busybox"}]}}
+    refused = api.post(pods, pod)
+    assert refused.status == 403, refused
+    assert refused.json["message"] == ('pods "plugin-" is forbidden: error looking up service account '
+                                       'default/nobody: serviceaccount "nobody" not found')
+    api.post("/api/v1/namespaces/default/serviceaccounts",
+             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody"}})
+    assert api.post(pods, pod).status == 201
+
+
 # --- dry run ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.emulator_only("reads the emulator store's resourceVersion counter")
 def test_dry_run_validates_every_write_but_stores_nothing(api, emu):
     api.post(CM, configmap("real", {"x": "1"}))
     before = emu.store.rv
@@ -472,6 +543,7 @@ def test_dry_run_validates_every_write_but_stores_nothing(api, emu):
 
 
 # --- status subresource and generation ------------------------------------------------------------------------------
+@pytest.mark.emulator_only("switches the emulator's controllers off")
 def test_status_subresource_separates_spec_and_status_writes(api, emu):
     emu.controllers.disable("deployment")
     created = api.post(DEPLOYMENTS, deployment("web")).json
@@ -509,7 +581,11 @@ def test_protobuf_secret_configmap_and_delete_options(api, emu):
     assert api.delete(f"{CM}/pb", options, content_type="application/vnd.kubernetes.protobuf").status == 200
     assert emu.get("configmaps", "pb", "default") is None
     only_protobuf = api.get(CM, accept="application/vnd.kubernetes.protobuf")
-    assert only_protobuf.status == 406
+    if isinstance(emu, RealEmu):
+        assert only_protobuf.status == 200
+        assert only_protobuf.headers["Content-Type"] == "application/vnd.kubernetes.protobuf"
+    else:  # DELIBERATE: the emulator reads protobuf but answers in JSON only, so it refuses a protobuf-only Accept
+        assert only_protobuf.status == 406
 
 
 # --- CRDs ----------------------------------------------------------------------------------------------------------------
@@ -574,13 +650,15 @@ class WatchStream:
     """Reads a chunked watch response event by event."""
 
     def __init__(self, api: Api, path: str, accept: str = "application/json"):
-        host, port = api.emu.address.split(":")
+        real = isinstance(api, RealApi)
+        host, port = (api.address if real else api.emu.address).split(":")
+        self.back = api.back if real else (lambda data: data)
         self.connection = http.client.HTTPSConnection(host, int(port), context=api.context, timeout=10)
-        self.connection.request("GET", path, headers={"Accept": accept})
+        self.connection.request("GET", api.moved(path) if real else path, headers={"Accept": accept})
         self.response = self.connection.getresponse()
 
     def next(self) -> dict:
-        return json.loads(self.response.readline())
+        return json.loads(self.back(self.response.readline()))
 
     def close(self):
         self.connection.close()
@@ -610,6 +688,7 @@ def test_watch_list_sends_initial_events_then_the_end_bookmark(api):
     stream.close()
 
 
+@pytest.mark.emulator_only("compacts the emulator's store")
 def test_watch_from_a_compacted_resource_version_answers_410(api, emu):
     old = api.post(CM, configmap("a")).json["metadata"]["resourceVersion"]
     api.post(CM, configmap("b"))
@@ -637,6 +716,7 @@ def test_watch_ends_at_timeout_seconds(api):
 
 
 # --- controllers --------------------------------------------------------------------------------------------------------
+@pytest.mark.emulator_only("the emulator's seeded nodes")
 def test_nodes_are_seeded_with_capacity_labels_and_addresses(emu):
     gpu, cpu = emu.get("nodes", "gpu-1"), emu.get("nodes", "cpu-1")
     assert gpu["status"]["allocatable"]["nvidia.com/gpu"] == "8" and "nvidia.com/gpu" not in cpu["status"]["capacity"]
@@ -670,14 +750,20 @@ def test_daemonset_places_pods_only_on_matching_tolerated_nodes(api, emu):
                                          "containers": [{"name": "a", "image": "agent:1"}]}}}}
     api.post("/apis/apps/v1/namespaces/default/daemonsets", ds)
     emu.settle()
+    # Counted from the nodes as they are: on the real cluster a deployment may have tainted gpu-1 too.
+    untainted = [n for n in emu.list("nodes") if not any(
+        t.get("effect") in ("NoSchedule", "NoExecute") for t in n["spec"].get("taints") or [])]
+    gpu_only = [n for n in emu.list("nodes") if n["spec"].get("taints") and all(
+        t["key"] == "nvidia.com/gpu" for t in n["spec"]["taints"] if t.get("effect") in ("NoSchedule", "NoExecute"))]
+    assert "gpu-2" not in {n["metadata"]["name"] for n in untainted}
     status = emu.get("daemonsets", "agent", "default")["status"]
-    assert status["desiredNumberScheduled"] == 2 and status["numberReady"] == 2  # gpu-2 is tainted
+    assert status["desiredNumberScheduled"] == len(untainted) and status["numberReady"] == len(untainted)
     ds["spec"]["template"]["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     api.put("/apis/apps/v1/namespaces/default/daemonsets/agent",
             {**ds, "metadata": {"name": "agent", "resourceVersion": emu.get("daemonsets", "agent", "default")[
                 "metadata"]["resourceVersion"]}})
     emu.settle()
-    assert emu.get("daemonsets", "agent", "default")["status"]["numberReady"] == 3
+    assert emu.get("daemonsets", "agent", "default")["status"]["numberReady"] == len(untainted) + len(gpu_only)
 
 
 def test_statefulset_and_job_controllers(api, emu):
@@ -697,6 +783,7 @@ def test_statefulset_and_job_controllers(api, emu):
     assert conditions["Complete"] == "True"
 
 
+@pytest.mark.emulator_only("registers a scheduler in the emulator")
 def test_pods_stay_pending_until_their_scheduler_exists(api, emu):
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-pod"},
            "spec": {"schedulerName": "gpu-binpack-scheduler",
@@ -720,6 +807,7 @@ def test_scheduler_respects_resources_and_reports_why(api, emu):
     assert condition["reason"] == "Unschedulable" and "Insufficient nvidia.com/gpu" in condition["message"]
 
 
+@pytest.mark.emulator_only("the emulator's controllers")
 def test_controllers_can_be_switched_off(api, emu):
     emu.controllers.disable("deployment")
     api.post(DEPLOYMENTS, deployment("web"))
@@ -730,6 +818,7 @@ def test_controllers_can_be_switched_off(api, emu):
     assert len(emu.list("replicasets", "default")) == 1
 
 
+@pytest.mark.emulator_only("the emulator's kubelet")
 def test_pod_logs_come_from_the_simulated_kubelet(api, emu):
     emu.controllers.pod_behaviour = lambda pod: {"log": "Test PASSED\n"}
     api.post("/api/v1/namespaces/default/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
@@ -741,6 +830,7 @@ def test_pod_logs_come_from_the_simulated_kubelet(api, emu):
 
 
 # --- fault injection ---------------------------------------------------------------------------------------------------
+@pytest.mark.emulator_only("the emulator's fault injection")
 def test_fault_returns_a_status_for_a_count_then_stops(api, emu):
     emu.faults.add("GET", r"/configmaps$", status=503, count=2, message="etcd is sad")
     codes = [api.get(CM).status for _ in range(3)]
@@ -748,6 +838,7 @@ def test_fault_returns_a_status_for_a_count_then_stops(api, emu):
     assert api.get("/api/v1/namespaces").status == 200
 
 
+@pytest.mark.emulator_only("the emulator's fault injection")
 def test_fault_after_and_delay(api, emu):
     emu.faults.add("GET", r"/configmaps$", delay=0.3, after=1, count=1)
     started = time.monotonic()
@@ -759,6 +850,7 @@ def test_fault_after_and_delay(api, emu):
     assert first < 0.3 <= second
 
 
+@pytest.mark.emulator_only("the emulator's fault injection")
 def test_fault_resets_the_connection(api, emu):
     emu.faults.add("POST", r"/configmaps$", reset=True)
     with pytest.raises((ConnectionError, http.client.RemoteDisconnected, ssl.SSLError, OSError)):
@@ -767,12 +859,14 @@ def test_fault_resets_the_connection(api, emu):
     assert api.post(CM, configmap("a")).status == 201
 
 
+@pytest.mark.emulator_only("the emulator's fault injection")
 def test_fault_probability_fires_some_of_the_time(api, emu):
     emu.faults.add("GET", r"/configmaps$", status=500, count=None, probability=0.5)
     codes = [api.get(CM).status for _ in range(40)]
     assert 5 < codes.count(500) < 35
 
 
+@pytest.mark.emulator_only("the emulator's request log")
 def test_request_log_records_writes(api, emu):
     emu.requests.clear()
     api.get(CM)

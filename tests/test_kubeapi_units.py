@@ -68,8 +68,11 @@ def _deploy(*containers):
 @pytest.mark.unit
 @pytest.mark.parametrize("original, patch, expected", [
     (_deploy({"name": "a", "image": "1"}), _deploy({"name": "a", "image": "2"}), _deploy({"name": "a", "image": "2"})),
+    # a new item goes before the live ones (apimachinery's normalizeElementOrder; seen on the real API server)
     (_deploy({"name": "a", "image": "1"}), _deploy({"name": "b", "image": "1"}),
-     _deploy({"name": "a", "image": "1"}, {"name": "b", "image": "1"})),
+     _deploy({"name": "b", "image": "1"}, {"name": "a", "image": "1"})),
+    (_deploy({"name": "a"}, {"name": "b"}), _deploy({"name": "b", "image": "2"}, {"name": "c"}),
+     _deploy({"name": "a"}, {"name": "b", "image": "2"}, {"name": "c"})),
     (_deploy({"name": "a"}, {"name": "b"}), _deploy({"name": "a", "$patch": "delete"}), _deploy({"name": "b"})),
     (_deploy({"name": "a"}, {"name": "b"}), _deploy({"$patch": "replace"}, {"name": "c"}), _deploy({"name": "c"})),
     (_deploy({"name": "a"}, {"name": "b"}),

@@ -445,7 +445,10 @@ class Helm:
         release's record (it stays `uninstalling`) is finished. Returns what was done."""
         revisions = self.history(release, namespace)
         if revisions and max(revisions, key=lambda r: r["revision"]).get("status") == "uninstalling":
-            self.uninstall(release, namespace, wait=True, timeout=timeout)
+            # Its pre-delete hooks ran in the uninstall that removed the objects. Run again, they would need the
+            # ServiceAccounts that uninstall deleted: the ServiceAccount admission plugin refuses their pods, the
+            # hook Job never completes, and the release stays stuck (found on a real API server).
+            self.uninstall(release, namespace, wait=True, timeout=timeout, no_hooks=True)
             return "finished the interrupted uninstall"
         good = [r["revision"] for r in revisions if r.get("status") in ("deployed", "superseded")]
         if not good:
@@ -455,9 +458,11 @@ class Helm:
         return f"rolled back to revision {max(good)}"
 
     def uninstall(self, release: str, namespace: str, wait: bool = True, timeout: str | None = None,
-                  dry_run: bool = False) -> bool:
+                  dry_run: bool = False, no_hooks: bool = False) -> bool:
         """Returns False when there was no such release."""
         args = ["uninstall", release, "--namespace", namespace, "--timeout", timeout or self.timeout]
+        if no_hooks:
+            args.append("--no-hooks")
         if wait and not dry_run:
             args.append("--wait")
         if dry_run:

@@ -70,10 +70,13 @@ class Outcome:
 
 
 def replay(nodes: list[Node], arrivals: Sample, profile: Profile, seed: int, used: dict | None = None,
-           departures: float = 0.0) -> Outcome:
+           departures: float = 0.0, placer=None) -> Outcome:
+    """`placer(cluster)`, when given, makes what places the pods instead of the model (benchmarks/packing_real.py
+    hands in the real kube-scheduler): an object with place(pod) -> node index or None, which books a placed pod
+    into `cluster` as engine.Scheduler does, so the figures are counted the same way for both."""
     cluster = Cluster(nodes, used)
     rng = random.Random(seed * 7919 + 1)
-    scheduler = Scheduler(cluster, profile, rng)
+    scheduler = placer(cluster) if placer is not None else Scheduler(cluster, profile, rng)
     capacity = cluster.total_gpus
     smallest = _smallest_gpu_pod(arrivals.pods)
     outcome = Outcome()

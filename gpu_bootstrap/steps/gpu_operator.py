@@ -75,10 +75,18 @@ def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, 
                         f"(kubectl -n {namespace} logs {pod['metadata']['name']})")
     for ds in daemonsets:
         status = ds.get("status") or {}
+        name = ds["metadata"]["name"]
         desired = status.get("desiredNumberScheduled", 0)
-        if desired < len(nodes) and ds["metadata"]["name"].startswith("nvidia-device-plugin"):
-            problems.append(f"{ds['metadata']['name']} is scheduled on {desired} of {len(nodes)} GPU nodes: do its "
+        if desired < len(nodes) and name.startswith("nvidia-device-plugin"):
+            problems.append(f"{name} is scheduled on {desired} of {len(nodes)} GPU nodes: do its "
                             f"tolerations cover the node taint (daemonsets.tolerations), and are the nodes labelled?")
+        # Pods that were never created are in no pod list: only the DaemonSet's own counts show them (the real API
+        # server refused every pod of an operand whose ServiceAccount was missing, while the nodes already
+        # advertised GPUs from an earlier device plugin, and this check passed).
+        ready, current = status.get("numberReady", 0), status.get("currentNumberScheduled", 0)
+        if ready < desired and current < desired:
+            problems.append(f"{name} has {current} of {desired} pod(s): the DaemonSet cannot create the rest "
+                            f"(kubectl -n {namespace} describe daemonset {name} shows why, e.g. FailedCreate)")
     for name, node in sorted(nodes.items()):
         if node is None:
             problems.append(f"{name} is not a node of the cluster")

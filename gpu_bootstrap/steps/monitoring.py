@@ -537,6 +537,7 @@ class Monitoring(Step):
                                   f"uninstall {section.release}", "teardown: gpu-bootstrap installed it",
                                   {"release": section.release, "namespace": section.namespace,
                                    "timeout": f"{section.wait_timeout}s"}))
+            changes += self._kubelet_service_removal(ctx)
             if ctx.options.purge_crds:  # the chart's CRDs are the Prometheus Operator's, group monitoring.coreos.com
                 for crd in ctx.kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition"):
                     if (crd.get("spec") or {}).get("group") == "monitoring.coreos.com":
@@ -548,6 +549,43 @@ class Monitoring(Step):
             changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", section.namespace), "remove",
                                   "the namespace gpu-bootstrap created for the stack"))
         return changes
+
+
+    @staticmethod
+    def _kubelet_service_removal(ctx) -> list[Change]:
+        """The Prometheus Operator of a stack we installed makes a Service (and its Endpoints) for the kubelets, named
+        by its --kubelet-service flag, outside the release: `helm uninstall` leaves it (the chart's README says to
+        delete it by hand). It is ours through the release, so teardown removes it, and only while the operator's
+        own managed-by label says the operator made it."""
+        section = ctx.config.monitoring
+        operators = [d for d in ctx.kube.list("apps/v1", "Deployment", section.namespace)
+                     if (d["metadata"].get("labels") or {}).get("release") == section.release]
+        target = kubelet_service_of(operators)
+        if target is None:
+            return []
+        namespace, name = target
+        changes = []
+        for kind in ("Service", "Endpoints"):
+            found = ctx.kube.get("v1", kind, name, namespace)
+            if found and (found["metadata"].get("labels") or {}).get(
+                    "app.kubernetes.io/managed-by") == "prometheus-operator":
+                changes.append(Change(Verb.DELETE, Ref("v1", kind, name, namespace), "remove",
+                                      f"made by the Prometheus Operator of {section.release} (--kubelet-service); "
+                                      f"helm uninstall leaves it"))
+        return changes
+
+
+def kubelet_service_of(deployments: list[dict]) -> tuple[str, str] | None:
+    """Pure: (namespace, name) from the --kubelet-service=NS/NAME argument of the operator among `deployments`."""
+    for deployment in deployments:
+        for container in (((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+                "containers") or []:
+            for arg in [*(container.get("args") or []), *(container.get("command") or [])]:
+                if arg.startswith("--kubelet-service="):
+                    namespace, _, name = arg.split("=", 1)[1].partition("/")
+                    if namespace and name:
+                        return namespace, name
+    return None
 
 
 ROUTE_FAILURES = {403, 502, 503, 504}  # the proxy refused, or could not reach or wait for the pod

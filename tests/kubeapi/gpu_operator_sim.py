@@ -36,7 +36,7 @@ class GpuOperatorSim:
     def wants(self, key: tuple) -> bool:
         group, plural = key[0], key[1]
         return (group, plural) in {("nvidia.com", "clusterpolicies"), ("apps", "deployments"), ("", "nodes"),
-                                   ("", "pods"), ("apps", "daemonsets"), ("", "configmaps")}
+                                   ("", "pods"), ("apps", "daemonsets"), ("", "configmaps"), ("", "serviceaccounts")}
 
     def reconcile(self) -> None:
         policy = next(iter(self.store.objects.get(("nvidia.com", "clusterpolicies"), {}).values()), None)
@@ -129,6 +129,11 @@ class GpuOperatorSim:
                                   "priorityClassName": daemonsets.get("priorityClassName", "system-node-critical"),
                                   "serviceAccountName": name,
                                   "containers": [{"name": name, "image": image}]}}}
+        if (namespace, name) not in self.store.objects.get(("", "serviceaccounts"), {}):
+            # the operator makes each operand's ServiceAccount (and RBAC) before its DaemonSet: without it the
+            # ServiceAccount admission plugin refuses every pod of the DaemonSet
+            self.manager._create("", "serviceaccounts", namespace, {
+                "metadata": {"name": name, "ownerReferences": [self._owner(policy)]}}, "gpu-operator")
         existing = self.store.objects.get(("apps", "daemonsets"), {}).get((namespace, name))
         if existing is None:
             self.manager._create("apps", "daemonsets", namespace, {

@@ -80,7 +80,8 @@ def _merge_list(original, patch: list, schema: Schema | None) -> list:
         return [strip_directives(i) for i in patch if not (isinstance(i, dict) and i.get("$patch") == "replace")]
     key = schema.patch_merge_key
     if not key:
-        return original + [item for item in patch if item not in original]
+        merged = original + [item for item in patch if item not in original]
+        return _patch_order(merged, patch, original, None)
     result = list(original)
     for item in patch:
         if not isinstance(item, dict):
@@ -95,7 +96,39 @@ def _merge_list(original, patch: list, schema: Schema | None) -> list:
             result.append(strip_directives(item))
         else:
             result[position] = strategic_merge(result[position], item, schema.items)
-    return result
+    kept = [item for item in patch if not (isinstance(item, dict) and item.get("$patch") == "delete")]
+    return _patch_order(result, kept, [o for o in original if any(
+        isinstance(r, dict) and r.get(key) == o.get(key) for r in result)], key)
+
+
+def _patch_order(merged: list, patch: list, original: list, key: str | None) -> list:
+    """The order mergeSlice leaves a merged list in (apimachinery strategicpatch normalizeElementOrder, found with the
+    real API server): the patch's items in the patch's order, the other items in the live order, woven together by
+    the live order where both items are in it, and a patch item that is new goes before the rest."""
+    def identity(item):
+        return item.get(key) if key and isinstance(item, dict) else item
+
+    wanted = [identity(item) for item in patch]
+    live = [identity(item) for item in original]
+    from_patch = sorted((m for m in merged if identity(m) in wanted), key=lambda m: wanted.index(identity(m)))
+    server_only = [m for m in merged if identity(m) not in wanted]
+    out, i, j = [], 0, 0
+    while i < len(server_only) or j < len(from_patch):
+        if j >= len(from_patch):
+            out.append(server_only[i])
+            i += 1
+        elif i >= len(server_only):
+            out.append(from_patch[j])
+            j += 1
+        else:
+            left, right = identity(server_only[i]), identity(from_patch[j])
+            if left in live and right in live and live.index(left) < live.index(right):
+                out.append(server_only[i])
+                i += 1
+            else:
+                out.append(from_patch[j])
+                j += 1
+    return out
 
 
 def _apply_order(items: list, order: list, schema: Schema | None) -> list:

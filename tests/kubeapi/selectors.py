@@ -146,7 +146,8 @@ def parse_field_selector(text: str, allowed: tuple[str, ...]) -> list[FieldTerm]
             raise ApiError(400, f"invalid selector: '{text}'; can't understand '{part}'")
         path, op, value = match.group(1).strip(), match.group(2), _unescape(match.group(3))
         if path not in ("metadata.name", "metadata.namespace") and path not in allowed:
-            raise ApiError(400, f'field label not supported: {path}')
+            known = ", ".join(f'"{label}"' for label in ("metadata.name", "metadata.namespace", *allowed))
+            raise ApiError(400, f'"{path}" is not a known field selector: only {known}')
         terms.append(FieldTerm(path, "!=" if op == "!=" else "=", value))
     return terms
 

@@ -149,6 +149,12 @@ class Handler(BaseHTTPRequestHandler):
             from .rbac import User
             self._user = User.of(name)
             return
+        if not header:
+            # kube-apiserver's default --anonymous-auth=true: no credentials at all is the user system:anonymous,
+            # whom RBAC then refuses (403); only credentials that fail are a 401 (found with the real API server)
+            from .rbac import User
+            self._user = User("system:anonymous", ("system:unauthenticated",))
+            return
         raise ApiError(401, "Unauthorized")
 
     def _authorize(self, verb: str, group: str, resource: str, subresource: str = "", namespace: str | None = None,
@@ -260,8 +266,9 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError(404, "the server could not find the requested resource", "NotFound")
             self._send_json(200, doc)
         elif path == "/openapi/v2":
-            # An empty protobuf document: clients find no schema and leave validation to the server.
-            self._send(200, b"", "application/octet-stream")
+            # An empty protobuf document: clients find no schema and leave validation to the server (DELIBERATE: the
+            # real server sends the whole spec; its Content-Type is the real one)
+            self._send(200, b"", "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
         elif path == "/openapi/v3":
             self._send_json(200, emulator.openapi.index())
         elif path.startswith("/openapi/v3/"):

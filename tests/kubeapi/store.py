@@ -97,6 +97,7 @@ class Store:
         self._uids: dict[str, tuple[str, str, str, str]] = {}
         self._dependents: dict[str, set[tuple[str, str, str, str]]] = {}
         self._random = random.Random(7)
+        self._admitted_as = ""  # the name admission sees on a create (before generateName is resolved)
 
     # --- reading ------------------------------------------------------------------------------------------------
     def bucket(self, rt: ResourceType) -> dict:
@@ -240,6 +241,8 @@ class Store:
             obj = jcopy(body)
             meta = obj.setdefault("metadata", {})
             self._check_namespace_scope(rt, namespace, meta)
+            # Admission runs before the real server generates a name: its messages name the generateName.
+            self._admitted_as = meta.get("name") or meta.get("generateName", "")
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + "".join(self._random.choice(GENERATE_ALPHABET)
                                                               for _ in range(5))
@@ -307,8 +310,8 @@ class Store:
 
     def _apply(self, rt, namespace, name, old, body, schema, opts: WriteOptions) -> tuple[dict, bool]:
         if not opts.manager:
-            raise ApiError(400, "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required "
-                                "for apply patch", "BadRequest")
+            raise ApiError(422, "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required "
+                                "for apply patch", "Invalid")
         if not isinstance(body, dict):
             raise ApiError(400, "apply patch must be a single object")
         if body.get("kind") and body.get("kind") != rt.kind:
@@ -391,6 +394,17 @@ class Store:
                 opts.warnings.extend(f'unknown field "{path}"' for path in problems.unknown)
         return cleaned, [(reason, path, message) for reason, path, message, _value in problems.invalid]
 
+    def _service_account_exists(self, namespace: str | None, pod: dict) -> None:
+        """The ServiceAccount admission plugin: a pod naming a ServiceAccount that does not exist is refused (the
+        real API server found a stand-in's DaemonSets doing that). A missing `default` is let through on purpose: the
+        real server refuses it only until its controller made it, a window the emulator's loop would only widen."""
+        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        if account == "default" or (namespace, account) in self.objects.get(("", "serviceaccounts"), {}):
+            return
+        raise ApiError(403, f'pods "{self._admitted_as}" is forbidden: error looking up '
+                            f'service account {namespace}/{account}: serviceaccount "{account}" not found',
+                       "Forbidden")
+
     def _write(self, rt: ResourceType, namespace: str | None, name: str, old: dict | None, obj: dict,
                opts: WriteOptions, operation: str) -> dict:
         """The shared tail of every write: validate, default, admit, track fields, then store and notify."""
@@ -401,6 +415,7 @@ class Store:
         kinds.default_object(obj, rt, self.allocator, old)
         if rt.kind == "Pod" and old is None:
             kinds.admit_pod(obj, self.extended_resource_toleration)
+            self._service_account_exists(namespace, obj)
         meta = obj["metadata"]
         problems = Problems()
         check_metadata(meta, kinds.name_style(rt), problems)

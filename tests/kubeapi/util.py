@@ -66,7 +66,8 @@ class ApiError(Exception):
         body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": self.message, "reason": self.reason, "code": self.code}
         if self.details:
-            body["details"] = self.details
+            # StatusDetails' fields are omitempty: the core group's "" is left out, as the real server does
+            body["details"] = {k: v for k, v in self.details.items() if v != ""}
         return body
 
 

@@ -21,6 +21,8 @@ def audit(target) -> dict:
     found = {}
     for resource in resources(target):
         result = target.kubectl("get", resource, "-A", "-o", "json", "--ignore-not-found", check=False)
+        if result.returncode != 0 and "the server doesn't have a resource type" in result.stderr:
+            continue  # a CRD deleted between the listing of resources and this (teardown --purge-crds)
         if result.returncode != 0:
             raise AssertionError(f"kubectl get {resource} -A failed: {result.stderr}")
         if not result.stdout.strip():
@@ -54,3 +56,30 @@ def node_view(target, name: str) -> dict:
     annotations = {k: v for k, v in (node["metadata"].get("annotations") or {}).items()
                    if k.startswith(OUR_PREFIX) or k.startswith("nvidia.com/")}
     return {"labels": labels, "annotations": annotations, "taints": node["spec"].get("taints") or []}
+
+
+# --- the local cluster's audit log (tests/localcluster: --audit-log-path, one JSON event per line) ------------------
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+OUR_AGENTS = ("gpu-bootstrap", "Helm/")  # the CLI's own client, and helm (directly or through the CLI's relay)
+
+
+def audit_mark(cluster) -> int:
+    """Where the audit log ends now: audit_writes(since=mark) reads only what comes after."""
+    return cluster.audit_log.stat().st_size if cluster.audit_log.exists() else 0
+
+
+def audit_writes(cluster, since: int = 0) -> list[str]:
+    """Writes the API server recorded from gpu-bootstrap or helm (server-side dry runs left out), as
+    'verb URI (user agent)'."""
+    found = []
+    with cluster.audit_log.open("rb") as log:
+        log.seek(since)
+        for line in log:
+            event = json.loads(line)
+            agent = event.get("userAgent") or ""
+            if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
+                continue
+            if not agent.startswith(OUR_AGENTS) or "dryRun=" in event.get("requestURI", ""):
+                continue
+            found.append(f"{event['verb']} {event['requestURI']} ({agent})")
+    return found

@@ -1,5 +1,11 @@
-"""The live suite's cluster: the one GPU_BOOTSTRAP_LIVE_KUBECONFIG names (scripts/test-live, e.g. a kind cluster), or
-the test emulator when it is unset, so CI here keeps the same test code working.
+"""The live suite's cluster, one of three:
+* external: the one GPU_BOOTSTRAP_LIVE_KUBECONFIG names (scripts/test-live, e.g. a kind cluster with fake GPUs);
+* local (the default when its components are built, and always in .ci/run): the real control plane of
+  tests/localcluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler built from Go modules; KWOK's fake
+  GPU and CPU nodes; the real OPA, kube-scheduler, Prometheus Operator and Prometheus run by the agent for their
+  pods). `up` runs its whole default playbook there, gpu-operator and validate included (their GPU parts are
+  stand-ins: tests/localcluster/operator.py and standins.py);
+* emulator: tests/kubeapi, where neither of the others can be had (GPU_BOOTSTRAP_LIVE_TARGET=emulator forces it).
 
 Everything the tests do goes through what a user has: the gpu-bootstrap CLI, the real kubectl, and Prometheus behind
 the API server's service proxy. The emulator differs where nothing real can run here, and the fixture says how:
@@ -23,11 +29,12 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.live import fake_gpus
-from tests.tools import client_env, missing, run, tool
+from tests.tools import ROOT, client_env, missing, run, tool
 
 LIVE_KUBECONFIG = os.environ.get("GPU_BOOTSTRAP_LIVE_KUBECONFIG")
 EMULATOR_VERSION = os.environ.get("GPU_BOOTSTRAP_LIVE_EMULATOR_VERSION", "1.33.2")
 PLAYBOOK = Path(__file__).resolve().parent / "playbook.yaml"
+FULL_PLAYBOOK = ROOT / "playbooks" / "default.yaml"  # the local cluster runs every step
 TEST_NAMESPACE = "gpu-bootstrap-live-test"  # the tests' own pods; created before the audit, removed at the end
 STACK_NS, STACK_SERVICE = "monitoring", "kube-prometheus-stack-prometheus"
 SCHEDULER = "gpu-binpack-scheduler"
@@ -48,12 +55,14 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The teardown test runs last in its module (after pytest-randomly's shuffle): every other test then shares the
-    module's one `up`. Correctness does not depend on this: a test after teardown deploys again (Deployment.ensure)."""
+    """The teardown test runs after every other test of tests/live (after pytest-randomly's shuffle): they all share
+    the session's one `up`. Correctness does not depend on this: a test after teardown deploys again
+    (Deployment.ensure)."""
+    here = Path(__file__).resolve().parent
     for item in [i for i in items if i.name == TEARDOWN_TEST]:
         items.remove(item)
-        same = [index for index, other in enumerate(items) if other.module is item.module]
-        items.insert(same[-1] + 1 if same else len(items), item)
+        live = [index for index, other in enumerate(items) if Path(str(other.path)).resolve().parent == here]
+        items.insert(live[-1] + 1 if live else len(items), item)
 
 
 @dataclass
@@ -66,10 +75,22 @@ class Target:
     emu: object = None  # tests.kubeapi.Emulator on the emulator run
     prometheus: object = None  # tests.monitoring.live.LocalPrometheus on the emulator run
     calls: int = 0
+    cluster: object = None  # tests.localcluster.cluster.LocalCluster on the local run
 
     @property
     def live(self) -> bool:
         return self.emu is None
+
+    @property
+    def local(self) -> bool:
+        return self.cluster is not None
+
+    @property
+    def playbook(self) -> Path:
+        return FULL_PLAYBOOK if self.local else PLAYBOOK
+
+    def steps(self) -> list[str]:
+        return [s if isinstance(s, str) else s["id"] for s in yaml.safe_load(self.playbook.read_text())["steps"]]
 
     @property
     def env(self) -> dict:
@@ -115,11 +136,11 @@ class Target:
         return answer["data"]
 
 
-def _tools() -> None:
+def _tools(local: bool) -> None:
     tool("kubectl")
     tool("helm")
     from tests.kubeapi import cel, rego
-    if LIVE_KUBECONFIG:
+    if LIVE_KUBECONFIG or local:
         return
     tool("prometheus")
     if not rego.available():
@@ -128,14 +149,20 @@ def _tools() -> None:
         missing("the CEL runtime (pip package cel-expr-python) is not installed")
 
 
-@pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    _tools()
+@pytest.fixture(scope="session")
+def target(request, tmp_path_factory):
+    from tests.conftest import local_cluster_wanted
+    local = not LIVE_KUBECONFIG and local_cluster_wanted()
+    _tools(local)
     home = tmp_path_factory.mktemp("live-home")
     artifacts = Path(os.environ.get("GPU_BOOTSTRAP_LIVE_ARTIFACTS") or tmp_path_factory.mktemp("live-artifacts"))
     artifacts.mkdir(parents=True, exist_ok=True)
     if LIVE_KUBECONFIG:
         yield Target(Path(LIVE_KUBECONFIG), home, artifacts)
+        return
+    if local:
+        cluster = request.getfixturevalue("local_cluster")
+        yield Target(cluster.kubeconfig, home, artifacts, cluster=cluster)
         return
     yield from _emulated(home, artifacts, tmp_path_factory.mktemp("live-prometheus"))
 
@@ -186,12 +213,18 @@ def load_rules_as_the_operator_would(target: Target) -> None:
 def write_config(target: Target, nodes: list[str], folder: Path) -> Path:
     """The config the live suite deploys with; on the emulator the chart is the local copy of the same release."""
     monitoring = {"wait_timeout": 900}
+    extra = {"validate": {"enabled": False}}
     if not target.live:
         from tests.conftest import chart
         monitoring = {"wait_timeout": 90, "chart": str(chart("kube-prometheus-stack-88.5.3.tgz"))}
+    if target.local:  # every step, the charts from ../shared/charts (no chart repository is reachable here)
+        from tests.conftest import chart
+        monitoring = {"wait_timeout": 300, "chart": str(chart("kube-prometheus-stack-88.5.3.tgz"))}
+        extra = {"gpu_operator": {"wait_timeout": 300, "chart": str(chart("gpu-operator-v26.7.0.tgz"))},
+                 "validate": {"enabled": True, "timeout": 300}}
     config = {"cluster": {"kubeconfig": str(target.kubeconfig)}, "nodes": [{"name": n} for n in nodes],
               "monitoring": monitoring, "scheduler": {"wait_timeout": 600}, "admission": {"wait_timeout": 600},
-              "validate": {"enabled": False}}
+              **extra}
     path = folder / "gpu-bootstrap.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -199,7 +232,7 @@ def write_config(target: Target, nodes: list[str], folder: Path) -> Path:
 
 @dataclass
 class Deployment:
-    """The module's one `up`, shared by the tests; the teardown test takes it down and marks it so."""
+    """The session's one `up`, shared by every test of tests/live; the teardown test takes it down and marks it so."""
 
     target: Target
     config: Path
@@ -212,7 +245,7 @@ class Deployment:
     up: bool = False
 
     def run_up(self) -> tuple:
-        return self.target.cli("up", "-c", str(self.config), "--playbook", str(PLAYBOOK),
+        return self.target.cli("up", "-c", str(self.config), "--playbook", str(self.target.playbook),
                                "--preflight-report", str(self.report))
 
     def ensure(self) -> "Deployment":
@@ -228,7 +261,7 @@ class Deployment:
         return self
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def deployment(target, tmp_path_factory):
     from tests.live.audit import audit, node_view
     from tests.nodes.reports import write_report
@@ -252,7 +285,8 @@ def deployment(target, tmp_path_factory):
     finally:
         target.kubectl("delete", "namespace", TEST_NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
         if state.up and target.live:  # leave the cluster as we found it, whatever failed
-            target.cli("teardown", "-c", str(state.config), "--playbook", str(PLAYBOOK), "--yes", "--purge-crds")
+            target.cli("teardown", "-c", str(state.config), "--playbook", str(target.playbook), "--yes",
+                       "--purge-crds")
 
 
 # --- pods the tests create: pause containers requesting the fake GPUs -------------------------------------------------

@@ -1,0 +1,284 @@
+"""The live suite's checks that need the real control plane of tests/localcluster: exemptions judged by the real
+API server's requester, the real PodSecurity plugin, RBAC roles with TokenRequest tokens, the real CRD schemas, the
+bin-packing kube-scheduler's Lease and placements (against `simulate`), `doctor` and `status`.
+
+They share the session's one `up` with tests/live/test_live.py (same worker, same cluster) and are skipped
+on the emulator (which has its own tests for each) and on external clusters (whose nodes are not KWOK's).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.live.conftest import SCHEDULER, TEST_NAMESPACE, create, pause_pod, wait_bound
+
+pytestmark = [pytest.mark.live, pytest.mark.tools, pytest.mark.slow, pytest.mark.xdist_group("live"),
+              pytest.mark.usefixtures("test_pods")]
+OPERATOR_NS = "gpu-operator"
+SA_NAMESPACE, SA_NAME = "gpu-bootstrap-live-ci", "gpu-bootstrap"
+
+
+@pytest.fixture(autouse=True)
+def local_only(target):
+    if not target.local:
+        pytest.skip("needs the local real cluster (tests/localcluster); the emulator's own tests cover this there")
+
+
+def wait_until(probe, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+# --- admission through the real chain --------------------------------------------------------------------------------
+def test_a_daemonset_in_the_operators_namespace_is_exempt_and_a_tenant_pod_naming_a_node_is_not(deployment, target):
+    """The webhook judges the requester the API server authenticated: pods the real DaemonSet controller creates in
+    the gpu-operator namespace keep the default scheduler; a tenant's GPU pod that names its node is rejected."""
+    deployment.ensure()
+    template = pause_pod("x")
+    template["spec"].pop("terminationGracePeriodSeconds")
+    daemonset = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+                 "metadata": {"name": "live-test-plugin", "namespace": OPERATOR_NS},
+                 "spec": {"selector": {"matchLabels": {"app": "live-test-plugin"}},
+                          "template": {"metadata": {"labels": {"app": "live-test-plugin"}},
+                                       "spec": {**template["spec"],
+                                                "nodeSelector": {"kubernetes.io/hostname": sorted(deployment.nodes)[0]}}}}}
+    target.kubectl("apply", "-f", "-", input=json.dumps(daemonset))
+    try:
+        pods = wait_until(lambda: target.json("get", "pods", "-n", OPERATOR_NS, "-l", "app=live-test-plugin")["items"],
+                          120, "the DaemonSet controller created no pod (was it refused? kubectl describe ds)")
+        assert pods[0]["spec"]["schedulerName"] == "default-scheduler", pods[0]["spec"]
+        assert pods[0]["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet"
+    finally:
+        target.kubectl("delete", "daemonset", "live-test-plugin", "-n", OPERATOR_NS, "--wait=true")
+    pinned = pause_pod("pinned")
+    pinned["spec"]["nodeName"] = sorted(deployment.nodes)[0]
+    refused = create(target, pinned, check=False)
+    assert refused.returncode != 0, "a tenant's GPU pod naming its node was admitted"
+    assert "spec.nodeName" in refused.stderr and "denied the request" in refused.stderr, refused.stderr
+
+
+def test_our_namespaces_pod_security_labels_are_enforced_by_the_real_plugin(deployment, target):
+    deployment.ensure()
+    namespaces = target.json("get", "namespaces", "-l", "app.kubernetes.io/managed-by=gpu-bootstrap")["items"]
+    enforced = {n["metadata"]["name"]: n["metadata"]["labels"].get("pod-security.kubernetes.io/enforce")
+                for n in namespaces}
+    strict = [name for name, level in enforced.items() if level in ("restricted", "baseline")]
+    assert strict, f"no namespace of ours enforces baseline or restricted: {enforced}"
+    for namespace in strict:
+        privileged = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "privileged", "namespace": namespace},
+                      "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                               "securityContext": {"privileged": True}}]}}
+        refused = target.kubectl("create", "-f", "-", "--dry-run=server", input=json.dumps(privileged), check=False)
+        assert refused.returncode != 0, f"a privileged pod was admitted in {namespace} ({enforced[namespace]})"
+        assert f'violates PodSecurity "{enforced[namespace]}:' in refused.stderr, refused.stderr
+
+
+# --- RBAC: each generated role, bound to a ServiceAccount, with a token from the TokenRequest API -------------------
+def grant(target, deployment, command: str, folder: Path, drop: tuple[str, str, str] | None = None) -> Path:
+    """Apply `gpu-bootstrap rbac --for COMMAND` (one rule's verb removed with drop=(kind, resource, verb)) and
+    return a kubeconfig holding a TokenRequest token of the ServiceAccount it binds."""
+    from tests.live.conftest import runner
+    from gpu_bootstrap.cli import app
+    result = runner.invoke(app, ["rbac", "--for", command, "-c", str(deployment.config), "--playbook",
+                                 str(target.playbook), "--service-account", f"{SA_NAMESPACE}/{SA_NAME}"])
+    assert result.exit_code == 0, result.output
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    for doc in docs:
+        doc["metadata"].setdefault("labels", {})["gpu-bootstrap.io/live-test"] = "rbac"
+        if drop and doc["kind"] == drop[0]:
+            for rule in doc.get("rules") or []:
+                if drop[1] in rule["resources"]:
+                    rule["verbs"] = [v for v in rule["verbs"] if v != drop[2]]
+            doc["rules"] = [r for r in doc.get("rules") or [] if r["verbs"]]
+    target.kubectl("create", "namespace", SA_NAMESPACE, check=False)
+    target.kubectl("create", "serviceaccount", SA_NAME, "-n", SA_NAMESPACE, check=False)
+    target.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    token = target.kubectl("create", "token", SA_NAME, "-n", SA_NAMESPACE, "--duration=1h").stdout.strip()
+    ca = base64.b64encode(target.cluster.ca.read_bytes()).decode()
+    path = folder / f"kubeconfig-{command}"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "ci",
+        "clusters": [{"name": "local", "cluster": {"server": target.cluster.server,
+                                                   "certificate-authority-data": ca}}],
+        "users": [{"name": "ci", "user": {"token": token}}],
+        "contexts": [{"name": "ci", "context": {"cluster": "local", "user": "ci"}}]}))
+    path.chmod(0o600)
+    return path
+
+
+def can_i(target, verb: str, resource: str) -> bool:
+    result = target.kubectl("auth", "can-i", verb, resource, f"--as=system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}",
+                            check=False)
+    return result.stdout.strip() == "yes"
+
+
+def run_as(target, deployment, kubeconfig: Path, command: str):
+    args = {"up": ["up", "--preflight-report", str(deployment.report)],
+            "dry-run": ["up", "--dry-run", "--preflight-report", str(deployment.report)],
+            "status": ["status"], "doctor": ["doctor", "--no-nodes"]}[command]
+    if command != "status":
+        args += ["-c", str(deployment.config), "--playbook", str(target.playbook)]
+    return target.cli(*args, "--kubeconfig", str(kubeconfig))
+
+
+@pytest.mark.parametrize("command", ["status", "doctor", "dry-run", "up"])
+def test_each_generated_role_lets_its_command_succeed_and_a_removed_rule_is_named_in_a_403(
+        deployment, target, command, tmp_path):
+    deployment.ensure()
+    try:
+        kubeconfig = grant(target, deployment, command, tmp_path)
+        wait_until(lambda: can_i(target, "list", "nodes"), 30, "the role did not take effect")
+        result, document, log = run_as(target, deployment, kubeconfig, command)
+        assert result.exit_code == 0, f"{command} failed with its own role (log: {log}):\n{result.output}"
+        assert "forbidden" not in log.read_text(), f"a request of {command} was refused (log: {log})"
+        kubeconfig = grant(target, deployment, command, tmp_path, drop=("ClusterRole", "nodes", "list"))
+        wait_until(lambda: not can_i(target, "list", "nodes"), 30, "the removed rule still applies")
+        result, document, log = run_as(target, deployment, kubeconfig, command)
+        assert result.exit_code != 0, f"{command} succeeded without `list nodes`"
+        said = " ".join(result.output.replace('\\"', '"').split())  # the JSON document escapes the quotes
+        assert (f'User "system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}" cannot list resource "nodes" in API group '
+                f'"" at the cluster scope') in said, said
+    finally:
+        target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
+                       "gpu-bootstrap.io/live-test=rbac", check=False)
+        target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
+
+
+# --- CRD schemas ------------------------------------------------------------------------------------------------------
+def test_every_custom_object_we_render_is_accepted_by_its_real_crd_schema(deployment, target, tmp_path):
+    """ClusterPolicy, ServiceMonitor and PrometheusRule against the CRDs the charts installed; NodePool and
+    EC2NodeClass against Karpenter's CRDs (tests/data/karpenter), installed here for the check and removed."""
+    from tests.tools import ROOT
+    deployment.ensure()
+    karpenter = sorted((ROOT / "tests" / "data" / "karpenter").glob("*.yaml"))
+    for crd in karpenter:
+        target.kubectl("apply", "--server-side", "-f", str(crd))
+    try:
+        for crd in ("nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"):
+            target.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        config = deployment.config.read_text() + (
+            "pools:\n  - name: a100\n    role: KarpenterNodeRole-live\n    discovery_tag: live\n")
+        (tmp_path / "gpu-bootstrap.yaml").write_text(config)
+        render = tmp_path / "render"
+        # offline: everything rendered as for a fresh cluster, the charts' manifests included (on this cluster the
+        # plan would leave out what is already in place)
+        result, document, log = target.cli("up", "--dry-run", "--offline", "--kube-version",
+                                           target.cluster.version.lstrip("v"), "-c", str(tmp_path / "gpu-bootstrap.yaml"),
+                                           "--playbook", str(target.playbook), "--preflight-report",
+                                           str(deployment.report), "--render-dir", str(render))
+        assert result.exit_code == 0, result.output
+        kinds = {}
+        for path in sorted(render.rglob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if isinstance(doc, dict) and doc.get("kind") in ("ClusterPolicy", "ServiceMonitor",
+                                                                  "PrometheusRule", "NodePool", "EC2NodeClass"):
+                    kinds.setdefault(doc["kind"], []).append(doc)
+        assert set(kinds) == {"ClusterPolicy", "ServiceMonitor", "PrometheusRule", "NodePool", "EC2NodeClass"}, \
+            sorted(kinds)
+        for kind, docs in kinds.items():
+            for doc in docs:
+                doc["metadata"]["name"] = f"schema-{doc['metadata']['name']}"[:63]
+                checked = target.kubectl("create", "-f", "-", "--dry-run=server", "--validate=strict",
+                                         input=json.dumps(doc), check=False)
+                assert checked.returncode == 0, f"{kind} {doc['metadata']['name']}: {checked.stderr}"
+    finally:
+        for crd in karpenter:
+            target.kubectl("delete", "-f", str(crd), "--ignore-not-found", "--wait=true")
+
+
+# --- the bin-packing scheduler ----------------------------------------------------------------------------------------
+def test_the_scheduler_holds_its_lease_as_one_of_its_deployments_pods(deployment, target):
+    deployment.ensure()
+    lease = target.json("get", "lease", SCHEDULER, "-n", "kube-system")
+    pods = target.json("get", "pods", "-n", "kube-system", "-l", f"app.kubernetes.io/name={SCHEDULER}")["items"]
+    names = {p["metadata"]["name"] for p in pods}
+    holder = lease["spec"]["holderIdentity"]
+    assert holder.split("_")[0] in names, (holder, names)
+
+
+SCENARIO = [  # (GPUs, cpu millicores, memory MiB), placed one at a time after a pinned 3-GPU pod on the second node
+    (1, 500, 1024), (2, 4000, 8192), (1, 250, 512), (1, 1000, 4096), (2, 2000, 2048), (1, 100, 128)]
+
+
+def test_the_real_scheduler_places_a_fixed_scenario_as_simulate_predicts(deployment, target):
+    """The real kube-scheduler running the rendered profile against `simulate`'s model of it (gpu_bootstrap.sim),
+    from the same starting state (what already runs on the nodes, read as `simulate --from-cluster` reads it). The
+    pinned pod makes every later choice unique, so neither side breaks a tie at random."""
+    from gpu_bootstrap.adapters.kube import Kube
+    from gpu_bootstrap.sim import engine, scoring, trace
+    deployment.ensure()
+    first, second = sorted(deployment.nodes)[:2]
+    pinned = pause_pod("pinned-3", gpus=3, scheduler=SCHEDULER)
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": second}
+    create(target, pinned)
+    assert wait_bound(target, "pinned-3") == second
+    config = target.json("get", "configmap", "-n", "kube-system", f"{SCHEDULER}-config")["data"]
+    profile = scoring.profile_from_config(yaml.safe_load(next(iter(config.values()))))
+    nodes, used = trace.cluster_snapshot(Kube(target.kubeconfig))
+    gpu_nodes = [n for n in nodes if n.gpus]
+    model = engine.Scheduler(engine.Cluster(gpu_nodes, {n.name: used.get(n.name, []) for n in gpu_nodes}),
+                             profile, random.Random(0))
+    predicted, placed = [], []
+    for index, (gpus, cpu, memory) in enumerate(SCENARIO):
+        pod = pause_pod(f"scenario-{index}", gpus=gpus, scheduler=SCHEDULER)
+        pod["spec"]["containers"][0]["resources"]["requests"].update({"cpu": f"{cpu}m", "memory": f"{memory}Mi"})
+        pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = f"{memory}Mi"
+        chosen = model.place(trace.pod_from_spec(pod["spec"]))
+        predicted.append(gpu_nodes[chosen].name if chosen is not None else None)
+        create(target, pod)
+        placed.append(bound_or_unschedulable(target, f"scenario-{index}"))
+    assert placed == predicted, f"real {placed} != simulate {predicted}"
+    assert None in placed and len(set(placed) - {None}) == 2  # both nodes used, and the last pod did not fit
+
+
+def bound_or_unschedulable(target, name: str, timeout: float = 120) -> str | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pod = target.json("get", "pod", name, "-n", TEST_NAMESPACE)
+        if pod["spec"].get("nodeName"):
+            return pod["spec"]["nodeName"]
+        if any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+               for c in (pod.get("status") or {}).get("conditions") or []):
+            return None
+        time.sleep(0.3)
+    raise AssertionError(f"pod {name} was neither bound nor reported unschedulable within {timeout:.0f}s")
+
+
+# --- doctor -----------------------------------------------------------------------------------------------------------
+def test_doctor_finds_every_step_in_place_on_the_real_cluster(deployment, target):
+    deployment.ensure()
+    result, document, log = target.cli("doctor", "--no-nodes", "-c", str(deployment.config), "--playbook",
+                                       str(target.playbook))
+    assert result.exit_code == 0, f"doctor failed (log: {log}):\n{result.output}"
+    checks = _checks(document)
+    assert {c["id"] for c in checks} >= {"node-prep", "monitoring", "gpu-operator", "binpack-scheduler",
+                                         "admission-opa", "admission", "validate"}, checks
+    assert [c for c in checks if c.get("status") == "fail"] == []
+
+
+def _checks(document: dict) -> list[dict]:
+    found = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            if "status" in value and "id" in value:
+                found.append(value)
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+    walk(document)
+    return found

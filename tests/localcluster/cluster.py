@@ -1,0 +1,545 @@
+"""A real Kubernetes control plane on 127.0.0.1, with KWOK's fake kubelets: what `scripts/local-cluster` starts.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler are the upstream binaries built by
+scripts/install-test-tools; KWOK's controller keeps the fake nodes (GPU nodes with nvidia.com/gpu capacity, CPU
+nodes) Ready and plays their pods' lifecycle; the agent (tests/localcluster/agent.py) runs a real process for the pods
+whose image it knows (OPA, kube-scheduler) and plays the gpu-operator's controller.
+
+Everything lives in one folder (certificates, etcd's data, logs, the audit log, kubeconfigs, cluster.json with the
+ports and the processes' PIDs). `down` stops exactly the processes `up` recorded (a PID whose start time no longer
+matches is someone else's and is left alone), then removes the folder.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.localcluster import nodes as node_specs
+from tests.localcluster import pki
+from tests.localcluster.rest import ApiError, Rest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / ".tools"
+STATE = "cluster.json"
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"
+# Pods and nodes get addresses from a /20 of 198.18.0.0/15 (RFC 2544's benchmarking range, never a real network's),
+# routed as `local` to the loopback device, so that a process here answers on any address of it (agent.py). Not
+# 127.0.0.0/8: the API server refuses loopback addresses in Endpoints and EndpointSlices, so Services would have no
+# endpoints. Each cluster takes a /20 no other local route overlaps and `down` removes exactly that route.
+NETWORKS = "198.18.0.0/15"
+NETWORK_PREFIX = 20
+ADMIN_AGENT = "local-cluster"
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  # Who wrote what, with its user agent (no bodies: Secrets' data never reaches the log). Reads are left out: the
+  # tests count writes, and reads are most requests (a log of every one grew by about 3 MB a minute).
+  - level: None
+    verbs: [get, list, watch]
+  - level: Metadata
+"""
+
+
+class ClusterError(Exception):
+    """The local cluster could not be started or stopped; the message says which component and where its log is."""
+
+
+def gomod_version(component: str, module: str) -> str:
+    for line in (ROOT / "scripts" / "gomod" / component / "go.mod").read_text().splitlines():
+        words = line.split()
+        if module in words:
+            return words[words.index(module) + 1]
+    raise ClusterError(f"scripts/gomod/{component}/go.mod does not require {module}")
+
+
+def binaries() -> dict[str, Path]:
+    """Where scripts/install-test-tools put each component (.tools/<component>/<version>/)."""
+    kube = TOOLS / "kubernetes" / gomod_version("kubernetes", "k8s.io/kubernetes")
+    kwok = TOOLS / "kwok" / gomod_version("kwok", "sigs.k8s.io/kwok")
+    promop = TOOLS / "prometheus-operator" / gomod_version("prometheus-operator",
+                                                            "github.com/prometheus-operator/prometheus-operator")
+    return {"etcd": TOOLS / "etcd" / gomod_version("etcd", "go.etcd.io/etcd/server/v3") / "etcd",
+            "kube-apiserver": kube / "kube-apiserver", "kube-controller-manager": kube / "kube-controller-manager",
+            "kube-scheduler": kube / "kube-scheduler", "kwok": kwok / "kwok", "kwok-stages": kwok / "stages.yaml",
+            "opa": TOOLS / "opa" / gomod_version("opa", "github.com/open-policy-agent/opa") / "opa",
+            "prometheus": TOOLS / "prometheus" / gomod_version("prometheus", "github.com/prometheus/prometheus") /
+            "prometheus",
+            "prometheus-operator": promop / "prometheus-operator",
+            "prometheus-config-reloader": promop / "prometheus-config-reloader",
+            "kubectl": TOOLS / "bin" / "kubectl"}
+
+
+def missing_binaries() -> list[str]:
+    return [f"{name} ({path})" for name, path in binaries().items() if not path.exists()]
+
+
+def kubernetes_version() -> str:
+    return gomod_version("kubernetes", "k8s.io/kubernetes")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_time(pid: int) -> str | None:
+    """The process' start time in clock ticks since boot (/proc/PID/stat field 22): with the PID, it names one
+    process, so a recycled PID is never mistaken for ours."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else fields[19]  # a zombie has exited: it is not running
+
+
+def pdeathsig_hook():
+    """preexec_fn: SIGKILL when the process that started us dies (a test session's cluster dies with pytest)."""
+    import ctypes
+    import ctypes.util
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    parent = os.getpid()
+
+    def hook():
+        os.setsid()
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+    return hook
+
+
+@dataclass
+class LocalCluster:
+    folder: Path
+    ports: dict = field(default_factory=dict)
+    pids: dict = field(default_factory=dict)  # name -> [pid, start time]
+    version: str = ""
+    nodes: dict = field(default_factory=dict)  # name -> {"gpus": N, ...}
+    network: str = ""  # the /20 routed to loopback for this cluster's pods and nodes
+    route_added: bool = False
+
+    # --- paths ---
+    @property
+    def kubeconfig(self) -> Path:
+        return self.folder / "admin.kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.folder / "audit.log"
+
+    @property
+    def pki(self) -> Path:
+        return self.folder / "pki"
+
+    @property
+    def ca(self) -> Path:
+        return self.pki / "ca.crt"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    def log(self, name: str) -> Path:
+        return self.folder / "logs" / f"{name}.log"
+
+    def admin(self, agent: str = ADMIN_AGENT) -> Rest:
+        return Rest("127.0.0.1", self.ports["apiserver"], self.ca, self.pki / "admin.crt", self.pki / "admin.key",
+                    agent=agent)
+
+    # --- state ---
+    def save(self) -> None:
+        state = {"ports": self.ports, "pids": self.pids, "version": self.version, "nodes": self.nodes,
+                 "network": self.network, "route_added": self.route_added, "kubeconfig": str(self.kubeconfig)}
+        partial = self.folder / f".{STATE}.partial"
+        partial.write_text(json.dumps(state, indent=2) + "\n")
+        partial.replace(self.folder / STATE)
+
+    @classmethod
+    def load(cls, folder: Path) -> "LocalCluster | None":
+        path = folder / STATE
+        if not path.exists():
+            return None
+        state = json.loads(path.read_text())
+        return cls(folder, state["ports"], state["pids"], state["version"], state.get("nodes") or {},
+                   state.get("network", ""), state.get("route_added", False))
+
+    def running(self) -> dict[str, int]:
+        """Our processes that still run (same PID and start time as recorded)."""
+        return {name: pid for name, (pid, started) in self.pids.items() if start_time(pid) == started}
+
+    # --- processes ---
+    def spawn(self, name: str, args: list[str], die_with_parent: bool, env: dict | None = None) -> None:
+        self.log(name).parent.mkdir(parents=True, exist_ok=True)
+        with self.log(name).open("ab") as log:
+            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       cwd=self.folder, env=env or _clean_env(),
+                                       preexec_fn=pdeathsig_hook() if die_with_parent else os.setsid)
+        started = None
+        for _ in range(100):
+            started = start_time(process.pid)
+            if started is not None:
+                break
+            time.sleep(0.01)
+        self.pids[name] = [process.pid, started]
+        self.save()
+
+    def check_alive(self, name: str) -> None:
+        pid, started = self.pids[name]
+        if start_time(pid) != started:
+            tail = self.log(name).read_text(errors="replace")[-3000:] if self.log(name).exists() else ""
+            raise ClusterError(f"{name} exited during start-up; its log ({self.log(name)}) ends with:\n{tail}")
+
+    def wait(self, name: str, probe, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            self.check_alive(name)
+            try:
+                if probe():
+                    return
+            except Exception as error:  # noqa: BLE001 - not up yet; the last error is reported on timeout
+                last = error
+            time.sleep(0.2)
+        raise ClusterError(f"{name} was not ready within {timeout:.0f}s (last error: {last}); see {self.log(name)}")
+
+
+def _clean_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "GOFLAGS"))}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    return env
+
+
+def kubeconfig_text(server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "local-cluster", "preferences": {},
+        "clusters": [{"name": "local-cluster", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": "local-cluster", "context": {"cluster": "local-cluster", "user": user}}]}, indent=2)
+
+
+def _write_private(path: Path, text: str) -> Path:
+    path.touch(mode=0o600)
+    path.write_text(text)
+    return path
+
+
+def up(folder: Path, *, gpu_nodes: int = 2, gpus_per_node: int = 4, cpu_nodes: int = 2,
+       die_with_parent: bool = False, agent: bool = True, timeout: float = 180, progress=None) -> LocalCluster:
+    """Start the cluster in `folder` (made 0700; it must not hold a running cluster) and return it when every
+    component answers, the nodes are Ready and the default service account exists."""
+    say = progress or (lambda message: None)
+    absent = missing_binaries()
+    if absent:
+        raise ClusterError("not built: " + ", ".join(absent) + "; run scripts/install-test-tools")
+    existing = LocalCluster.load(folder)
+    if existing is not None and existing.running():
+        raise ClusterError(f"a cluster already runs from {folder} (PIDs {existing.running()}); "
+                           f"scripts/local-cluster down --dir {folder} stops it")
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / "pki").mkdir(mode=0o700)
+    tools = binaries()
+    cluster = LocalCluster(folder.resolve(), version=kubernetes_version())
+    cluster.ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port(),
+                     "kubelet": free_port(), "kwok": free_port()}
+    cluster.nodes = node_specs.layout(gpu_nodes, gpus_per_node, cpu_nodes)
+    cluster.save()
+    try:
+        _route_network(cluster)
+        _certificates(cluster)
+        say("etcd")
+        _start_etcd(cluster, tools, die_with_parent)
+        say("kube-apiserver")
+        _start_apiserver(cluster, tools, die_with_parent, timeout)
+        say("kube-controller-manager, kube-scheduler")
+        _start_controllers(cluster, tools, die_with_parent)
+        say(f"nodes ({gpu_nodes} GPU, {cpu_nodes} CPU) and KWOK")
+        api = cluster.admin()
+        for node in node_specs.objects(cluster.nodes, cluster.network):
+            api.create("/api/v1/nodes", node)
+        _start_kwok(cluster, tools, die_with_parent)
+        if agent:
+            say("agent (OPA and kube-scheduler pods, the gpu-operator stand-in)")
+            _start_agent(cluster, die_with_parent)
+        _wait_usable(cluster, timeout)
+    except BaseException:
+        stop_processes(cluster)
+        _unroute_network(cluster)
+        raise
+    return cluster
+
+
+def control_plane(folder: Path, *, die_with_parent: bool = False, timeout: float = 180) -> LocalCluster:
+    """etcd and kube-apiserver only, configured as `up` configures them: no nodes, KWOK, controllers or agent, and
+    no route (nothing runs in a pod). For benchmarks that bring their own nodes and kube-scheduler
+    (benchmarks/packing_real.py); the caller creates what the controller-manager would (service accounts)."""
+    absent = [f"{name} ({path})" for name, path in binaries().items()
+              if name in ("etcd", "kube-apiserver") and not path.exists()]
+    if absent:
+        raise ClusterError("not built: " + ", ".join(absent) + "; run scripts/install-test-tools")
+    if folder.exists():
+        existing = LocalCluster.load(folder)
+        if existing is not None and existing.running():
+            raise ClusterError(f"a cluster already runs from {folder} (PIDs {existing.running()})")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / "pki").mkdir(mode=0o700)
+    tools = binaries()
+    cluster = LocalCluster(folder.resolve(), version=kubernetes_version())
+    cluster.ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port()}
+    cluster.network = str(next(ipaddress.ip_network(NETWORKS).subnets(new_prefix=NETWORK_PREFIX)))
+    cluster.save()
+    try:
+        _certificates(cluster)
+        _start_etcd(cluster, tools, die_with_parent)
+        _start_apiserver(cluster, tools, die_with_parent, timeout)
+    except BaseException:
+        stop_processes(cluster)
+        raise
+    return cluster
+
+
+def _local_routes() -> list:
+    out = subprocess.run(["ip", "-4", "route", "show", "table", "local"], capture_output=True, text=True,
+                         check=True).stdout
+    found = []
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "local":
+            try:
+                found.append(ipaddress.ip_network(words[1], strict=False))
+            except ValueError:
+                continue
+    return found
+
+
+def _route_network(cluster: LocalCluster) -> None:
+    """Route a free /20 of NETWORKS to loopback (needs root: CAP_NET_ADMIN)."""
+    if shutil.which("ip") is None:
+        raise ClusterError("the ip command (Debian package iproute2) is needed to route the pods' addresses")
+    taken = _local_routes()
+    for network in ipaddress.ip_network(NETWORKS).subnets(new_prefix=NETWORK_PREFIX):
+        if any(network.overlaps(other) for other in taken):
+            continue
+        result = subprocess.run(["ip", "route", "add", "local", str(network), "dev", "lo"], capture_output=True,
+                                text=True)
+        if result.returncode != 0:
+            raise ClusterError(f"could not route {network} to loopback for the pods' addresses "
+                               f"(`ip route add local {network} dev lo`: {result.stderr.strip()}); this needs root")
+        cluster.network, cluster.route_added = str(network), True
+        cluster.save()
+        return
+    raise ClusterError(f"every /{NETWORK_PREFIX} of {NETWORKS} is routed already (other local clusters?)")
+
+
+def _unroute_network(cluster: LocalCluster) -> None:
+    if cluster.route_added and cluster.network:
+        subprocess.run(["ip", "route", "del", "local", cluster.network, "dev", "lo"], capture_output=True)
+        cluster.route_added = False
+
+
+def _certificates(cluster: LocalCluster) -> None:
+    ca = pki.Authority(cluster.pki, "ca")
+    ca.issue("apiserver", "kube-apiserver", hosts=("127.0.0.1", "localhost", SERVICE_IP, "kubernetes",
+                                                   "kubernetes.default", "kubernetes.default.svc",
+                                                   "kubernetes.default.svc.cluster.local"), server=True)
+    ca.issue("admin", "kubernetes-admin", organizations=("system:masters",), client=True)
+    ca.issue("controller-manager", "system:kube-controller-manager", client=True)
+    ca.issue("scheduler", "system:kube-scheduler", client=True)
+    ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", organizations=("kubeadm:cluster-admins",),
+             client=True)
+    ca.issue("kubelet", "local-cluster-kubelet", hosts=("127.0.0.1", *node_specs.addresses(cluster.nodes,
+                                                                                       cluster.network)),
+             server=True)
+    pki.service_account_key(cluster.pki)
+    for user in ("admin", "controller-manager", "scheduler"):
+        text = kubeconfig_text(f"https://127.0.0.1:{cluster.ports['apiserver']}", cluster.ca,
+                               cluster.pki / f"{user}.crt", cluster.pki / f"{user}.key", user)
+        _write_private(cluster.folder / f"{user}.kubeconfig", text)
+    _write_private(cluster.folder / "audit-policy.yaml", AUDIT_POLICY)
+
+
+def _start_etcd(cluster: LocalCluster, tools: dict, die_with_parent: bool) -> None:
+    client = f"http://127.0.0.1:{cluster.ports['etcd']}"
+    peer = f"http://127.0.0.1:{cluster.ports['etcd-peer']}"
+    cluster.spawn("etcd", [str(tools["etcd"]), "--name=local", f"--data-dir={cluster.folder / 'etcd'}",
+                           f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+                           f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+                           f"--initial-cluster=local={peer}", "--unsafe-no-fsync=true",
+                           "--listen-metrics-urls=", "--log-level=warn"], die_with_parent)
+
+    def healthy() -> bool:
+        import urllib.request
+        with urllib.request.urlopen(f"{client}/health", timeout=2) as response:
+            return b'"true"' in response.read()
+    cluster.wait("etcd", healthy, 60)
+
+
+def _start_apiserver(cluster: LocalCluster, tools: dict, die_with_parent: bool, timeout: float) -> None:
+    pki_dir = cluster.pki
+    args = [str(tools["kube-apiserver"]),
+            f"--etcd-servers=http://127.0.0.1:{cluster.ports['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            # The endpoint reconciler refuses a loopback address for the `kubernetes` Service; in-cluster clients
+            # here (the agent's processes) are given the server's address directly.
+            "--endpoint-reconciler-type=none", f"--secure-port={cluster.ports['apiserver']}",
+            f"--cert-dir={pki_dir}", f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki_dir / 'apiserver.key'}", f"--client-ca-file={cluster.ca}",
+            f"--kubelet-client-certificate={pki_dir / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki_dir / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={cluster.ca}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki_dir / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            # The default plugins (ServiceAccount, PodSecurity, the webhook and CEL policy plugins among them) plus
+            # NodeRestriction, as kubeadm enables it.
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            # Webhooks and service proxies go to the Service's endpoints (pods' 127.x addresses), not its ClusterIP,
+            # which nothing routes here.
+            "--enable-aggregator-routing=true",
+            f"--audit-policy-file={cluster.folder / 'audit-policy.yaml'}", f"--audit-log-path={cluster.audit_log}",
+            "--audit-log-format=json", "--audit-log-maxsize=0",
+            "--profiling=false", "--v=1"]
+    cluster.spawn("kube-apiserver", args, die_with_parent)
+    api = cluster.admin()
+    cluster.wait("kube-apiserver", lambda: api.request("GET", "/readyz") == "ok", timeout)
+
+
+def _start_controllers(cluster: LocalCluster, tools: dict, die_with_parent: bool) -> None:
+    pki_dir = cluster.pki
+    cm = cluster.folder / "controller-manager.kubeconfig"
+    cluster.spawn("kube-controller-manager", [
+        str(tools["kube-controller-manager"]), f"--kubeconfig={cm}", f"--authentication-kubeconfig={cm}",
+        f"--authorization-kubeconfig={cm}", "--bind-address=127.0.0.1", "--secure-port=0",
+        "--leader-elect=false", "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={pki_dir / 'sa.key'}", f"--root-ca-file={cluster.ca}",
+        f"--cluster-signing-cert-file={pki_dir / 'ca.crt'}", f"--cluster-signing-key-file={pki_dir / 'ca.key'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false", "--v=1"], die_with_parent)
+    sched = cluster.folder / "scheduler.kubeconfig"
+    cluster.spawn("kube-scheduler", [
+        str(tools["kube-scheduler"]), f"--kubeconfig={sched}", f"--authentication-kubeconfig={sched}",
+        f"--authorization-kubeconfig={sched}", "--bind-address=127.0.0.1", "--secure-port=0",
+        "--leader-elect=false", "--profiling=false", "--v=1"], die_with_parent)
+
+
+# Pods KWOK must not complete by itself: the agent runs their container and reports how it ended (agent.py).
+AGENT_COMPLETES = ("kube-webhook-certgen",)
+
+
+def kwok_stages(tools: dict, folder: Path) -> Path:
+    """KWOK's standard Stages, except that pod-complete leaves the Job pods the agent runs to the agent."""
+    import yaml
+    stages = [s for s in yaml.safe_load_all(tools["kwok-stages"].read_text()) if s]
+    for stage in stages:
+        if stage["metadata"]["name"] == "pod-complete":
+            for image in AGENT_COMPLETES:
+                stage["spec"]["selector"]["matchExpressions"].append({
+                    "key": f'.spec.containers.[] | select(.image | contains("{image}")) | .image',
+                    "operator": "DoesNotExist"})
+    path = folder / "kwok-stages.yaml"
+    path.write_text(yaml.safe_dump_all(stages, sort_keys=False))
+    return path
+
+
+def _start_kwok(cluster: LocalCluster, tools: dict, die_with_parent: bool) -> None:
+    stages = kwok_stages(tools, cluster.folder)
+    cluster.spawn("kwok", [
+        str(tools["kwok"]), f"--kubeconfig={cluster.folder / 'admin.kubeconfig'}", f"--config={stages}",
+        f"--manage-nodes-with-annotation-selector={node_specs.KWOK_ANNOTATION}=fake",
+        f"--cidr={node_specs.pod_cidr(cluster.network, len(cluster.nodes))}",
+        f"--node-ip={node_specs.addresses(cluster.nodes, cluster.network)[0]}", "--node-lease-duration-seconds=40",
+        # the nodes' kubelet endpoint: the agent serves containers' logs there (agent.KubeletLogs); KWOK's own
+        # server would take that port on every address unless given one of its own
+        f"--node-port={cluster.ports['kubelet']}", f"--server-address=127.0.0.1:{cluster.ports['kwok']}"],
+        die_with_parent)
+
+
+def _start_agent(cluster: LocalCluster, die_with_parent: bool) -> None:
+    env = _clean_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    cluster.spawn("agent", [sys.executable, "-m", "tests.localcluster.agent", str(cluster.folder)], die_with_parent,
+                  env=env)
+
+
+def _wait_usable(cluster: LocalCluster, timeout: float) -> None:
+    api = cluster.admin()
+
+    def nodes_ready() -> bool:
+        items = api.get("/api/v1/nodes")["items"]
+        ready = [n for n in items for c in n.get("status", {}).get("conditions", [])
+                 if c["type"] == "Ready" and c["status"] == "True"]
+        return len(ready) == len(cluster.nodes)
+    cluster.wait("kwok", nodes_ready, timeout)
+
+    def default_account() -> bool:
+        return bool(api.get("/api/v1/namespaces/default/serviceaccounts/default"))
+    cluster.wait("kube-controller-manager", default_account, timeout)
+
+
+def stop_processes(cluster: LocalCluster, grace: float = 10) -> list[str]:
+    """SIGTERM to each recorded process that is still ours, then SIGKILL after `grace`; returns what was stopped."""
+    alive = cluster.running()
+    order = ["agent", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+    names = [n for n in order if n in alive] + [n for n in alive if n not in order]
+    for name in names:
+        _signal_group(alive[name], signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and cluster.running():
+        time.sleep(0.1)
+    for name, pid in cluster.running().items():
+        _signal_group(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and cluster.running():
+        time.sleep(0.05)
+    return names
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Our processes lead their own session (setsid): the group holds what they started (the agent's children)."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def down(folder: Path) -> list[str]:
+    cluster = LocalCluster.load(folder)
+    stopped = stop_processes(cluster) if cluster is not None else []
+    if cluster is not None and cluster.running():
+        raise ClusterError(f"still running after SIGKILL: {cluster.running()}")
+    if cluster is not None:
+        _unroute_network(cluster)
+    if folder.exists():
+        shutil.rmtree(folder)
+    return stopped
+
+
+def retry_api(call, attempts: int = 30, delay: float = 0.5):
+    """The API server may answer 429/5xx while it starts; retry those, raise anything else."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except ApiError as error:
+            if error.status < 429 or attempt == attempts - 1:
+                raise
+            time.sleep(delay)

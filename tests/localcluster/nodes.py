@@ -1,0 +1,61 @@
+"""The local cluster's fake nodes, as KWOK takes them: Node objects with capacity, labels and taints.
+
+GPU nodes look as real ones do before gpu-bootstrap touches them: `nvidia.com/gpu` capacity and NFD's PCI label
+(what the gpu-operator's device plugin and node-feature-discovery would have put there), an A100's product label,
+and on the second node the taint a managed GPU pool already carries (GKE, AKS: `nvidia.com/gpu=present:NoSchedule`),
+so node-prep meets both a bare and a pre-tainted node. CPU nodes carry nothing of the kind.
+
+Each node gets its own pod CIDR (a /24 of the cluster's network) and a distinct InternalIP in the network's first
+/24: KWOK gives pods addresses from the node's range, and since the whole network is routed to this machine's
+loopback device (cluster.py), a process here that listens on a pod's address answers for that pod.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
+PRE_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+
+
+def layout(gpu_nodes: int, gpus_per_node: int, cpu_nodes: int) -> dict:
+    nodes = {}
+    for index in range(gpu_nodes):
+        nodes[f"gpu-{index + 1}"] = {"gpus": gpus_per_node, "cpu": "32", "memory": "256Gi",
+                                     "tainted": index == 1}
+    for index in range(cpu_nodes):
+        nodes[f"cpu-{index + 1}"] = {"gpus": 0, "cpu": "16", "memory": "64Gi", "tainted": False}
+    return nodes
+
+
+def addresses(nodes: dict, network: str) -> list[str]:
+    base = ipaddress.ip_network(network).network_address
+    return [str(base + 10 + index) for index in range(len(nodes))]
+
+
+def pod_cidr(network: str, index: int) -> str:
+    """The node's /24: the network's second, third, ... (the first holds the nodes' own addresses)."""
+    return str(list(ipaddress.ip_network(network).subnets(new_prefix=24))[index + 1])
+
+
+def objects(nodes: dict, network: str) -> list[dict]:
+    found = []
+    for index, (name, spec) in enumerate(sorted(nodes.items())):
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                  "type": "kwok"}
+        capacity = {"cpu": spec["cpu"], "memory": spec["memory"], "pods": "110", "ephemeral-storage": "500Gi"}
+        if spec["gpus"]:
+            labels.update({"feature.node.kubernetes.io/pci-10de.present": "true",
+                           "nvidia.com/gpu.product": GPU_PRODUCT, "nvidia.com/gpu.count": str(spec["gpus"])})
+            capacity[GPU_RESOURCE] = str(spec["gpus"])
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
+                "spec": {"podCIDR": pod_cidr(network, index), "podCIDRs": [pod_cidr(network, index)]},
+                "status": {"capacity": capacity, "allocatable": dict(capacity),
+                           "addresses": [{"type": "InternalIP", "address": addresses(nodes, network)[index]},
+                                         {"type": "Hostname", "address": name}]}}
+        if spec.get("tainted"):
+            node["spec"]["taints"] = [dict(PRE_TAINT)]
+        found.append(node)
+    return found
