@@ -12,7 +12,7 @@ import pytest
 from tests.localcluster.cluster import LocalCluster, kubernetes_version, missing_binaries, start_time
 from tests.tools import ROOT, missing, tool
 
-pytestmark = [pytest.mark.tools, pytest.mark.slow]
+pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.xdist_group("live")]
 
 
 def script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
