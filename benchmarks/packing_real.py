@@ -2,8 +2,9 @@
 """GPU packing measured on the real kube-scheduler: the openb trace's track A replayed as real pods, one at a time,
 against kube-scheduler built by scripts/install-test-tools, then the same arrivals through `simulate`'s model.
 
-    python benchmarks/packing_real.py --quick                 # 1 seed, 150 sampled nodes: a few minutes here
-    python benchmarks/packing_real.py [--seeds 5] [--nodes-sample N] [--profiles a,b] [--json FILE]
+    python benchmarks/packing_real.py --quick                 # 1 seed, 150 sampled nodes: about 2 minutes here
+    python benchmarks/packing_real.py [--seeds 5] [--nodes-sample N] [--profiles a,b] [--json FILE] [--markdown]
+    python benchmarks/packing_real.py --real-from FILE.json   # only the model again, against saved real figures
 
 Protocol (benchmarks/packing_openb.py, ../shared/notes/packing-benchmark.md): whole-GPU pods of the openb pod list
 drawn with replacement until their GPU requests reach 130 % of the nodes' GPUs, in that random order, no departures;
@@ -14,8 +15,9 @@ protocol is the simulator's online one) before the next. The nodes are Node obje
 memory and GPUs (no kubelet: nothing needs to run, only to be placed). kube-scheduler is started afresh for every
 (profile, seed) once the last run's pods are gone, with one profile: kube-scheduler's default (no plugin
 configuration, adaptive percentageOfNodesToScore), or one rendered by gpu-bootstrap's own renderer
-(render/scheduler.py) from a `scheduler:` config section, exactly what `up` deploys. The model reads its profile from
-that same rendered configuration (sim.scoring.profile_from_config).
+(render/scheduler.py) from a `scheduler:` config section, exactly what `up` deploys; preemption is turned off in
+both (every pod has the same priority, so it never finds a victim and only costs time). The model reads its profile
+from that same rendered configuration (sim.scoring.profile_from_config) and scores as the cluster's kube-scheduler.
 
 Per profile and seed: GPUs allocated at 100 % and 130 % arrived, GPUs stranded on nodes whose cpu or memory can no
 longer take the smallest GPU pod (at 100 %), pods placed per second on the real scheduler; then the model's figures
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import http.client
 import json
 import statistics
@@ -55,10 +58,14 @@ RTCR_GPU = {"strategy": "RequestedToCapacityRatio", "resource_weights": {GPU: 10
             "balanced_allocation_resources": ["cpu", "memory", GPU]}
 PROFILES: dict[str, dict | None] = {
     "kube-default": None,
-    "mostalloc-gpu": {"strategy": "MostAllocated", "resource_weights": {GPU: 100}, "balanced_allocation_weight": 0},
+    "mostalloc-gpu": {"strategy": "MostAllocated", "resource_weights": {GPU: 100}, "fit_weight": 1,
+                      "balanced_allocation_weight": 0},
     "rtcr-50:1-w2:1": {**RTCR_GPU, "shape": [{"utilization": 0, "score": 0}, {"utilization": 50, "score": 1},
                                              {"utilization": 100, "score": 10}],
                        "fit_weight": 2, "balanced_allocation_weight": 1},
+    "rtcr-50:2-w1:2": {**RTCR_GPU, "shape": [{"utilization": 0, "score": 0}, {"utilization": 50, "score": 2},
+                                             {"utilization": 100, "score": 10}],
+                       "fit_weight": 1, "balanced_allocation_weight": 2},
     "rtcr-60:1-w3:2": {**RTCR_GPU, "shape": [{"utilization": 0, "score": 0}, {"utilization": 60, "score": 1},
                                              {"utilization": 100, "score": 10}],
                        "fit_weight": 3, "balanced_allocation_weight": 2},
@@ -66,7 +73,9 @@ PROFILES: dict[str, dict | None] = {
                                              {"utilization": 100, "score": 10}],
                        "fit_weight": 1, "balanced_allocation_weight": 3},
 }
-QUICK_PROFILES = ("kube-default", "mostalloc-gpu", "rtcr-50:1-w2:1")  # also the default of a full run
+# kube-scheduler's default, gpu-bootstrap's default until #32, its default before 1.36 and from 1.36 (the default of
+# a full run too)
+QUICK_PROFILES = ("kube-default", "mostalloc-gpu", "rtcr-50:1-w2:1", "rtcr-50:2-w1:2")
 
 
 def scheduler_config(name: str, kubeconfig: Path) -> dict:
@@ -86,11 +95,14 @@ def scheduler_config(name: str, kubeconfig: Path) -> dict:
     return config
 
 
-def model_profile(name: str) -> scoring.Profile:
+def model_profile(name: str, kube_version: str) -> scoring.Profile:
+    """`simulate`'s model of profile `name` as kube-scheduler `kube_version` scores it."""
     settings = PROFILES[name]
     if settings is None:
-        return scoring.DEFAULT_PROFILE
-    return scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(**settings), "1.37.0"))
+        return dataclasses.replace(scoring.DEFAULT_PROFILE,
+                                   balanced_by_change=scoring.balanced_by_change(kube_version))
+    return scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(**settings), kube_version), 0,
+                                       kube_version)
 
 
 # --- nodes ---
@@ -312,6 +324,7 @@ def stop_scheduler(cluster) -> None:
 
 def one_run(cluster, api: Api, nodes: list[Node], arrivals: replay.Sample, profile: str, seed: int,
             folder: Path, progress) -> Run:
+    kube_version = cluster.version.removeprefix("v")
     clear_pods(api, cluster)
     listed = cluster.admin("packing-real").get(f"/api/v1/namespaces/{NAMESPACE}/pods")
     outcomes = Outcomes(cluster, listed["metadata"]["resourceVersion"])
@@ -324,12 +337,12 @@ def one_run(cluster, api: Api, nodes: list[Node], arrivals: replay.Sample, profi
         return holder["real"]
     started = time.perf_counter()
     try:
-        real = replay.replay(nodes, arrivals, model_profile(profile), seed, placer=placer)
+        real = replay.replay(nodes, arrivals, model_profile(profile, kube_version), seed, placer=placer)
     finally:
         outcomes.stopped = True
         stop_scheduler(cluster)
     seconds = time.perf_counter() - started
-    model = replay.replay(nodes, arrivals, model_profile(profile), seed)
+    model = replay.replay(nodes, arrivals, model_profile(profile, kube_version), seed)
     placer_used = holder["real"]
     run = Run(profile, seed, real, model, placer_used.count, placer_used.count / max(placer_used.seconds, 1e-9),
               seconds)
@@ -345,8 +358,8 @@ def table(runs: list[Run], profiles: list[str]) -> str:
     lines = [f"{'profile':16} {'seed':>4} | {'real@100':>8} {'real@130':>8} {'stranded':>8} {'pods/s':>6} | "
              f"{'sim@100':>7} {'sim@130':>7} {'stranded':>8} | {'diff@100':>8} {'diff@130':>8}"]
     for run in runs:
-        lines.append(f"{run.profile:16} {run.seed:4} | {run.real.alloc_pct_at_100:8.2f} {run.real.alloc_pct_at_130:8.2f} "
-                     f"{run.real.stranded_gpus:8} {run.pods_per_second:6.1f} | {run.model.alloc_pct_at_100:7.2f} "
+        lines.append(f"{run.profile:16} {run.seed:4} | {run.real.alloc_pct_at_100:8.2f} "
+                     f"{run.real.alloc_pct_at_130:8.2f} {run.real.stranded_gpus:8} {run.pods_per_second:6.1f} | {run.model.alloc_pct_at_100:7.2f} "
                      f"{run.model.alloc_pct_at_130:7.2f} {run.model.stranded_gpus:8} | "
                      f"{run.model.alloc_pct_at_100 - run.real.alloc_pct_at_100:+8.2f} "
                      f"{run.model.alloc_pct_at_130 - run.real.alloc_pct_at_130:+8.2f}")
@@ -389,6 +402,10 @@ def main(argv: list[str] | None = None) -> int:
                                                          f"{', '.join(QUICK_PROFILES)})")
     parser.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
+    parser.add_argument("--markdown", action="store_true", help="also print the medians as a Markdown table")
+    parser.add_argument("--real-from", type=Path, metavar="JSON", action="append",
+                        help="take the real scheduler's figures from an earlier --json (repeatable) and run only the "
+                             "model")
     args = parser.parse_args(argv)
     seeds = 1 if args.quick and "--seeds" not in (argv or sys.argv) else args.seeds
     sample_size = args.nodes_sample if args.nodes_sample is not None else (QUICK_NODES if args.quick else None)
@@ -401,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the openb trace is not in {args.traces}", file=sys.stderr)
         return 2
     from tests.localcluster import cluster as local
-    if any(not path.exists() for name, path in local.binaries().items()
+    if not args.real_from and any(not path.exists() for name, path in local.binaries().items()
            if name in ("etcd", "kube-apiserver", "kube-scheduler")):
         print("etcd, kube-apiserver and kube-scheduler are not built: run scripts/install-test-tools",
               file=sys.stderr)
@@ -417,10 +434,54 @@ def main(argv: list[str] | None = None) -> int:
           f"{capacity} GPUs; track A, {len(population)} pods in the population; seeds {seed_list}; "
           f"{statistics.median(len(a.pods) for a in arrivals.values()):.0f} arrivals per seed; "
           f"profiles: {', '.join(profiles)}")
+    kube_version = local.kubernetes_version().removeprefix("v")
     for name in profiles:
-        print(f"  {name:16} {model_profile(name).describe()}"
+        print(f"  {name:16} {model_profile(name, kube_version).describe()}"
               f"{'' if PROFILES[name] is None else ', percentageOfNodesToScore 100'}")
     started = time.perf_counter()
+    if args.real_from:
+        saved = [json.loads(path.read_text()) for path in args.real_from]
+        runs = [run for document in saved for run in rerun_model(document, nodes, arrivals, profiles, seed_list)]
+        elapsed = sum(document.get("seconds", 0.0) for document in saved)
+        print(f"(the real scheduler's figures from {', '.join(map(str, args.real_from))}; the model's computed now)")
+    else:
+        runs = real_runs(local, nodes, arrivals, profiles, seed_list, started)
+        elapsed = time.perf_counter() - started
+    print()
+    print(table(runs, profiles))
+    if args.markdown:
+        print()
+        print(markdown(runs, profiles))
+    print(f"\n{len(runs)} runs in {elapsed / 60:.1f} min; 'stranded': GPUs free at 100 % arrived on nodes whose cpu "
+          f"or memory cannot take the smallest GPU pod; diff: model minus real, in points")
+    if args.json:
+        args.json.write_text(json.dumps({"nodes": len(nodes), "gpus": capacity, "seeds": seed_list,
+                                         "kube_version": kube_version, "seconds": round(elapsed, 1), "runs": [
+            {"profile": r.profile, "seed": r.seed, "pods": r.pods, "pods_per_second": round(r.pods_per_second, 1),
+             "real": {k: getattr(r.real, k) for k in FIGURES}, "model": {k: getattr(r.model, k) for k in FIGURES}}
+            for r in runs]}, indent=2))
+    return 0
+
+
+FIGURES = ("alloc_pct_at_100", "alloc_pct_at_130", "stranded_gpus")
+
+
+def markdown(runs: list[Run], profiles: list[str]) -> str:
+    """The medians as README's table ("Choosing the scoring")."""
+    lines = ["| profile | real @100 | real @130 | stranded | `simulate` @100 | @130 | seeds' spread @130 | pods/s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in profiles:
+        mine = [r for r in runs if r.profile == name]
+        if mine:
+            med = summary(mine)
+            lines.append(f"| {name}: {model_profile(name, '1.37.2').describe()} | {med['real_100']:.2f} | "
+                         f"{med['real_130']:.2f} | {med['real_stranded']:g} | {med['sim_100']:.2f} | "
+                         f"{med['sim_130']:.2f} | {med['spread_130']:.2f} | {med['pods_per_second']:.0f} |")
+    return "\n".join(lines)
+
+
+def real_runs(local, nodes: list[Node], arrivals: dict, profiles: list[str], seed_list: list[int],
+              started: float) -> list[Run]:
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="packing-real-") as scratch:
         folder = Path(scratch)
@@ -437,19 +498,25 @@ def main(argv: list[str] | None = None) -> int:
                                         lambda line: print(line, flush=True)))
         finally:
             local.stop_processes(cluster)
-    elapsed = time.perf_counter() - started
-    print()
-    print(table(runs, profiles))
-    print(f"\n{len(runs)} runs in {elapsed / 60:.1f} min; 'stranded': GPUs free at 100 % arrived on nodes whose cpu "
-          f"or memory cannot take the smallest GPU pod; diff: model minus real, in points")
-    if args.json:
-        args.json.write_text(json.dumps({"nodes": len(nodes), "gpus": capacity, "seeds": seed_list,
-                                         "seconds": round(elapsed, 1), "runs": [
-            {"profile": r.profile, "seed": r.seed, "pods": r.pods, "pods_per_second": round(r.pods_per_second, 1),
-             "real": {k: getattr(r.real, k) for k in ("alloc_pct_at_100", "alloc_pct_at_130", "stranded_gpus")},
-             "model": {k: getattr(r.model, k) for k in ("alloc_pct_at_100", "alloc_pct_at_130", "stranded_gpus")}}
-            for r in runs]}, indent=2))
-    return 0
+    return runs
+
+
+def rerun_model(saved: dict, nodes: list[Node], arrivals: dict, profiles: list[str], seed_list: list[int]) -> list[Run]:
+    """The real figures of an earlier run (--json), with the model run again: for checking a change to the model
+    against the real scheduler without replaying the pods (the arrivals depend only on the seed and the nodes)."""
+    if saved["nodes"] != len(nodes) or saved["seeds"] != seed_list:
+        raise SystemExit(f"--real-from holds {saved['nodes']} nodes and seeds {saved['seeds']}; this run has "
+                         f"{len(nodes)} nodes and seeds {seed_list}: give the same --nodes-sample and --seeds")
+    kube_version = saved.get("kube_version", "1.37.2")
+    runs = []
+    for item in saved["runs"]:
+        if item["profile"] not in profiles:
+            continue
+        real = replay.Outcome(**item["real"])
+        model = replay.replay(nodes, arrivals[item["seed"]], model_profile(item["profile"], kube_version),
+                              item["seed"])
+        runs.append(Run(item["profile"], item["seed"], real, model, item["pods"], item["pods_per_second"], 0.0))
+    return runs
 
 
 def prepare(api: Api, nodes: list[Node]) -> None:

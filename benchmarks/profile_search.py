@@ -97,14 +97,19 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--json", type=Path, metavar="FILE")
     parser.add_argument("--only", metavar="TEXT", help="only the candidates whose name contains TEXT (and ours)")
+    parser.add_argument("--kube-version", default="1.33.0", metavar="X.Y.Z",
+                        help="the kube-scheduler whose scoring is modelled (1.36+ scores BalancedAllocation by the "
+                             "change in balance; default 1.33.0)")
     args = parser.parse_args()
     nodes = trace.load_nodes(args.traces / "openb_node_list_gpu_node.csv")
     pods = trace.load_pods(args.traces / "openb_pod_list_default.csv")
     from gpu_bootstrap.config import SchedulerConfig
     from gpu_bootstrap.render import scheduler as render
-    ours = scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(), "1.33.0"))
+    ours = scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(), args.kube_version), 0,
+                                       args.kube_version)
+    by_change = scoring.balanced_by_change(args.kube_version)
     profiles = [dataclass_replace(ours, name="ours (current default)")] + [
-        p for p in candidates() if not args.only or args.only in p.name]
+        dataclass_replace(p, balanced_by_change=by_change) for p in candidates() if not args.only or args.only in p.name]
     document = run(nodes, pods, profiles, "A", args.seeds, workers=args.workers)
     rows = [{"name": p["name"], "profile": p["profile"], "alloc_pct_at_100": p["alloc_pct_at_100"],
              "alloc_pct_at_130": p["alloc_pct_at_130"], "stranded_gpus": p["stranded_gpus"]}

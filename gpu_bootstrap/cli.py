@@ -3,6 +3,7 @@
 The options every command shares are declared once (SHARED) and added to each command by @command. Heavy modules
 (pydantic, rich, kubernetes, paramiko, cryptography) are imported inside the commands so `--help` starts fast.
 """
+import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -235,7 +236,11 @@ def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=
                  "time-slicing with --replicas per GPU and the device plugin's distributed/packed allocation."))] = False,
              replicas: Annotated[int, Option("--replicas", metavar="N", help=(
                  "Time-slicing replicas per GPU for --sharing (as gpu_operator.sharing.replicas).")
-             )] = 4) -> None:
+             )] = 4,
+             kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y", help=(
+                 "The kube-scheduler version to model (its scoring changed in 1.36: BalancedAllocation scores the "
+                 "change a pod makes to a node's balance). Default: the cluster's with --from-cluster, else 1.33."
+             ))] = None) -> None:
     """Replay a GPU workload trace onto nodes with kube-scheduler's scoring: the default profile against the
     bin-packing profile `up` deploys (from your config's `scheduler` section), before you deploy it.
 
@@ -252,8 +257,12 @@ def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=
       gpu-bootstrap simulate --nodes N.csv --pods P.csv --sharing --replicas 4
     """
     from .sim.command import SimOptions
+    if kube_version is not None and not re.fullmatch(r"v?1\.\d+(\.\d+)?", kube_version):
+        raise typer.BadParameter(f"{kube_version!r} is not a Kubernetes version (e.g. 1.36 or 1.37.2)",
+                                 param_hint="--kube-version")
     sim_options = SimOptions(pods, nodes, from_cluster, list(set_ or []), track.value, seeds, tune, list(policy or []),
-                             default_nodes_to_score, departures, workers, sharing, replicas)
+                             default_nodes_to_score, departures, workers, sharing, replicas,
+                             kube_version.removeprefix("v") if kube_version else None)
 
     def body():
         from . import app as application

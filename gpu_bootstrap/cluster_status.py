@@ -517,4 +517,4 @@ def _profile(kube, scheduler):
     from .sim import scoring
     from .versions import DEFAULT_KUBE_VERSION, server_version
     version = server_version(kube.version()) or DEFAULT_KUBE_VERSION
-    return scoring.profile_from_config(render.scheduler_configuration(scheduler, version))
+    return scoring.profile_from_config(render.scheduler_configuration(scheduler, version), 0, version)

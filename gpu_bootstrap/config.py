@@ -421,27 +421,34 @@ SCHEDULER_RESOURCE = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9](
 
 
 class SchedulerConfig(Section):
-    """The second, bin-packing kube-scheduler. The defaults were chosen with `gpu-bootstrap simulate` on the
-    Alibaba openb GPU trace (see README, "Choosing the scoring")."""
+    """The second, bin-packing kube-scheduler. The default profile was measured with the Alibaba openb GPU trace on
+    the real kube-scheduler (benchmarks/packing_real.py; README, "Choosing the scoring"). The defaults below are the
+    profile for Kubernetes up to 1.35: RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) at weight 2,
+    plus BalancedAllocation over cpu, memory and nvidia.com/gpu at weight 1. From 1.36, whose BalancedAllocation
+    scores the change a pod makes to a node's balance, a config that sets none of the scoring keys gets 0:0, 50:2,
+    100:10 at weight 1 with BalancedAllocation at weight 2 (render/scheduler.py, PROFILE_FROM_1_36)."""
 
     enabled: bool = True
     name: str = Field("gpu-binpack-scheduler", description="the profile's schedulerName; GPU pods set it")
     namespace: str = "kube-system"
-    strategy: Literal["MostAllocated", "RequestedToCapacityRatio"] = "MostAllocated"
+    strategy: Literal["MostAllocated", "RequestedToCapacityRatio"] = Field(
+        "RequestedToCapacityRatio", description="NodeResourcesFit's scoring strategy")
     resource_weights: dict[str, int] = Field(
         default_factory=lambda: {"nvidia.com/gpu": 100},
         description="NodeResourcesFit scoring resources and their weights (1-100). GPU only by default: even "
                     "cpu: 1, memory: 1 beside it cost packing on the openb trace (see README)")
     shape: list[ShapePoint] = Field(
-        default_factory=lambda: [ShapePoint(utilization=0, score=0), ShapePoint(utilization=100, score=10)],
-        description="RequestedToCapacityRatio only: score (0-10) by utilization (0-100), increasing utilization")
-    fit_weight: int = Field(1, ge=1, le=100, description="weight of the NodeResourcesFit score plugin")
+        default_factory=lambda: [ShapePoint(utilization=0, score=0), ShapePoint(utilization=50, score=1),
+                                 ShapePoint(utilization=100, score=10)],
+        description="RequestedToCapacityRatio only: score (0-10) by utilization (0-100), increasing utilization; "
+                    "the default rises slowly to half full, then steeply, so nearly full nodes are filled first")
+    fit_weight: int = Field(2, ge=1, le=100, description="weight of the NodeResourcesFit score plugin")
     balanced_allocation_weight: int = Field(
-        0, ge=0, le=100, description="weight of NodeResourcesBalancedAllocation; 0 turns it off (it spreads)")
+        1, ge=0, le=100, description="weight of NodeResourcesBalancedAllocation; 0 turns it off")
     balanced_allocation_resources: list[str] = Field(
-        default_factory=lambda: ["cpu", "memory"],
+        default_factory=lambda: ["cpu", "memory", "nvidia.com/gpu"],
         description="resources NodeResourcesBalancedAllocation balances (with nvidia.com/gpu it keeps cpu and memory "
-                    "in step with the GPUs; see README, 'Choosing the scoring')")
+                    "in step with the GPUs, so fewer GPUs are stranded; see README, 'Choosing the scoring')")
     percentage_of_nodes_to_score: int = Field(
         100, ge=0, le=100, description="100: score every feasible node (best packing); 0: kube-scheduler's adaptive "
                                         "default")
@@ -1109,10 +1116,14 @@ node_prep:                          # taint and label the GPU nodes so that ordi
 
 scheduler:                          # a second kube-scheduler that packs GPU pods onto as few nodes as possible
   name: gpu-binpack-scheduler       # GPU pods set spec.schedulerName to this
-  strategy: MostAllocated           # or RequestedToCapacityRatio (with `shape`)
-  resource_weights: {nvidia.com/gpu: 100}   # GPU only: cpu/memory weights cost packing (README)
-  balanced_allocation_weight: 0     # 0: NodeResourcesBalancedAllocation off (it spreads pods)
-  balanced_allocation_resources: [cpu, memory]   # add nvidia.com/gpu to keep cpu/memory in step with GPUs (README)
+  # Scoring: left out, the profile measured best for your cluster's kube-scheduler (README, "Choosing the
+  # scoring"); setting any of these makes the profile yours (the others then take the values shown, 1.35's).
+  # strategy: RequestedToCapacityRatio   # or MostAllocated
+  # resource_weights: {nvidia.com/gpu: 100}   # GPU only: cpu/memory weights cost packing (README)
+  # shape: [{utilization: 0, score: 0}, {utilization: 50, score: 1}, {utilization: 100, score: 10}]
+  # fit_weight: 2
+  # balanced_allocation_weight: 1   # 0: NodeResourcesBalancedAllocation off
+  # balanced_allocation_resources: [cpu, memory, nvidia.com/gpu]   # keeps cpu/memory in step with the GPUs
   replicas: 2                       # leader-elected; `gpu-bootstrap simulate` shows what a profile buys
 
 gpu_operator:                       # the NVIDIA gpu-operator, with values derived from what preflight found

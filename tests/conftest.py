@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.kubeapi import Emulator
+from tests.localcluster.rest import Verbs
 from tests.tools import client_env, run, shared_dir, tool
 
 SHARED = shared_dir()
@@ -116,7 +117,8 @@ def local_cluster_wanted() -> bool:
 def local_cluster(tmp_path_factory):
     """A real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with KWOK's fake GPU and
     CPU nodes and the agent (tests/localcluster), one per test session and worker: every test that uses it is in the
-    xdist group "live", so one worker starts it. It dies with the worker (PR_SET_PDEATHSIG), and is stopped and
+    xdist group "live", so one worker starts it (two groups on two clusters made the suite a minute slower here: the
+    second cluster's API server costs the CPU the parallel chain saves). It dies with the worker (PR_SET_PDEATHSIG), and is stopped and
     removed at the end of the session."""
     from tests.localcluster import cluster as local
     from tests.tools import missing
@@ -157,7 +159,7 @@ def emu(cluster) -> Emulator:
     return cluster.emu
 
 
-class Api:
+class Api(Verbs):
     """A minimal HTTPS client for raw API tests: exact bytes and headers, nothing hidden."""
 
     def __init__(self, emu: Emulator, auth: str = "cert"):
@@ -187,23 +189,6 @@ class Api:
         data = response.read()
         connection.close()
         return Response(response.status, dict(response.getheaders()), data)
-
-    def get(self, path, **kw):
-        return self.request("GET", path, **kw)
-
-    def post(self, path, body, **kw):
-        return self.request("POST", path, body, **kw)
-
-    def put(self, path, body, **kw):
-        return self.request("PUT", path, body, **kw)
-
-    def patch(self, path, body, patch_type: str = "merge", **kw):
-        types = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
-                 "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
-        return self.request("PATCH", path, body, content_type=types[patch_type], **kw)
-
-    def delete(self, path, body=None, **kw):
-        return self.request("DELETE", path, body, **kw)
 
 
 @dataclass

@@ -173,4 +173,4 @@ def test_an_offline_plan_picks_the_newest_known_scheduler_patch_not_x_y_0(kube, 
                     "-o", "json", *kube, tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     message = json.loads(result.stdout)["steps"][0]["message"]
-    assert f"registry.k8s.io/kube-scheduler:{image})" in message, message
+    assert f"registry.k8s.io/kube-scheduler:{image};" in message, message

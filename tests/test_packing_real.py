@@ -62,7 +62,8 @@ def test_each_profile_is_rendered_by_our_renderer_and_read_back_by_the_model():
     for name, settings in module.PROFILES.items():
         config = module.scheduler_config(name, Path("/k"))
         assert config["clientConnection"]["kubeconfig"] == "/k"
-        profile = module.model_profile(name)
+        profile = module.model_profile(name, "1.37.2")
+        assert profile.balanced_by_change  # kube-scheduler 1.36+ scores BalancedAllocation by change
         if settings is None:
             assert "pluginConfig" not in config["profiles"][0] and profile.percentage_of_nodes_to_score == 0
         else:

@@ -37,6 +37,10 @@ FIT_ARGS = {"type": "object", "additionalProperties": False, "properties": {
                 "type": "object", "additionalProperties": False, "required": ["utilization", "score"],
                 "properties": {"utilization": {"type": "integer", "minimum": 0, "maximum": 100},
                                "score": {"type": "integer", "minimum": 0, "maximum": 10}}}}}}}}}}
+BALANCED_ARGS = {"type": "object", "additionalProperties": False, "required": ["resources"], "properties": {
+    "resources": {"type": "array", "minItems": 1, "items": {
+        "type": "object", "additionalProperties": False, "required": ["name", "weight"],
+        "properties": {"name": {"type": "string"}, "weight": {"type": "integer", "minimum": 1, "maximum": 100}}}}}}
 SCHEDULER_CONFIG = {
     "type": "object", "additionalProperties": False, "required": ["apiVersion", "kind", "profiles"],
     "properties": {
@@ -54,9 +58,12 @@ SCHEDULER_CONFIG = {
                 "schedulerName": {"type": "string", "minLength": 1},
                 "plugins": {"type": "object", "additionalProperties": False,
                             "properties": {k: PLUGIN_SET for k in ("score", "filter", "preScore", "multiPoint")}},
-                "pluginConfig": {"type": "array", "items": {
-                    "type": "object", "additionalProperties": False, "required": ["name", "args"],
-                    "properties": {"name": {"const": "NodeResourcesFit"}, "args": FIT_ARGS}}}}}}}}
+                "pluginConfig": {"type": "array", "items": {"oneOf": [
+                    {"type": "object", "additionalProperties": False, "required": ["name", "args"],
+                     "properties": {"name": {"const": "NodeResourcesFit"}, "args": FIT_ARGS}},
+                    {"type": "object", "additionalProperties": False, "required": ["name", "args"],
+                     "properties": {"name": {"const": "NodeResourcesBalancedAllocation"},
+                                    "args": BALANCED_ARGS}}]}}}}}}}
 
 CASES = [
     # kube version, config apiVersion, image
@@ -68,8 +75,8 @@ CASES = [
 ]
 SETTINGS = {
     "default": SchedulerConfig(),
-    "ratio": SchedulerConfig(strategy="RequestedToCapacityRatio", balanced_allocation_weight=1,
-                             resource_weights={"nvidia.com/gpu": 10},
+    "ratio": SchedulerConfig(strategy="RequestedToCapacityRatio", balanced_allocation_weight=1, fit_weight=1,
+                             balanced_allocation_resources=["cpu", "memory"], resource_weights={"nvidia.com/gpu": 10},
                              shape=[{"utilization": 0, "score": 0}, {"utilization": 50, "score": 3},
                                     {"utilization": 100, "score": 10}]),
 }
@@ -97,13 +104,71 @@ def test_every_object_is_valid_for_the_version(kube, api_version, image, name):
     assert yaml.safe_load(yaml.safe_dump(config)) == render.scheduler_configuration(SETTINGS[name], kube)
 
 
-def test_the_default_profile_packs_gpus_with_balanced_allocation_off():
-    profile = render.scheduler_configuration(SchedulerConfig(), "1.31.0")["profiles"][0]
+def test_the_default_profile_is_the_one_measured_best_on_the_real_scheduler():
+    """The default (benchmarks/packing_real.py on the real kube-scheduler, README "Choosing the scoring"):
+    RequestedToCapacityRatio on the GPU, 0:0 -> 50:1 -> 100:10, weight 2, plus BalancedAllocation over cpu, memory
+    and nvidia.com/gpu, weight 1, every node scored."""
+    config = render.scheduler_configuration(SchedulerConfig(), "1.31.0")
+    profile = config["profiles"][0]
+    assert config["percentageOfNodesToScore"] == 100
     assert profile["schedulerName"] == "gpu-binpack-scheduler"
-    assert profile["plugins"]["score"] == {"enabled": [{"name": "NodeResourcesFit", "weight": 1}],
-                                           "disabled": [{"name": "NodeResourcesBalancedAllocation"}]}
-    assert profile["pluginConfig"] == [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
-        "type": "MostAllocated", "resources": [{"name": "nvidia.com/gpu", "weight": 100}]}}}]
+    assert profile["plugins"]["score"] == {"enabled": [{"name": "NodeResourcesFit", "weight": 2},
+                                                       {"name": "NodeResourcesBalancedAllocation", "weight": 1}]}
+    assert profile["pluginConfig"] == [
+        {"name": "NodeResourcesFit", "args": {"scoringStrategy": {
+            "type": "RequestedToCapacityRatio", "resources": [{"name": "nvidia.com/gpu", "weight": 100}],
+            "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0}, {"utilization": 50, "score": 1},
+                                                   {"utilization": 100, "score": 10}]}}}},
+        {"name": "NodeResourcesBalancedAllocation", "args": {"resources": [
+            {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}, {"name": "nvidia.com/gpu", "weight": 1}]}}]
+
+
+@pytest.mark.parametrize("settings, line", [
+    ({}, "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x2 + BalancedAllocation over cpu, memory, "
+         "nvidia.com/gpu x1, every node scored"),
+    ({"strategy": "MostAllocated", "fit_weight": 1, "balanced_allocation_weight": 0},
+     "MostAllocated on nvidia.com/gpu x1, every node scored"),
+    ({"strategy": "MostAllocated", "resource_weights": {"nvidia.com/gpu": 100, "cpu": 1},
+      "balanced_allocation_weight": 3, "balanced_allocation_resources": ["cpu", "memory"],
+      "percentage_of_nodes_to_score": 0},
+     "MostAllocated on nvidia.com/gpu 100, cpu 1 x2 + BalancedAllocation over cpu, memory x3, adaptive share of "
+     "nodes scored"),
+    ({"percentage_of_nodes_to_score": 50}, "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x2 + "
+                                           "BalancedAllocation over cpu, memory, nvidia.com/gpu x1, 50 % of nodes scored"),
+])
+def test_the_plan_explains_the_profile_in_one_line(settings, line):
+    assert render.profile_line(SchedulerConfig(**settings), "1.33.0") == line
+
+
+@pytest.mark.parametrize("kube, line", [
+    ("1.35.4", "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x2 + BalancedAllocation over cpu, "
+               "memory, nvidia.com/gpu x1, every node scored"),
+    ("1.36.0", "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:2, 100:10) x1 + BalancedAllocation over cpu, "
+               "memory, nvidia.com/gpu x2, every node scored"),
+    ("1.37.2", "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:2, 100:10) x1 + BalancedAllocation over cpu, "
+               "memory, nvidia.com/gpu x2, every node scored"),
+])
+def test_the_default_profile_follows_the_schedulers_balanced_allocation(kube, line):
+    """kube-scheduler 1.36 changed BalancedAllocation (it scores the change in balance, kubernetes PR #135573); the
+    default profile is the one measured best for each (README "Choosing the scoring")."""
+    assert render.profile_line(SchedulerConfig(), kube) == line
+    config = render.scheduler_configuration(SchedulerConfig(), kube)
+    expected_weights = [{"name": "NodeResourcesFit", "weight": 2 if kube < "1.36" else 1},
+                        {"name": "NodeResourcesBalancedAllocation", "weight": 1 if kube < "1.36" else 2}]
+    assert config["profiles"][0]["plugins"]["score"]["enabled"] == expected_weights
+
+
+def test_any_scoring_key_set_makes_the_profile_the_users_on_every_version():
+    """Once the config sets a scoring key, the scheduler's version no longer picks the profile: the keys left out
+    take the config's documented defaults."""
+    settings = SchedulerConfig.model_validate({"fit_weight": 3})
+    line = render.profile_line(settings, "1.37.2")
+    assert line == ("RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x3 + BalancedAllocation over "
+                    "cpu, memory, nvidia.com/gpu x1, every node scored")
+    untouched = SchedulerConfig.model_validate({"replicas": 1, "name": "packer"})
+    config = render.scheduler_configuration(untouched, "1.37.2")
+    assert config["profiles"][0]["schedulerName"] == "packer"  # the other settings survive the version's profile
+    assert config["profiles"][0]["plugins"]["score"]["enabled"][0] == {"name": "NodeResourcesFit", "weight": 1}
 
 
 def test_requested_to_capacity_ratio_carries_its_shape_and_balanced_allocation_its_weight():
@@ -156,7 +221,7 @@ def test_a_config_change_changes_the_pod_template():
         deploy = next(o for o in render.manifests(settings, "1.31.0") if o["kind"] == "Deployment")
         return deploy["spec"]["template"]["metadata"]["annotations"][render.CONFIG_HASH]
 
-    assert template_hash(SchedulerConfig()) != template_hash(SchedulerConfig(fit_weight=2))
+    assert template_hash(SchedulerConfig()) != template_hash(SchedulerConfig(fit_weight=3))
 
 
 def test_a_mirror_and_a_pinned_tag_override_the_image():
@@ -212,5 +277,6 @@ def test_balanced_allocation_resources_are_rendered_and_simulated_as_configured(
         "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
                       {"name": "nvidia.com/gpu", "weight": 1}]}}
     assert scoring.profile_from_config(config).balanced_resources == ("cpu", "memory", "nvidia.com/gpu")
-    default = render.scheduler_configuration(SchedulerConfig(balanced_allocation_weight=1), "1.33.0")
-    assert [c["name"] for c in default["profiles"][0]["pluginConfig"]] == ["NodeResourcesFit"]
+    upstream = render.scheduler_configuration(SchedulerConfig(balanced_allocation_resources=["cpu", "memory"]),
+                                              "1.33.0")
+    assert [c["name"] for c in upstream["profiles"][0]["pluginConfig"]] == ["NodeResourcesFit"]

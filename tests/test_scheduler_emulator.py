@@ -122,7 +122,7 @@ def test_teardown_removes_it_all_and_gpu_pods_wait_again(cluster, tmp_path):
 def test_a_changed_config_updates_in_place_and_removes_what_is_no_longer_wanted(cluster, tmp_path):
     assert cli("up", write_config(tmp_path, cluster), tmp_path)[0].exit_code == 0
     old_hash = cluster.emu.get("deployments", NAME, "kube-system")["spec"]["template"]["metadata"]["annotations"]
-    config = write_config(tmp_path, cluster, "  replicas: 1\n  strategy: RequestedToCapacityRatio\n")
+    config = write_config(tmp_path, cluster, "  replicas: 1\n  strategy: MostAllocated\n")
     result, document = cli("up", config, tmp_path)
     assert result.exit_code == 0, result.output
     assert ours(document)["changes"] == 3  # ConfigMap, Deployment, and the PDB removed
@@ -131,7 +131,7 @@ def test_a_changed_config_updates_in_place_and_removes_what_is_no_longer_wanted(
     assert deploy["spec"]["replicas"] == 1
     assert deploy["spec"]["template"]["metadata"]["annotations"] != old_hash  # pods restart with the new config
     text = cluster.emu.get("configmaps", f"{NAME}-config", "kube-system")["data"]["config.yaml"]
-    assert "RequestedToCapacityRatio" in text
+    assert "MostAllocated" in text and "RequestedToCapacityRatio" not in text
 
 
 def test_a_renamed_scheduler_leaves_nothing_of_the_old_one(cluster, tmp_path):

@@ -95,8 +95,8 @@ def test_nodes_to_find(nodes, percentage, expected):
 # --- a profile is read from what the renderer deploys ------------------------------------------------------------
 def test_the_tool_profile_comes_from_the_rendered_configuration():
     profile = scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(), "1.31.0"))
-    assert profile == Profile("gpu-binpack-scheduler", "MostAllocated", ((GPU, 100),), Profile.shape, 1, 0,
-                              ("cpu", "memory"), 100)
+    assert profile == Profile("gpu-binpack-scheduler", "RequestedToCapacityRatio", ((GPU, 100),),
+                              ((0, 0), (50, 1), (100, 10)), 2, 1, ("cpu", "memory", GPU), 100)
 
 
 def test_weights_shape_and_balanced_allocation_carry_over():

@@ -61,10 +61,13 @@ def test_the_openb_trace_default_against_the_tool_profile(tmp_path):
         assert set(policy["frag_failures"]) == {"1", "2", "4", "8"}
     assert ours["alloc_pct_at_100"] >= 98.3 and ours["first_frag_failure_pct"] > 90
     assert default["alloc_pct_at_100"] < 95 and default["first_frag_failure_pct"] < 50
-    assert default["alloc_pct_at_130"] > ours["alloc_pct_at_130"]  # the trade-off the README explains
+    # The default profile packs at 100 % and, unlike the MostAllocated profile before it, keeps up with
+    # kube-scheduler's default at 130 % (within the spread of the seeds; README "Choosing the scoring").
+    assert ours["alloc_pct_at_130"] >= default["alloc_pct_at_130"] - 0.2
+    # first-fit decreasing is a reference, not a bound: the default profile ends within a point of it (here above)
     offline = document["bounds"]["offline_ffd"]["alloc_pct_at_100"]
-    assert ours["alloc_pct_at_100"] < offline <= 100.0
-    assert 0 < document["gap_closed_pct"] <= 100
+    assert abs(ours["alloc_pct_at_100"] - offline) < 1 and offline <= 100.0
+    assert document["gap_closed_pct"] > 90
 
 
 @pytest.mark.unit
@@ -74,7 +77,7 @@ def test_the_text_report_names_every_policy_and_the_reference(tmp_path):
                          "random", "--workers", "1")
     assert result.exit_code == 0, result.output
     for text in ("default", "gpu-binpack-scheduler", "random", "offline reference", "aggregate bound",
-                 "MostAllocated (nvidia.com/gpu=100)"):
+                 "RequestedToCapacityRatio (nvidia.com/gpu=100 shape 0:0,50:1,100:10) x2"):
         assert text in result.output
 
 
@@ -84,7 +87,9 @@ def test_set_tries_a_profile_without_editing_the_config(tmp_path):
     result, document = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json",
                                 "--set", "strategy=RequestedToCapacityRatio",
                                 "--set", "resource_weights={nvidia.com/gpu: 100, cpu: 1}",
-                                "--set", "balanced_allocation_weight=2")
+                                "--set", "balanced_allocation_weight=2", "--set", "fit_weight=1",
+                                "--set", "shape=[{utilization: 0, score: 0}, {utilization: 100, score: 10}]",
+                                "--set", "balanced_allocation_resources=[cpu, memory]")
     assert result.exit_code == 0, result.output
     assert document["policies"][1]["profile"] == ("RequestedToCapacityRatio (nvidia.com/gpu=100 cpu=1 shape "
                                                   "0:0,100:10) x1 + BalancedAllocation x2")
@@ -98,7 +103,7 @@ def test_the_config_files_scheduler_section_is_what_is_simulated(tmp_path):
     result, document = simulate(tmp_path, "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "-o", "json",
                                 "-c", str(config))
     assert result.exit_code == 0, result.output
-    assert document["policies"][1]["name"] == "packer" and document["policies"][1]["profile"].endswith("x4")
+    assert document["policies"][1]["name"] == "packer" and "x4 + BalancedAllocation" in document["policies"][1]["profile"]
 
 
 @pytest.mark.unit

@@ -31,7 +31,10 @@ def run(tmp_path: Path, pods: str, *args: str):
 
 
 def test_sharing_gives_the_hand_computed_gpu_counts(tmp_path):
-    result = run(tmp_path, PODS, "-o", "json")
+    # The counts below were worked out for a profile that packs from the first pod on (MostAllocated); the default
+    # profile barely scores a node below half full, so at this small load it spreads the replicas over both nodes.
+    result = run(tmp_path, PODS, "-o", "json", "--set", "strategy=MostAllocated", "--set",
+                 "balanced_allocation_weight=0")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     rows = {row["setup"]: row for row in document["sharing"]}

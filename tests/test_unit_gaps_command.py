@@ -63,7 +63,9 @@ def test_set_changes_scheduler_settings_and_names_what_it_refuses():
     assert command.with_sets(OPTIONS, settings) is settings
     changed = command.with_sets(dataclasses.replace(OPTIONS, sets=["scheduler.fit_weight=3", "name = packer"]),
                                 settings)
-    assert (changed.fit_weight, changed.name, settings.fit_weight) == (3, "packer", 1)
+    assert (changed.fit_weight, changed.name, settings.fit_weight) == (3, "packer", 2)
+    # what --set did not name stays unset, so the scheduler's version still picks the rest of the profile
+    assert changed.model_fields_set == {"fit_weight", "name"}
     for item, message in (("fit_weight", "--set 'fit_weight': expected KEY=VALUE with KEY a scheduler setting"),
                           ("colour=red", "--set 'colour=red': expected KEY=VALUE with KEY a scheduler setting")):
         with pytest.raises(UsageError) as raised:

@@ -128,7 +128,14 @@ def test_the_default_configuration_in_full():
                            "resourceNamespace": "kube-system"},
         "percentageOfNodesToScore": 100,
         "profiles": [{"schedulerName": NAME, "plugins": {"score": {
-            "enabled": [{"name": "NodeResourcesFit", "weight": 1}],
-            "disabled": [{"name": "NodeResourcesBalancedAllocation"}]}},
-            "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
-                "type": "MostAllocated", "resources": [{"name": "nvidia.com/gpu", "weight": 100}]}}}]}]}
+            "enabled": [{"name": "NodeResourcesFit", "weight": 2},
+                        {"name": "NodeResourcesBalancedAllocation", "weight": 1}]}},
+            "pluginConfig": [
+                {"name": "NodeResourcesFit", "args": {"scoringStrategy": {
+                    "type": "RequestedToCapacityRatio", "resources": [{"name": "nvidia.com/gpu", "weight": 100}],
+                    "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0},
+                                                           {"utilization": 50, "score": 1},
+                                                           {"utilization": 100, "score": 10}]}}}},
+                {"name": "NodeResourcesBalancedAllocation", "args": {"resources": [
+                    {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1},
+                    {"name": "nvidia.com/gpu", "weight": 1}]}}]}]}

@@ -28,6 +28,7 @@ class SimOptions:
     workers: int | None = None
     sharing: bool = False  # --sharing: GPUs needed whole vs shared (sim/deployable.py)
     replicas: int = 4  # --replicas: time-slicing replicas per GPU for the deployable setup
+    kube_version: str | None = None  # --kube-version: the kube-scheduler whose scoring is modelled
 
 
 def with_sets(options: SimOptions, settings):
@@ -35,7 +36,7 @@ def with_sets(options: SimOptions, settings):
     from .. import config as config_module
     if options.sets:
         from pydantic import ValidationError
-        data = settings.model_dump()
+        data = settings.model_dump(exclude_unset=True)  # unset stays unset: the version's default profile
         for item in options.sets:
             key, sep, value = item.partition("=")
             key = key.strip().removeprefix("scheduler.")
@@ -54,8 +55,9 @@ def with_sets(options: SimOptions, settings):
 
 def profiles(options: SimOptions, settings, kube_version: str) -> list[scoring.Profile]:
     from ..render import scheduler as render
-    default = dataclasses.replace(scoring.DEFAULT_PROFILE, percentage_of_nodes_to_score=options.default_percentage)
-    ours = scoring.profile_from_config(render.scheduler_configuration(settings, kube_version))
+    default = dataclasses.replace(scoring.DEFAULT_PROFILE, percentage_of_nodes_to_score=options.default_percentage,
+                                  balanced_by_change=scoring.balanced_by_change(kube_version))
+    ours = scoring.profile_from_config(render.scheduler_configuration(settings, kube_version), 0, kube_version)
     chosen = [default, ours]
     for name in options.policies:
         if name not in BUILTIN_POLICIES:
@@ -96,9 +98,9 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     settings = with_sets(options, settings)
     pods = trace.load_pods(options.pods)
     used = None
-    kube_version = DEFAULT_KUBE_VERSION
+    kube_version = options.kube_version or DEFAULT_KUBE_VERSION
     if options.from_cluster:
-        kube_version = server_version(kube.version()) or DEFAULT_KUBE_VERSION
+        kube_version = options.kube_version or server_version(kube.version()) or DEFAULT_KUBE_VERSION
         nodes, used = trace.cluster_snapshot(kube)  # one Pod per running pod: defaults count per container
         source = f"cluster {kube.host}"
         if not any(n.gpus for n in nodes):

@@ -207,15 +207,21 @@ class Scorer:
                 weighted.append((c.gpu[index] + pod.gpus, c.gpu_cap[index], weight))
         total = profile.fit_weight * scoring.fit_score(profile.strategy, weighted, self.shape)
         if profile.balanced_weight and not self.best_effort(pod):
-            fractions = []
+            before, after = [], []  # requested / allocatable without and with the pod
             for name in self.balanced_resources:
                 if name == "cpu" and c.cpu_cap[index]:
-                    fractions.append((c.cpu[index] + pod.cpu) / c.cpu_cap[index])
+                    used, added, capacity = c.cpu[index], pod.cpu, c.cpu_cap[index]
                 elif name == "memory" and c.mem_cap[index]:
-                    fractions.append((c.mem[index] + pod.memory) / c.mem_cap[index])
+                    used, added, capacity = c.mem[index], pod.memory, c.mem_cap[index]
                 elif name == GPU and pod.gpus and c.gpu_cap[index]:
-                    fractions.append((c.gpu[index] + pod.gpus) / c.gpu_cap[index])
-            total += profile.balanced_weight * scoring.balanced_score(fractions)
+                    used, added, capacity = c.gpu[index], pod.gpus, c.gpu_cap[index]
+                else:
+                    continue
+                before.append(used / capacity)
+                after.append((used + added) / capacity)
+            balanced = scoring.balanced_change_score(before, after) if profile.balanced_by_change else \
+                scoring.balanced_score(after)
+            total += profile.balanced_weight * balanced
         return total
 
     def best_effort(self, pod: Pod) -> bool:

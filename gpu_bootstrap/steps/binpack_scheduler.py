@@ -106,7 +106,8 @@ class BinpackScheduler(Step):
         missing = sum(1 for why in drift.values() if why == "missing")
         counts = [(missing, "to create"), (len(drift) - missing, "to update"), (len(leftovers), "to remove")]
         return (", ".join(f"{n} object(s) {what}" for n, what in counts if n) +
-                f" ({settings.name}, {render.image(settings, ctx.server_version())})")
+                f" ({settings.name}, {render.image(settings, ctx.server_version())}; scoring: "
+                f"{render.profile_line(settings, ctx.server_version())})")
 
     def _owned(self, ctx, exclude: set) -> list[Ref]:
         """Objects we created earlier that the current config does not want (e.g. after a rename)."""

@@ -48,17 +48,29 @@ def wait_for(probe, check, timeout: float, what: str):
 
 
 def test_the_binpack_scheduler_fills_one_node_before_the_next(deployment, target):
+    """GPU pods whose cpu and memory are in step with their GPUs (each asks for 70 % of a node's cpu and memory
+    divided by its GPUs), as training pods are: the default profile's BalancedAllocation term (over cpu, memory and
+    the GPU) is then about equal on every node and RequestedToCapacityRatio decides, filling a node first. Pods that
+    ask for next to no cpu and memory beside a GPU are spread at low load by that term instead (README, "Choosing
+    the scoring")."""
     deployment.ensure()
     per_node = min(deployment.nodes.values())
+    nodes = [target.json("get", "node", name) for name in deployment.nodes]
+    cpu_milli = min(quantity_milli(n["status"]["allocatable"]["cpu"]) for n in nodes) * 7 // 10 // per_node
+    memory_mib = min(quantity_bytes(n["status"]["allocatable"]["memory"]) for n in nodes) * 7 // 10 // per_node >> 20
     placed = []
     for index in range(per_node + 1):  # one at a time, so each sees the one before it bound
-        create(target, pause_pod(f"pack-{index}", scheduler=SCHEDULER))
+        pod = pause_pod(f"pack-{index}", scheduler=SCHEDULER)
+        pod["spec"]["containers"][0]["resources"]["requests"].update(
+            {"cpu": f"{cpu_milli}m", "memory": f"{memory_mib}Mi"})
+        pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = f"{memory_mib}Mi"
+        create(target, pod)
         placed.append(wait_bound(target, f"pack-{index}"))
     assert set(placed) <= set(deployment.nodes), placed  # only the nodes with (fake) GPUs fit
     if target.live:
-        # The real kube-scheduler of our Deployment, scoring MostAllocated on nvidia.com/gpu: the first node is full
+        # The real kube-scheduler of our Deployment, scoring with the rendered profile: the first node is full
         # before any pod goes to another one.
-        assert len(set(placed[:per_node])) == 1, f"1-GPU pods spread over {sorted(set(placed))}: {placed}"
+        assert len(set(placed[:per_node])) == 1, f"GPU pods spread over {sorted(set(placed))}: {placed}"
         assert placed[per_node] != placed[0], placed
     else:
         # EMULATOR: its scheduler stand-in binds pods for the scheduler names our Deployment serves but does not score
@@ -67,7 +79,22 @@ def test_the_binpack_scheduler_fills_one_node_before_the_next(deployment, target
         # serving gpu-binpack-scheduler they stay Pending), and that config scores the way packing needs.
         config = target.json("get", "configmap", "-n", "kube-system", f"{SCHEDULER}-config")["data"]
         text = next(iter(config.values()))
-        assert "MostAllocated" in text and "nvidia.com/gpu" in text, text
+        assert "RequestedToCapacityRatio" in text and "nvidia.com/gpu" in text, text
+
+
+def quantity_milli(text: str) -> int:
+    """A cpu quantity in millicores ('32', '31500m')."""
+    return int(text[:-1]) if text.endswith("m") else int(float(text) * 1000)
+
+
+def quantity_bytes(text: str) -> int:
+    """A memory quantity in bytes ('256Gi', '263999000Ki', '1e9')."""
+    units = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9,
+             "T": 10 ** 12}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return int(float(text[:-len(suffix)]) * factor)
+    return int(float(text))
 
 
 def test_the_opa_webhook_steers_a_gpu_pod_and_leaves_a_cpu_pod_alone(deployment, target):

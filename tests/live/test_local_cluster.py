@@ -218,6 +218,7 @@ def test_the_real_scheduler_places_a_fixed_scenario_as_simulate_predicts(deploym
     pinned pod makes every later choice unique, so neither side breaks a tie at random."""
     from gpu_bootstrap.adapters.kube import Kube
     from gpu_bootstrap.sim import engine, scoring, trace
+    from gpu_bootstrap.versions import server_version
     deployment.ensure()
     first, second = sorted(deployment.nodes)[:2]
     pinned = pause_pod("pinned-3", gpus=3, scheduler=SCHEDULER)
@@ -225,8 +226,10 @@ def test_the_real_scheduler_places_a_fixed_scenario_as_simulate_predicts(deploym
     create(target, pinned)
     assert wait_bound(target, "pinned-3") == second
     config = target.json("get", "configmap", "-n", "kube-system", f"{SCHEDULER}-config")["data"]
-    profile = scoring.profile_from_config(yaml.safe_load(next(iter(config.values()))))
-    nodes, used = trace.cluster_snapshot(Kube(target.kubeconfig))
+    kube = Kube(target.kubeconfig)
+    version = server_version(kube.version())  # kube-scheduler 1.36+ scores BalancedAllocation differently
+    profile = scoring.profile_from_config(yaml.safe_load(next(iter(config.values()))), 0, version)
+    nodes, used = trace.cluster_snapshot(kube)
     gpu_nodes = [n for n in nodes if n.gpus]
     model = engine.Scheduler(engine.Cluster(gpu_nodes, {n.name: used.get(n.name, []) for n in gpu_nodes}),
                              profile, random.Random(0))

@@ -18,6 +18,8 @@ import ssl
 import time
 from dataclasses import dataclass, field
 
+from tests.localcluster.rest import Verbs
+
 SETTLED = 2.0  # seconds without a change that count as settled
 SETTLE_TIMEOUT = 60.0
 
@@ -36,7 +38,7 @@ class Answer:
         return f"Response({self.status}, {self.data[:300]!r})"
 
 
-class RealApi:
+class RealApi(Verbs):
     def __init__(self, cluster, namespace: str, auth: str = "cert", created: list | None = None,
                  touched: dict | None = None):
         self.cluster, self.namespace = cluster, namespace
@@ -108,23 +110,6 @@ class RealApi:
         while self.request("GET", collection).status != 200:
             assert time.monotonic() < deadline, f"CRD {crd['metadata']['name']} was not served within {timeout:.0f}s"
             time.sleep(0.1)
-
-    def get(self, path, **kw):
-        return self.request("GET", path, **kw)
-
-    def post(self, path, body, **kw):
-        return self.request("POST", path, body, **kw)
-
-    def put(self, path, body, **kw):
-        return self.request("PUT", path, body, **kw)
-
-    def patch(self, path, body, patch_type: str = "merge", **kw):
-        types = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
-                 "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
-        return self.request("PATCH", path, body, content_type=types[patch_type], **kw)
-
-    def delete(self, path, body=None, **kw):
-        return self.request("DELETE", path, body, **kw)
 
 
 @dataclass

@@ -95,3 +95,26 @@ class Rest:
                     yield event["type"], event["object"]
         finally:
             connection.close()
+
+
+class Verbs:
+    """get/post/put/patch/delete over a `request(method, path, body, content_type=..., **kw)` (the raw API clients
+    of tests/conftest.py and tests/localcluster/facade.py)."""
+
+    PATCH_TYPES = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
+                   "json": "application/json-patch+json", "apply": "application/apply-patch+yaml"}
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def put(self, path, body, **kw):
+        return self.request("PUT", path, body, **kw)
+
+    def patch(self, path, body, patch_type: str = "merge", **kw):
+        return self.request("PATCH", path, body, content_type=self.PATCH_TYPES[patch_type], **kw)
+
+    def delete(self, path, body=None, **kw):
+        return self.request("DELETE", path, body, **kw)
