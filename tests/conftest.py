@@ -116,9 +116,10 @@ def local_cluster_wanted() -> bool:
 @pytest.fixture(scope="session")
 def local_cluster(tmp_path_factory):
     """A real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with KWOK's fake GPU and
-    CPU nodes and the agent (tests/localcluster), one per test session and worker: every test that uses it is in the
-    xdist group "live", so one worker starts it (two groups on two clusters made the suite a minute slower here: the
-    second cluster's API server costs the CPU the parallel chain saves). It dies with the worker (PR_SET_PDEATHSIG), and is stopped and
+    CPU nodes and the agent (tests/localcluster), one per test session and worker: the tests that use it are in the
+    xdist groups "live" (tests/live: one deployment) and "live-api" (the emulator's API tests on the real server), so
+    at most two workers start one. The two must not share a cluster: the API tests' objects (labelled as ours) and
+    the deployment's pods (on the nodes the API tests list by field selector) break each other's assertions. It dies with the worker (PR_SET_PDEATHSIG), and is stopped and
     removed at the end of the session."""
     from tests.localcluster import cluster as local
     from tests.tools import missing

@@ -39,7 +39,7 @@ def deployment(name: str, replicas: int = 1, image: str = "nginx:1.27", schedule
                      "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
 
 
-BACKENDS = ["emulator", pytest.param("real", marks=pytest.mark.xdist_group("live"))]
+BACKENDS = ["emulator", pytest.param("real", marks=pytest.mark.xdist_group("live-api"))]
 
 
 @pytest.fixture(params=BACKENDS)
