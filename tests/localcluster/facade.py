@@ -18,24 +18,11 @@ import ssl
 import time
 from dataclasses import dataclass, field
 
+from tests.conftest import Response
 from tests.localcluster.rest import Verbs
 
 SETTLED = 2.0  # seconds without a change that count as settled
 SETTLE_TIMEOUT = 60.0
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: dict
-    data: bytes
-
-    @property
-    def json(self):
-        return json.loads(self.data)
-
-    def __repr__(self) -> str:
-        return f"Response({self.status}, {self.data[:300]!r})"
 
 
 class RealApi(Verbs):
@@ -70,7 +57,7 @@ class RealApi(Verbs):
         return data.replace(self.namespace.encode(), b"default")
 
     def request(self, method: str, path: str, body=None, content_type: str = "application/json",
-                accept: str = "application/json", headers: dict | None = None) -> Answer:
+                accept: str = "application/json", headers: dict | None = None) -> Response:
         path = self._to(path)
         node = path.split("?")[0].removesuffix("/status")
         if method in ("PUT", "PATCH", "DELETE") and node.startswith("/api/v1/nodes/") and node not in self.touched:
@@ -97,7 +84,7 @@ class RealApi(Verbs):
                 self._await_established(json.loads(data))
         elif method == "POST" and response.status == 201 and path.split("?")[0] == "/api/v1/namespaces":
             self.created.append(f"/api/v1/namespaces/{json.loads(data)['metadata']['name']}")
-        return Answer(response.status, dict(response.getheaders()), self._back(data))
+        return Response(response.status, dict(response.getheaders()), self._back(data))
 
     def _await_established(self, crd: dict, timeout: float = 60) -> None:
         """What a real client does after creating a CRD (kubectl wait --for=condition=Established): the emulator
