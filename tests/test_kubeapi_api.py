@@ -766,6 +766,36 @@ def test_daemonset_places_pods_only_on_matching_tolerated_nodes(api, emu):
     assert emu.get("daemonsets", "agent", "default")["status"]["numberReady"] == len(untainted) + len(gpu_only)
 
 
+def test_a_node_field_selector_names_exactly_one_node(api, emu):
+    """ValidateNodeFieldSelectorRequirement: matchFields on metadata.name takes one value with In (several nodes are
+    several terms, ORed). The node probe's DaemonSet once listed all its nodes in one term, which the real API
+    server refused."""
+    def daemonset(terms):
+        return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "pinned"},
+                "spec": {"selector": {"matchLabels": {"app": "pinned"}},
+                         "template": {"metadata": {"labels": {"app": "pinned"}},
+                                      "spec": {"affinity": {"nodeAffinity": {
+                                          "requiredDuringSchedulingIgnoredDuringExecution": {
+                                              "nodeSelectorTerms": terms}}},
+                                          "tolerations": [{"operator": "Exists"}],
+                                          "containers": [{"name": "a", "image": "agent:1"}]}}}}
+
+    def field(*names):
+        return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": list(names)}]}
+    response = api.post("/apis/apps/v1/namespaces/default/daemonsets", daemonset([field("gpu-1", "cpu-1")]))
+    assert response.status == 422, response.json
+    assert response.json["details"]["causes"] == [{
+        "reason": "FieldValueRequired", "field": "spec.template.spec.affinity.nodeAffinity."
+        "requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].values",
+        "message": "Required value: must be only one value when `operator` is 'In' or 'NotIn' for node field "
+                   "selector"}]
+    assert api.post("/apis/apps/v1/namespaces/default/daemonsets",
+                    daemonset([field("gpu-1"), field("cpu-1")])).status == 201
+    emu.settle()
+    pods = [p for p in emu.list("pods", "default") if p["metadata"]["name"].startswith("pinned-")]
+    assert sorted(p["spec"].get("nodeName") for p in pods) == ["cpu-1", "gpu-1"]
+
+
 def test_statefulset_and_job_controllers(api, emu):
     sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
            "spec": {"replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},

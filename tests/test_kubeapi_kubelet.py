@@ -101,7 +101,8 @@ spec:
     metadata: {labels: {app: probe}}
     spec:
       affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [
-        {matchFields: [{key: metadata.name, operator: In, values: [tree-1, tree-2]}]}]}}}
+        {matchFields: [{key: metadata.name, operator: In, values: [tree-1]}]},
+        {matchFields: [{key: metadata.name, operator: In, values: [tree-2]}]}]}}}
       tolerations: [{operator: Exists}]
       initContainers:
       - {name: probe, image: busybox:1.37.0, command: [sh, -c, "grep NODE /host/etc/os-release > /dev/termination-log"],

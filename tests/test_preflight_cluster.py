@@ -111,7 +111,8 @@ def test_the_probe_pod_is_read_only_tolerant_and_targeted(fleet, tmp_path):
     assert {"name": "host", "hostPath": {"path": "/", "type": "Directory"}} in spec["volumes"]
     assert {"name": "host", "mountPath": "/host", "readOnly": True} in spec["initContainers"][0]["volumeMounts"]
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}]}]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]
     labels = incluster.namespace_manifest("abcd1234", "h:1", 0)["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
     assert labels["app.kubernetes.io/managed-by"] == "gpu-bootstrap"

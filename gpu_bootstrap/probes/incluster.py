@@ -52,6 +52,12 @@ SLICE_SHELL = (
     'tail -c +$((GB_SLICE * {size} + 1)) /gb/b64 | head -c {size} >>/dev/termination-log').format(size=SLICE_BYTES)
 
 
+def node_terms(nodes: list[str]) -> list[dict]:
+    """One nodeSelectorTerm per node (terms are ORed): the API server takes a node field selector (matchFields on
+    metadata.name) with exactly one value, so `In [n1, n2]` is refused as invalid."""
+    return [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]} for name in nodes]
+
+
 def namespace_name(run_id: str) -> str:
     return NAMESPACE_PREFIX + run_id
 
@@ -100,8 +106,7 @@ def daemonset_manifest(run_id: str, nodes: list[str], image: str) -> dict:
                      "template": {"metadata": {"labels": labels},
                                   "spec": {
                                       "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                                          "nodeSelectorTerms": [{"matchFields": [{
-                                              "key": "metadata.name", "operator": "In", "values": list(nodes)}]}]}}},
+                                          "nodeSelectorTerms": node_terms(nodes)}}},
                                       "tolerations": [{"operator": "Exists"}],
                                       "automountServiceAccountToken": False,
                                       "enableServiceLinks": False,

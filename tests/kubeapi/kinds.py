@@ -327,6 +327,9 @@ def semantic_problems(obj: dict) -> list[tuple[str, str, str]]:
         if selector is not None and not selector_object_matches(selector, labels):
             causes.append(("FieldValueInvalid", "spec.template.metadata.labels",
                            "Invalid value: `selector` does not match template `labels`"))
+    pod_spec, at = _pod_spec(obj)
+    if pod_spec is not None:
+        causes += _node_field_problems(pod_spec, at)
     if kind == "CustomResourceDefinition":
         spec = obj.get("spec", {})
         expected = f"{spec.get('names', {}).get('plural', '')}.{spec.get('group', '')}"
@@ -338,6 +341,35 @@ def semantic_problems(obj: dict) -> list[tuple[str, str, str]]:
         if len(storage) != 1:
             causes.append(("FieldValueInvalid", "spec.versions", "Invalid value: must have exactly one version "
                                                                  "marked as storage version"))
+    return causes
+
+
+def _pod_spec(obj: dict) -> tuple[dict | None, str]:
+    """A pod's spec, or a workload's pod template's, with its path."""
+    if obj.get("kind") == "Pod":
+        return obj.get("spec") or {}, "spec"
+    if obj.get("kind") in WORKLOAD_SELECTOR_KINDS or obj.get("kind") == "Job":
+        return (obj.get("spec") or {}).get("template", {}).get("spec") or {}, "spec.template.spec"
+    return None, ""
+
+
+def _node_field_problems(spec: dict, at: str) -> list[tuple[str, str, str]]:
+    """ValidateNodeFieldSelectorRequirement: a node field selector (matchFields) names exactly one node with In or
+    NotIn (a term per node for several; the DaemonSet controller writes one such term into each pod it makes)."""
+    causes = []
+    required = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    base = f"{at}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    for index, term in enumerate(required):
+        for position, field in enumerate((term or {}).get("matchFields") or []):
+            path = f"{base}.nodeSelectorTerms[{index}].matchFields[{position}]"
+            if field.get("operator") in ("In", "NotIn") and len(field.get("values") or []) != 1:
+                causes.append(("FieldValueRequired", f"{path}.values",
+                               "Required value: must be only one value when `operator` is 'In' or 'NotIn' for node "
+                               "field selector"))
+            if field.get("key") != "metadata.name":
+                causes.append(("FieldValueInvalid", f"{path}.key",
+                               f'Invalid value: "{field.get("key")}": not a valid field selector key'))
     return causes
 
 

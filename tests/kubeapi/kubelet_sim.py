@@ -60,7 +60,7 @@ def limit_messages(messages: dict[str, str]) -> dict[str, str]:
 class KubeletSim:
     def __init__(self, manager, busybox: str, workers: int = 4):
         self.manager = manager
-        self.store = manager.store
+        self.store = manager.store if manager is not None else None  # None: a subclass reads and writes elsewhere
         self.busybox = busybox
         self.applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
         self.trees: dict[str, Path] = {}
@@ -86,7 +86,7 @@ class KubeletSim:
     # --- called by the controller manager (store lock held) -----------------------------------------------------
     def handle(self, pod: dict, node_name: str) -> bool:
         """True when this kubelet took the pod (the default behaviour must not run it)."""
-        node = self.store.objects.get(("", "nodes"), {}).get(("", node_name))
+        node = self._node(node_name)
         if node is None:
             return False
         uid = pod["metadata"]["uid"]
@@ -110,24 +110,36 @@ class KubeletSim:
         return next((c["image"] for c in (spec.get("initContainers") or []) + spec["containers"]
                      if c.get("image") in self.unpullable), "")
 
+    # --- the API side: the emulator's store here, the real API server in tests/localcluster/agent.py -------------
+    def _node(self, name: str) -> dict | None:
+        return self.store.objects.get(("", "nodes"), {}).get(("", name))
+
+    def _current(self, pod: dict) -> dict | None:
+        """The pod as stored now, if it is still the same pod (same uid)."""
+        current = self.store.objects.get(("", "pods"), {}).get((pod["metadata"]["namespace"],
+                                                                pod["metadata"]["name"]))
+        return current if current is not None and current["metadata"]["uid"] == pod["metadata"]["uid"] else None
+
     def _exists(self, pod: dict) -> bool:
         with self.store.lock:
-            current = self.store.objects.get(("", "pods"), {}).get((pod["metadata"]["namespace"],
-                                                                    pod["metadata"]["name"]))
-            return current is not None and current["metadata"]["uid"] == pod["metadata"]["uid"]
+            return self._current(pod) is not None
 
-    # --- statuses ---------------------------------------------------------------------------------------------------
     def _write(self, pod: dict, status: dict) -> None:
         with self.store.lock:
-            current = self.store.objects.get(("", "pods"), {}).get((pod["metadata"]["namespace"],
-                                                                    pod["metadata"]["name"]))
-            if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
+            current = self._current(pod)
+            if current is None:
                 return  # deleted meanwhile
             merged = {**(current.get("status") or {}), **status}
             self.manager._write_status("", "pods", current, merged, "kubelet")
 
+    def _config_map_data(self, namespace: str, name: str) -> dict:
+        with self.store.lock:
+            config_map = self.store.objects.get(("", "configmaps"), {}).get((namespace, name)) or {}
+            return dict(config_map.get("data") or {})
+
+    # --- statuses ---------------------------------------------------------------------------------------------------
     def _base_status(self, pod: dict, phase: str) -> dict:
-        node = self.store.objects.get(("", "nodes"), {}).get(("", pod["spec"]["nodeName"]), {})
+        node = self._node(pod["spec"]["nodeName"]) or {}
         host_ip = next((a["address"] for a in node.get("status", {}).get("addresses") or []
                         if a.get("type") == "InternalIP"), "10.0.0.1")
         return {"phase": phase, "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
@@ -280,10 +292,7 @@ class KubeletSim:
         """A configMap volume: one file per key (a missing ConfigMap gives an empty folder here; the kubelet would
         keep the container waiting)."""
         folder.mkdir(parents=True, exist_ok=True)
-        with self.store.lock:
-            config_map = self.store.objects.get(("", "configmaps"), {}).get((pod["metadata"]["namespace"],
-                                                                             volume["configMap"]["name"])) or {}
-            data = dict(config_map.get("data") or {})
+        data = self._config_map_data(pod["metadata"]["namespace"], volume["configMap"]["name"])
         for key, value in data.items():
             (folder / key).write_text(value)
         return folder

@@ -149,6 +149,7 @@ class Agent:
     finished: dict = field(default_factory=dict)  # pod uid -> PodEntry of pods that ended: their logs stay readable
     tools: dict = field(default_factory=binaries)
     stopping: bool = False
+    probe: object = None  # probe_kubelet.ProbeKubelet: the kubelet stand-in for nodes with a file tree
 
     def __post_init__(self):
         self.api = self.cluster.admin(agent=AGENT)
@@ -157,6 +158,8 @@ class Agent:
     # --- the pods ---------------------------------------------------------------------------------------------------
     def sync_pods(self) -> None:
         pods = self.api.get("/api/v1/pods")["items"]
+        if self.probe is not None:
+            self.probe.sync(pods)
         wanted = {}
         for pod in pods:
             meta, status = pod["metadata"], pod.get("status") or {}
@@ -544,6 +547,10 @@ def main(folder: str) -> int:
         print(f"agent: no cluster in {folder}", file=sys.stderr)
         return 2
     agent = Agent(cluster)
+    from tests.localcluster.probe_kubelet import ProbeKubelet
+    from tests.tools import SYSTEM_TOOLS
+    if Path(SYSTEM_TOOLS["busybox"]).exists():
+        agent.probe = ProbeKubelet(agent.api, cluster.folder, SYSTEM_TOOLS["busybox"])
     nodes = agent.api.get("/api/v1/nodes")["items"]
     addresses = sorted({a["address"] for n in nodes for a in n["status"].get("addresses") or []
                         if a["type"] == "InternalIP"})
@@ -568,6 +575,8 @@ def main(folder: str) -> int:
             time.sleep(SYNC_EVERY)
     finally:
         agent.stop_all()
+        if agent.probe is not None:
+            agent.probe.close()
     return 0
 
 

@@ -17,6 +17,9 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 PRE_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+# Names a test may give the nodes it adds with a file tree (probe_kubelet.py runs their pods, not KWOK): fixed,
+# because KWOK reads its Stages once, at its start
+TREE_NODES = ("tree-1", "tree-2", "tree-3")
 
 
 def layout(gpu_nodes: int, gpus_per_node: int, cpu_nodes: int) -> dict:
@@ -59,3 +62,20 @@ def objects(nodes: dict, network: str) -> list[dict]:
             node["spec"]["taints"] = [dict(PRE_TAINT)]
         found.append(node)
     return found
+
+
+def tree_node(name: str, gpus: int, address: str, pods: int = 110) -> dict:
+    """A GPU node a test adds to a running local cluster, named from TREE_NODES: KWOK keeps it Ready and the
+    agent's kubelet stand-in runs its pods against the file tree the test names in node-trees.json."""
+    assert name in TREE_NODES, f"{name}: KWOK runs the pods of nodes not in {TREE_NODES}"
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": str(pods), "ephemeral-storage": "500Gi",
+                GPU_RESOURCE: str(gpus)}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {KWOK_ANNOTATION: "fake"},
+                         "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64", "type": "kwok",
+                                    "feature.node.kubernetes.io/pci-10de.present": "true",
+                                    "nvidia.com/gpu.count": str(gpus)}},
+            "status": {"capacity": capacity, "allocatable": dict(capacity),
+                       "addresses": [{"type": "InternalIP", "address": address},
+                                     {"type": "Hostname", "address": name}]}}

@@ -1,0 +1,117 @@
+"""The in-cluster node probe on the real API server of the local cluster (tests/localcluster).
+
+Real: the API server (admission, Pod Security on the probe's privileged namespace), the DaemonSet controller that
+places a pod per selected node, the kube-scheduler that binds them (or says why it cannot), the namespace controller
+that removes everything when the probe deletes its namespace. Fake, because there is no container runtime here: the
+kubelet. For three nodes this test adds (nodes.TREE_NODES) the agent's kubelet stand-in (probe_kubelet.py, the
+emulator's kubelet_sim.py writing through the real API) really runs the probe pods' init containers against the same
+chrooted node trees the sshd tests serve (tests/nodes), so the facts read through the cluster can be compared with
+those read over SSH; the other nodes are KWOK's, which runs nothing.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from gpu_bootstrap.cli import app
+from tests.nodes import scenarios
+from tests.nodes.farm import NodeFarm
+
+pytestmark = [pytest.mark.tools, pytest.mark.xdist_group("live-api")]
+runner = CliRunner()
+PROBE_SELECTOR = "gpu-bootstrap.io/component=node-probe"
+TIMEOUT = 20  # preflight.timeout: the unschedulable node's probe waits this long
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory, request):
+    """tree-1 (8×H100, driver installed) and tree-2 (no driver) with file trees and sshd; tree-3 admits no pod
+    (capacity pods: 0), so the real scheduler leaves its probe pod Pending."""
+    from tests.conftest import local_cluster_wanted
+    if not local_cluster_wanted():
+        pytest.skip("the local cluster is not built (scripts/install-test-tools); GPU_BOOTSTRAP_LIVE_TARGET=emulator")
+    from tests.localcluster import nodes
+    from tests.localcluster.probe_kubelet import TREES_FILE
+    cluster = request.getfixturevalue("local_cluster")
+    folder = tmp_path_factory.mktemp("probe")
+    farm = NodeFarm()
+    api = cluster.admin()
+    trees_file = cluster.folder / TREES_FILE
+    try:
+        farm.add("tree-1", scenarios.healthy_h100)
+        farm.add("tree-2", scenarios.driver_missing)
+        trees_file.write_text(json.dumps({name: str(node.root) for name, node in farm.nodes.items()}))
+        for index, (name, gpus, pods) in enumerate((("tree-1", 8, 110), ("tree-2", 4, 110), ("tree-3", 4, 0))):
+            api.create("/api/v1/nodes", nodes.tree_node(name, gpus, f"198.19.255.{10 + index}", pods))
+        wait(lambda: all(ready(api.get(f"/api/v1/nodes/{n}")) for n in ("tree-1", "tree-2", "tree-3")), 60,
+             "KWOK did not make the added nodes Ready")
+        kubeconfig = cluster.kubeconfig
+        known = farm.known_hosts(folder / "known_hosts")
+        extra = f"preflight: {{timeout: {TIMEOUT}}}\n"
+        over_ssh = farm.config_yaml(folder / "ssh.yaml", known, kubeconfig=kubeconfig, extra=extra)
+        through_cluster = farm.config_yaml(folder / "cluster.yaml", known, kubeconfig=kubeconfig, extra=extra)
+        through_cluster.write_text(through_cluster.read_text().replace(
+            "preflight:", "  - name: tree-3\n    address: 127.0.0.1\n    port: 1\npreflight:"))
+        yield cluster, api, over_ssh, through_cluster, folder
+    finally:
+        for name in ("tree-1", "tree-2", "tree-3"):
+            api.delete(f"/api/v1/nodes/{name}")
+        trees_file.unlink(missing_ok=True)
+        farm.close()
+
+
+def ready(node: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+
+
+def wait(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(what)
+
+
+def doctor(config, folder, via: str) -> tuple:
+    result = runner.invoke(app, ["doctor", "-c", str(config), "-o", "json", "--via", via, "--log-file",
+                                 str(folder / f"{via}.log")])
+    assert result.stdout.startswith("{"), result.output
+    return result, json.loads(result.stdout)
+
+
+def checks(document: dict) -> dict:
+    return {n["name"]: n["checks"] for n in document["nodes"]}
+
+
+def probe_leftovers(api) -> list:
+    namespaces = api.get("/api/v1/namespaces", labelSelector=PROBE_SELECTOR)["items"]
+    pods = [p for p in api.get("/api/v1/pods")["items"]
+            if p["metadata"]["namespace"].startswith("gpu-bootstrap-probe-")]
+    return [n["metadata"]["name"] for n in namespaces] + [p["metadata"]["name"] for p in pods]
+
+
+def test_the_probe_through_the_real_api_reports_what_ssh_reports_and_why_a_pending_node_is_unknown(trees):
+    cluster, api, over_ssh, through_cluster, folder = trees
+    _, by_ssh = doctor(over_ssh, folder, "ssh")
+    result, by_cluster = doctor(through_cluster, folder, "cluster")
+    found = checks(by_cluster)
+    # the nodes whose pods ran: the same facts and verdicts as over SSH, read from the pods' termination messages
+    for name in ("tree-1", "tree-2"):
+        assert found[name] == checks(by_ssh)[name], name
+        assert {n["name"]: n["source"] for n in by_cluster["nodes"]}[name] == "cluster"
+    verdicts = {name: {c["id"]: c["status"] for c in found[name]} for name in ("tree-1", "tree-2")}
+    assert verdicts["tree-1"]["nvidia-driver"] == "pass" and verdicts["tree-2"]["nvidia-driver"] != "pass"
+    # the node the real scheduler cannot place the probe on: unknown (never "no driver"), with the scheduler's reason
+    pending = {c["id"]: c for c in found["tree-3"]}
+    assert pending["ssh"]["status"] == "fail" and pending["nvidia-driver"]["status"] == "skip"
+    assert pending["nvidia-driver"]["data"] == {}
+    assert "was not scheduled within 20s" in pending["ssh"]["message"], pending["ssh"]["message"]
+    assert "Too many pods" in pending["ssh"]["message"], pending["ssh"]["message"]
+    assert result.exit_code == 1
+    # and nothing of the probe is left: its namespace removed by the real namespace controller, pods and all
+    wait(lambda: not probe_leftovers(api), 60, "the probe left objects behind")
