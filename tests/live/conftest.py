@@ -108,7 +108,12 @@ class Target:
         log = self.artifacts / f"{self.calls:02d}-{args[0]}.log"
         env = {k: v for k, v in self.env.items() if k.startswith("HELM_") or k in ("PATH", "KUBECACHEDIR")}
         from gpu_bootstrap.cli import app
-        result = runner.invoke(app, [*args, "-o", "json", "--log-file", str(log)], env=env)
+        from tests.conftest import _process_state_kept
+        # put back the signal handlers and the logger the run sets: the session-scoped deployment runs this before
+        # any test's own guard (tests/conftest.py) has saved them, and would leave them to every later test in the
+        # worker (test_process_state.py failed so)
+        with _process_state_kept():
+            result = runner.invoke(app, [*args, "-o", "json", "--log-file", str(log)], env=env)
         document = json.loads(result.stdout) if result.stdout.startswith("{") else None
         return result, document, log
 
