@@ -327,7 +327,9 @@ def _local_routes() -> list:
 
 
 def _route_network(cluster: LocalCluster) -> None:
-    """Route a free /20 of NETWORKS to loopback (needs root: CAP_NET_ADMIN)."""
+    """Route a free /20 of NETWORKS to loopback (needs root: CAP_NET_ADMIN). Two clusters starting at once (the
+    suite's two xdist groups) may both find the same /20 free: `ip route add` is the arbiter, and the one that loses
+    takes the next."""
     if shutil.which("ip") is None:
         raise ClusterError("the ip command (Debian package iproute2) is needed to route the pods' addresses")
     taken = _local_routes()
@@ -336,6 +338,8 @@ def _route_network(cluster: LocalCluster) -> None:
             continue
         result = subprocess.run(["ip", "route", "add", "local", str(network), "dev", "lo"], capture_output=True,
                                 text=True)
+        if result.returncode != 0 and "File exists" in result.stderr:
+            continue  # another cluster starting at the same moment took it between our look and our add
         if result.returncode != 0:
             raise ClusterError(f"could not route {network} to loopback for the pods' addresses "
                                f"(`ip route add local {network} dev lo`: {result.stderr.strip()}); this needs root")
