@@ -259,9 +259,11 @@ def images(options: Options, cluster_facts: tuple[str, dict] | None = None):
     import dataclasses
     import tempfile
     from . import image_list
+    from .tempfiles import run_folder_or_none
     config = load_config(options)
     plain = config.model_copy(update={"registry": config.registry.model_copy(update={"mirror": None})})
-    with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-images-") as folder:
+    # inside the run folder: a run killed with -9 leaves it to the next run's sweep (tempfiles.py)
+    with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-images-", dir=run_folder_or_none()) as folder:
         render = Path(folder) / "render"
         offline = dataclasses.replace(options, dry_run=True, offline=True, render_dir=render, only=[], skip=[])
         if cluster_facts is not None:

@@ -85,7 +85,8 @@ def _pipeline() -> dict[str, list[Need]]:
         READ: [need("", "configmaps", "get", "state"), need("", "nodes", "get list"),
                need("", "namespaces", "get")],
         RUN: [need("", "namespaces", "create patch"), need("", "configmaps", "create patch", "state"),
-              need("coordination.k8s.io", "leases", "get create update", "state")],
+              need("coordination.k8s.io", "leases", "get create update", "state"),
+              need("", "secrets", "get create", "state")],  # the fingerprints' key (checkpoint.KEY_SECRET)
         DOCTOR: [need("authorization.k8s.io", "selfsubjectaccessreviews", "create")],
     }
 

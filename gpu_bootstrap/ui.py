@@ -5,6 +5,7 @@ The pipeline reports through a Reporter and never touches the screen itself.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import logging
 import os
@@ -35,7 +36,15 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
         _prune(folder)
     else:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        fd = os.open(log_file, LOG_FLAGS, 0o600)
+    except OSError as error:
+        from .errors import UsageError
+        if error.errno == errno.ELOOP:  # O_NOFOLLOW: the last part of the path is a symbolic link
+            raise UsageError(f"--log-file {log_file}: is a symbolic link; gpu-bootstrap does not write its log "
+                             f"through one (it could point anywhere)", "name the file itself") from None
+        raise UsageError(f"--log-file {log_file}: cannot open it: {error.strerror}",
+                         "use a file you can write, or leave --log-file out") from None
     try:  # the mode above applies only to a new file: an existing one is made private too
         import stat
         mode = os.fstat(fd).st_mode
@@ -53,7 +62,7 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
         root.removeHandler(handler)
         if isinstance(handler, logging.FileHandler):  # an earlier run in this process: close its file
             handler.close()
-    file_handler = logging.FileHandler(log_file)
+    file_handler = PrivateFileHandler(log_file)
     file_handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(file_handler)
     if verbose:
@@ -63,6 +72,19 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
         root.addHandler(stream)
     root.propagate = False
     return log_file
+
+
+# Opening the log: never through a symbolic link (O_NOFOLLOW), created 0600
+LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class PrivateFileHandler(logging.FileHandler):
+    """A FileHandler that opens its file with LOG_FLAGS: a link put in the file's place after the check in
+    setup_logging is refused (ELOOP) instead of followed."""
+
+    def _open(self):
+        return open(os.open(self.baseFilename, LOG_FLAGS, 0o600), "a", encoding=self.encoding or "utf-8",
+                    errors=self.errors)
 
 
 class RedactingFormatter(logging.Formatter):

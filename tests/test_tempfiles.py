@@ -114,25 +114,71 @@ def folder(root: Path, name: str, age: float = 0.0, files: tuple[str, ...] = ("k
 @pytest.mark.unit
 def test_the_sweep_removes_our_stale_folders_only(tmp_path):
     alive = os.getppid()
-    gone = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-0123abcd")
-    running = folder(tmp_path, f"gpu-bootstrap-run-{alive}-0123abcd")
-    ancient = folder(tmp_path, f"gpu-bootstrap-run-{alive}-89abcdef", age=tempfiles.MAX_RUN_AGE + 60)
+    gone = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-0123abcd", files=("key", tempfiles.LOCK_FILE))
+    reused = folder(tmp_path, f"gpu-bootstrap-run-{alive}-0123abcd", files=("key", tempfiles.LOCK_FILE))
+    unlocked = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-01234567")  # an older version's, or half-made
+    ancient = folder(tmp_path, f"gpu-bootstrap-run-{alive}-89abcdef", age=tempfiles.UNLOCKED_RUN_AGE + 60)
+    old_prep = folder(tmp_path, ".gpu-bootstrap-prep-0123abcd", age=tempfiles.UNLOCKED_RUN_AGE + 60,
+                      files=(tempfiles.LOCK_FILE,))
+    young_prep = folder(tmp_path, ".gpu-bootstrap-prep-89abcdef", files=(tempfiles.LOCK_FILE,))
     old_relay = folder(tmp_path, "gpu-bootstrap-relay-abc_1234", age=tempfiles.STALE_RELAY_AGE + 60)
     young_relay = folder(tmp_path, "gpu-bootstrap-relay-abc_5678", age=60)
     others = [folder(tmp_path, name, age=10 ** 8) for name in (
         "tmpabcd1234", "gpu-bootstrap-run-notes", f"gpu-bootstrap-run-{dead_pid()}-0123abcd-copy",
-        "gpu-bootstrap-relay-x", "my-gpu-bootstrap-relay-abc_1234")]
+        "gpu-bootstrap-relay-x", "my-gpu-bootstrap-relay-abc_1234", ".gpu-bootstrap-prep-x")]
     (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-deadbeef").write_text("a file, not our folder")
     (tmp_path / "elsewhere").mkdir()
-    outside = folder(tmp_path / "elsewhere", "target")
+    outside = folder(tmp_path / "elsewhere", "target", files=("key", tempfiles.LOCK_FILE))
     (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-feedface").symlink_to(outside)
-    theirs = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-00000000")
+    theirs = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-00000000", files=("key", tempfiles.LOCK_FILE))
     os.chown(theirs, 12345, 12345)  # another user's (the tests run as root; elsewhere this needs root too)
     removed = tempfiles.sweep(tmp_path)
-    assert sorted(removed) == sorted([gone, ancient, old_relay])
-    assert all(p.exists() for p in (running, young_relay, *others, outside / "key", theirs))
+    # an unheld lock is a dead run whatever its pid (reused: the pid now names another process)
+    assert sorted(removed) == sorted([gone, reused, ancient, old_prep, old_relay])
+    assert all(p.exists() for p in (unlocked, young_prep, young_relay, *others, outside / "key", theirs))
     assert (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-deadbeef").is_file()
     assert (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-feedface").is_symlink()
+
+
+HOLD_IN_ANOTHER_PID_NAMESPACE = r"""
+import os, sys, tempfile
+pid = int(sys.argv[1])
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:  # the run gets this pid inside its own PID namespace
+    f.write(str(pid - 1))
+child = os.fork()
+if child == 0:
+    tempfile.tempdir = sys.argv[2]
+    from gpu_bootstrap import tempfiles
+    print(tempfiles.run_folder(), os.getpid(), flush=True)
+    sys.stdin.read()  # runs until the test closes its stdin
+    os._exit(0)
+os.waitpid(child, 0)
+"""
+
+
+@pytest.mark.tools
+def test_a_live_run_in_another_pid_namespace_keeps_its_folder(tmp_path):
+    """A container sharing /tmp with the host: its run's pid means nothing here (here it is no process at all), but
+    its folder's lock is the same lock, so the host's sweep keeps the folder while the run lives and removes it
+    after. Needs root (unshare --pid); a real second PID namespace, nothing faked."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a PID namespace (unshare --pid)")
+    pid = dead_pid() - 1000
+    while Path(f"/proc/{pid}").exists():
+        pid -= 1
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                            HOLD_IN_ANOTHER_PID_NAMESPACE, str(pid), str(tmp_path)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        path, inner = run.stdout.readline().split()
+        assert int(inner) == pid and not Path(f"/proc/{pid}").exists()  # that pid is nobody in our namespace
+        assert Path(path).name.startswith(f"gpu-bootstrap-run-{pid}-")
+        assert tempfiles.sweep(tmp_path) == [] and Path(path).is_dir()
+    finally:
+        run.stdin.close()
+        run.wait(timeout=30)
+    assert tempfiles.sweep(tmp_path) == [Path(path)] and not Path(path).exists()
 
 
 @pytest.mark.unit

@@ -306,7 +306,9 @@ class Helm:
         import hashlib
         import tempfile
         from ..images import chart_sha256, chart_sha256_verified
-        folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-chart-"))
+        from ..tempfiles import run_folder_or_none
+        # inside the run folder, so a run killed with -9 leaves it to the next run's sweep (tempfiles.py)
+        folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-chart-", dir=run_folder_or_none()))
         atexit.register(shutil.rmtree, folder, True)
         self._run(["pull", chart.ref, "--repo", chart.repo, "--version", chart.version, "--destination", str(folder)],
                   what=f"helm pull {chart.ref} {chart.version}", retry="read")

@@ -45,6 +45,7 @@ class Runner:
             return self.ordered_results()
         lock = Lock(self.ctx.kube)
         lock_state = lock.inspect(force_unlock)  # a live run elsewhere: refuse now, even if nothing is to do
+        self.ctx.fingerprint_key = self.checkpoint.key(create=False)
         probe = {step.id: self._current(step, records) for step in active}
         if all(done for done, _check in probe.values()) and lock_state == "free":
             for step in active:
@@ -57,6 +58,8 @@ class Runner:
         if lock.took_over:
             self.ctx.reporter.warn(f"took over the lock from {lock.took_over} (it was no longer running)")
         try:
+            if self.ctx.fingerprint_key is None:  # the first run on this cluster (or since the key's Secret went)
+                self.ctx.fingerprint_key = self.checkpoint.key(create=True)
             for step in active:
                 self._run(step, records, lock)
         finally:

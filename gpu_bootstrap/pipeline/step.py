@@ -7,6 +7,7 @@ how to undo itself (`undo_plan`).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -96,9 +97,15 @@ class Step:
         raise NotImplementedError
 
     def fingerprint(self, ctx: "Context") -> str:
+        """HMAC-SHA256 of the inputs under the cluster's own key (kept in a Secret beside the checkpoint): the inputs
+        hold chart values, secrets among them, and a plain hash in a ConfigMap would let anyone who reads it confirm
+        a guessed password. Without the key (a run that may not read it) there is nothing to compare: ''."""
+        key = getattr(ctx, "fingerprint_key", None)
+        if not key:
+            return ""
         payload = json.dumps({"step": self.id, "revision": self.revision, "inputs": self.inputs(ctx)},
                              sort_keys=True, default=str)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()[:16]
 
     def enabled(self, ctx: "Context") -> bool:
         return True
