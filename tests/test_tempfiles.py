@@ -57,6 +57,30 @@ def test_kill_9_leaves_the_key_and_the_next_run_removes_it(cluster, tmp_path):
     assert sorted(p.name for p in temp.iterdir()) == []  # neither the killed run's folder nor its own
 
 
+@pytest.mark.tools
+def test_kill_9_during_images_leaves_its_scratch_render_to_the_next_runs_sweep(tmp_path):
+    """`images --offline` renders the charts in a scratch folder (`gpu-bootstrap-images-*`): killed with SIGKILL
+    while that folder exists, the run leaves it inside its own run folder, which the next command sweeps; nothing of
+    the killed run stays in $TMPDIR. (It used to be made at the top of $TMPDIR, where no sweep looks.)"""
+    from tests.tools import tool
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(ROOT), NO_COLOR="1", XDG_STATE_HOME=str(tmp_path),
+               PATH=f"{Path(tool('helm')).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    args = [sys.executable, "-m", "gpu_bootstrap", "images", "--offline", "-c", str(ROOT / "examples" / "minimal.yaml")]
+    run = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        scratch = wait_for(lambda: list(temp.rglob("gpu-bootstrap-images-*")), what="the scratch render folder")
+    finally:
+        run.kill()
+        run.wait()
+    assert [p.parent.name.startswith("gpu-bootstrap-run-") and p.parent.parent == temp for p in scratch] == [True]
+    status = subprocess.run([*args[:3], "rbac", "--for", "status"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert status.returncode == 0, status.stderr  # any command sweeps at its start
+    assert sorted(p.name for p in temp.iterdir()) == []  # the killed run's folder, scratch and all, is gone
+
+
 SCRIPT = """
 import time
 from gpu_bootstrap import interrupts, tempfiles
