@@ -17,10 +17,10 @@ from .errors import UsageError
 from .paths import state_dir
 
 STATUS_STYLE = {"applied": "green", "unchanged": "dim", "probed": "green", "skipped": "dim", "planned": "cyan",
-                "incomplete": "yellow", "failed": "bold red", "interrupted": "yellow", "undone": "green",
-                "pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+                "incomplete": "yellow", "unknown": "yellow", "failed": "bold red", "interrupted": "yellow",
+                "undone": "green", "pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 STATUS_ICON = {"applied": "✔", "unchanged": "·", "probed": "✔", "skipped": "-", "planned": "→", "incomplete": "!",
-               "failed": "✘", "interrupted": "!", "undone": "✔", "pass": "✔", "warn": "!", "fail": "✘", "skip": "-"}
+               "unknown": "?", "failed": "✘", "interrupted": "!", "undone": "✔", "pass": "✔", "warn": "!", "fail": "✘", "skip": "-"}
 WIDTH_WHEN_NOT_A_TERMINAL = 200  # logs and pipes: never fold a table at 80 columns
 KEEP_LOGS = 30
 

@@ -8,14 +8,25 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import CheckFailed, ConfigError, Conflict, GpuBootstrapError, Interrupted, StepFailed
+from ..errors import CheckFailed, ClusterError, ConfigError, Conflict, GpuBootstrapError, Interrupted, StepFailed
 from ..refs import Ref
 from . import checkpoint as cp
+from .gate import RECORD
 from .lock import Lock
 from .step import FAIL, PASS, SKIP, Check, Step, StepResult
 
 log = logging.getLogger("gpu_bootstrap.runner")
 REPLANS = 3
+UNKNOWN_WHY = ("unknown: this step's state is kept in a Secret (a helm release's record) that this identity may not "
+               "read, so the plan cannot say whether it would change anything; `up --dry-run` with the dry-run role "
+               "compares it")
+
+
+def refused_secret(error: GpuBootstrapError) -> bool:
+    """Was this a read of Secrets that RBAC refused (the API's 403, or helm's report of one)?"""
+    text = error.message
+    return isinstance(error, ClusterError) and "secrets" in text and "forbidden" in text.lower() and (
+        error.status in (0, 403))
 
 
 class Runner:
@@ -41,7 +52,13 @@ class Runner:
                 except ConfigError:
                     raise  # bad input: nothing else is worth planning until it is fixed
                 except GpuBootstrapError as error:
-                    self._finish(StepResult(step.id, "failed", 0, error.one_line().removeprefix(f"[{step.id}] ")))
+                    message = error.one_line().removeprefix(f"[{step.id}] ")
+                    if self.ctx.gate.mode == RECORD and refused_secret(error):
+                        # a client-side plan (the plan role reads no Secret): this step's state is unknown, which
+                        # is neither "unchanged" nor a failure of the plan
+                        self._finish(StepResult(step.id, "unknown", 0, f"{UNKNOWN_WHY}: {message}"))
+                        continue
+                    self._finish(StepResult(step.id, "failed", 0, message))
             return self.ordered_results()
         lock = Lock(self.ctx.kube)
         lock_state = lock.inspect(force_unlock)  # a live run elsewhere: refuse now, even if nothing is to do
