@@ -107,7 +107,11 @@ def _cluster_adapters(options: Options, config):
     from .adapters.relay import Relay
     kube = Kube(kubeconfig, config.cluster.context)
     relayed = Kube(kubeconfig, config.cluster.context, pool_size=RELAY_POOL)  # helm's own, many at once
-    return kube, Helm(kubeconfig, config.cluster.context, relay=Relay(relayed)), mode, None
+    helm = Helm(kubeconfig, config.cluster.context, relay=Relay(relayed))
+    if mode == gate_module.RECORD:  # --dry-run=client: the plan role reads no Secret, so no helm release record
+        from .adapters.secretless import SecretlessHelm
+        helm = SecretlessHelm(helm, kube)
+    return kube, helm, mode, None
 
 
 def resolve_selected_nodes(config, kube):

@@ -124,7 +124,8 @@ def up(common, dry_run: Annotated[Optional[DryRun], Option("--dry-run", metavar=
         results, playbook = application.up(options, reporter)
         note = f"rendered manifests: {render_dir}/" if render_dir else None
         flag = {None: "", "server": " --dry-run", "client": " --dry-run=client"}[mode]
-        if not show_results(results, reporter, options.json, f"gpu-bootstrap up{flag} ({playbook.name})", note):
+        if not show_results(results, reporter, options.json, f"gpu-bootstrap up{flag} ({playbook.name})", note,
+                            plan=mode is not None):
             raise typer.Exit(EXIT_FAILED)
 
     run("up", common, body)

@@ -127,7 +127,8 @@ def _pipeline() -> dict[str, list[Need]]:
     """Every pipeline command (up, up --dry-run, doctor): the state record, the lock, the nodes."""
     return {
         READ: [need("", "configmaps", "get", "state"), need("", "nodes", "get list"),
-               need("", "namespaces", "get")],
+               need("", "namespaces", "get"),
+               need("", "secrets", "get", "state")],  # the fingerprints' key (the plan role goes without)
         RUN: [need("", "namespaces", "create patch"), need("", "configmaps", "create patch", "state"),
               need("coordination.k8s.io", "leases", "get create update", "state"),
               need("", "secrets", "get create", "state")],  # the fingerprints' key (checkpoint.KEY_SECRET)

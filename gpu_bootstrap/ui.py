@@ -199,14 +199,32 @@ def results_document(results, ok: bool, error: str | None = None, exit_code: int
     return document
 
 
-def show_results(results, reporter, as_json: bool, title: str, note: str | None = None) -> bool:
+def plan_verdict(results) -> str:
+    """One line for a dry run: the changes it would make, or "no changes", and the steps it could not judge."""
+    planned = [r.id for r in results if r.status in ("planned", "incomplete")]
+    unknown = [r.id for r in results if r.status == "unknown"]
+    total = sum(r.changes for r in results if r.status in ("planned", "incomplete"))
+    text = f"{total} change(s) planned in {', '.join(planned)}" if planned else "no changes"
+    if unknown:
+        text += (f"; unknown: {', '.join(unknown)} (their state is in Secrets this identity may not read, so "
+                 f"neither changes nor their absence can be said)")
+    return text
+
+
+def show_results(results, reporter, as_json: bool, title: str, note: str | None = None, plan: bool = False) -> bool:
     """The summary of up or teardown (a table, or the JSON document); a failed step is also named on stderr.
-    Returns whether every step succeeded."""
+    `plan`: a dry run, summed up in one line (plan_verdict; "plan" in the JSON). Returns whether every step
+    succeeded."""
     failed = next((f"[{r.id}] {r.message}" for r in results if r.status in ("failed", "interrupted")), None)
     if as_json:
-        print_json(results_document(results, not failed, failed, 1 if failed else None))
+        document = results_document(results, not failed, failed, 1 if failed else None)
+        if plan:
+            document["plan"] = plan_verdict(results)
+        print_json(document)
     else:
         reporter.summary(results, title)
+        if plan:
+            reporter.note(f"plan: {plan_verdict(results)}")
         if note:
             reporter.note(note)
     if failed:

@@ -95,7 +95,8 @@ def test_the_roles_follow_the_configured_steps(tmp_path):
     assert "gpu-bootstrap-admission" not in found.namespaced
     # (the state record's namespace needs no Role here: monitoring.mode auto may attach anywhere, so configmaps are
     # in the ClusterRole)
-    assert set(found.namespaced) == {"gpu-operator", "kube-system", "monitoring"}
+    # (gpu-bootstrap: the fingerprints' key, read by a dry run to tell whether validate would run again)
+    assert set(found.namespaced) == {"gpu-bootstrap", "gpu-operator", "kube-system", "monitoring"}
 
 
 @pytest.mark.unit
@@ -279,8 +280,8 @@ def test_the_cluster_probe_is_granted_only_where_preflight_probes_through_the_cl
 @pytest.mark.usefixtures("helm_on_path")
 def test_a_client_side_plan_with_the_plan_role_reads_only_and_reports_what_it_cannot_read(cluster, tmp_path):
     """`up --dry-run=client` with a token bound to `rbac --for plan`: only GETs (lists and gets), no write of any
-    kind (not even a dry run), and the steps whose state is in a Secret it may not read (a helm release's record,
-    the webhook's certificate) are "unknown", never "unchanged"; the others plan as usual."""
+    kind (not even a dry run), and the steps whose state is in a Secret it may not read (the webhook's certificate)
+    are "unknown", never "unchanged"; the others plan as usual, the charts' releases from their live objects."""
     config = write_config(tmp_path)
     user = grant(cluster, config, "plan", tmp_path)
     cluster.emu.requests.clear()
@@ -290,11 +291,14 @@ def test_a_client_side_plan_with_the_plan_role_reads_only_and_reports_what_it_ca
     assert {r.method for r in cluster.emu.requests.all()} == {"GET"}
     assert {r.access.resource for r in cluster.emu.requests.all() if r.status == 403} == {"secrets"}
     statuses = {s["id"]: s["status"] for s in document["steps"]}
+    # a fresh cluster: the charts' releases have no live object, so they are planned as installs (helm's records
+    # are not read); the webhook's steps need its certificate's Secret
     assert statuses == {"preflight": "unchanged", "node-prep": "planned", "gpu-pools": "skipped",
-                        "monitoring": "unknown", "gpu-operator": "unknown", "binpack-scheduler": "planned",
+                        "monitoring": "planned", "gpu-operator": "planned", "binpack-scheduler": "planned",
                         "admission-opa": "unknown", "admission": "unknown", "validate": "planned"}
-    unknown = next(s for s in document["steps"] if s["id"] == "gpu-operator")["message"]
-    assert unknown.startswith("unknown: ") and "may not read" in unknown and "secrets is forbidden" in unknown
+    unknown = next(s for s in document["steps"] if s["id"] == "admission-opa")["message"]
+    assert unknown.startswith("unknown: ") and "may not read" in unknown and 'secrets "opa-tls" is forbidden' in \
+        unknown
 
 
 @pytest.mark.unit

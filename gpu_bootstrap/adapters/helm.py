@@ -351,8 +351,9 @@ class Helm:
         except ReleaseNotFound:
             return None
 
-    def deployed_chart(self, release: str, namespace: str) -> str | None:
-        """'<chart name>-<version>' of the deployed release (helm list), or None."""
+    def deployed_chart(self, release: str, namespace: str, version: str | None = None) -> str | None:
+        """'<chart name>-<version>' of the deployed release (helm list), or None. (`version`: the one a plan
+        wants; helm's record names the release's chart exactly, so it is not needed here.)"""
         rows = json.loads(self._run(["list", "--namespace", namespace, "--filter", f"^{release}$", "--output", "json"],
                                     what="helm list", retry="read") or "[]")
         return rows[0].get("chart") if rows else None

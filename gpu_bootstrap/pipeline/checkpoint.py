@@ -28,6 +28,7 @@ class Record:
     version: str
     changes: int = 0
     message: str = ""
+    public: str = ""  # step.Step.public_fingerprint: comparable by a role that may not read the key
 
 
 def now() -> str:
@@ -84,8 +85,9 @@ class Checkpoint:
         data = ((found or {}).get("data") or {}).get("key")
         return base64.b64decode(data) if data else None
 
-    def save(self, step_id: str, status: str, fingerprint: str, changes: int = 0, message: str = "") -> Record:
-        record = Record(status, fingerprint, now(), __version__, changes, message[:500])
+    def save(self, step_id: str, status: str, fingerprint: str, changes: int = 0, message: str = "",
+             public: str = "") -> Record:
+        record = Record(status, fingerprint, now(), __version__, changes, message[:500], public)
         data = {step_id: json.dumps(asdict(record), sort_keys=True)}
         self._write(data)
         return record

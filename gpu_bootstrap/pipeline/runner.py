@@ -46,6 +46,7 @@ class Runner:
         active = [s for s in self.steps if s.enabled(self.ctx)]
         self._note_skipped(active)
         if self.ctx.gate.dry_run:
+            self.ctx.fingerprint_key = self.checkpoint.key(create=False)  # None for a role that may not read it
             for step in active:  # a dry run plans every step, whatever one of them found, then sums up
                 try:
                     self._plan_only(step, records)
@@ -134,7 +135,8 @@ class Runner:
             status = "probed" if step.reads_only else "applied" if count else "unchanged"
             if (kept := step.record(self.ctx, check)) is not None:
                 self.checkpoint.keep(kept)
-            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), count, verified.message)
+            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), count, verified.message,
+                                 step.public_fingerprint(self.ctx))
             self._finish(StepResult(step.id, status, count, _noted(verified.message, check)))
         except KeyboardInterrupt:
             self._record_failure(step, "interrupted", "interrupted by a signal")
@@ -167,7 +169,8 @@ class Runner:
 
     def _record_failure(self, step: Step, status: str, message: str) -> None:
         try:
-            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), 0, message)
+            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), 0, message,
+                                 step.public_fingerprint(self.ctx))
         except (GpuBootstrapError, KeyboardInterrupt) as error:
             log.warning("could not record %s for %s: %s", status, step.id, error)
 
@@ -176,6 +179,9 @@ class Runner:
         check = self._check(step)
         if check.status == SKIP:
             self._finish(StepResult(step.id, "skipped", 0, check.message))
+            return
+        if step.stateless and check.done and (passed := self._passed_with_these_inputs(step, records.get(step.id))):
+            self._finish(StepResult(step.id, "unchanged", 0, passed))  # as `up` would skip it
             return
         self._warn(step, check)
         changes = step.plan(self.ctx, check)
@@ -190,6 +196,18 @@ class Runner:
             status, message = "incomplete", "planned, but " + "; ".join(problems)
             self.ctx.reporter.warn(f"{step.id}: {'; '.join(problems)}")
         self._finish(StepResult(step.id, status, len(changes), message, planned=changes))
+
+    def _passed_with_these_inputs(self, step: Step, record) -> str:
+        """For a step that leaves nothing behind (validate): its record says it passed with these very inputs (the
+        keyed fingerprint; without the key, the public one, which leaves secret values out). '' otherwise."""
+        if record is None or record.status not in ("applied", "unchanged", "probed"):
+            return ""
+        if self.ctx.fingerprint_key:
+            same, note = record.fingerprint == step.fingerprint(self.ctx), ""
+        else:
+            same = bool(record.public) and record.public == step.public_fingerprint(self.ctx)
+            note = " (secret values not compared: this identity may not read the fingerprints' key)"
+        return f"passed at {record.time} with these inputs{note}" if same else ""
 
     def _warn(self, step: Step, check: Check) -> None:
         for warning in check.warnings:

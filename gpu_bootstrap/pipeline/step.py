@@ -107,6 +107,15 @@ class Step:
                              sort_keys=True, default=str)
         return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()[:16]
 
+    def public_fingerprint(self, ctx: "Context") -> str:
+        """SHA-256 of the inputs with every secret value redacted (redact.tree): what a role that may not read the
+        key (the plan role) compares; it cannot confirm a secret, since none is in it."""
+        from .. import redact
+        payload = json.dumps({"step": self.id, "revision": self.revision,
+                              "inputs": redact.tree(json.loads(json.dumps(self.inputs(ctx), default=str)))},
+                             sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
     def enabled(self, ctx: "Context") -> bool:
         return True
 

@@ -148,9 +148,12 @@ def test_each_generated_role_lets_its_command_succeed_and_a_removed_rule_is_name
             refusals = [line for line in refusals if '"secrets"' not in line and "secrets is forbidden" not in line
                         and 'secrets "' not in line]
             statuses = {s["id"]: s["status"] for s in document["steps"]}
-            assert statuses["gpu-operator"] == "unknown" and statuses["monitoring"] == "unknown", statuses
-            assert set(statuses.values()) <= {"unchanged", "unknown", "skipped"}, [
-                (s["id"], s["status"], s["message"]) for s in document["steps"] if s["status"] == "planned"]
+            # the charts' releases compared through their live objects: up to date; the webhook's steps need its
+            # certificate's Secret: unknown
+            changed = [f'{s["id"]} {s["status"]}: {s["message"]}' for s in document["steps"]
+                       if s["status"] not in ("unchanged", "skipped") and s["id"] not in ("admission-opa", "admission")]
+            assert not changed, "\n".join(changed)
+            assert statuses["admission-opa"] == statuses["admission"] == "unknown", statuses
         assert refusals == [], f"a request of {command} was refused (log: {log})"
         kubeconfig = grant(target, deployment, command, tmp_path, drop=("ClusterRole", "nodes", "list"))
         wait_until(lambda: not can_i(target, "list", "nodes"), 30, "the removed rule still applies")
@@ -204,6 +207,35 @@ def test_no_pipeline_role_can_bind_cluster_admin_to_itself(deployment, target, c
             assert not [r for r in rules if "secrets" in r["resources"]]
     finally:
         target.kubectl("delete", "clusterrolebinding", "live-test-self-admin", "--ignore-not-found", check=False)
+        target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
+                       "gpu-bootstrap.io/live-test=rbac", check=False)
+        target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
+
+
+def test_a_client_side_plan_with_the_plan_role_names_a_drifted_value(deployment, target, tmp_path):
+    """One value of a chart's object changed by hand on the real cluster (the Prometheus' retention): the plan role's
+    `up --dry-run=client`, which cannot read helm's record of the release, finds it by rendering the chart and
+    comparing the live objects, and names it; everything else it can read is unchanged."""
+    deployment.ensure()
+    prometheus = target.json("get", "prometheus", "-n", "monitoring")["items"][0]
+    name, before = prometheus["metadata"]["name"], prometheus["spec"].get("retention")
+    drifted = "3d" if before != "3d" else "4d"
+    try:
+        kubeconfig = grant(target, deployment, "plan", tmp_path)
+        wait_until(lambda: can_i(target, "list", "nodes"), 30, "the role did not take effect")
+        target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
+                       json.dumps({"spec": {"retention": drifted}}))
+        result, document, log = run_as(target, deployment, kubeconfig, "plan")
+        assert result.exit_code == 0, result.output
+        steps = {s["id"]: s for s in document["steps"]}
+        assert steps["monitoring"]["status"] == "planned", steps["monitoring"]
+        assert f"Prometheus monitoring/{name}: spec.retention: rendered {before!r}, live {drifted!r}" in \
+            steps["monitoring"]["message"], steps["monitoring"]["message"]
+        assert [i for i, s in steps.items() if s["status"] == "planned"] == ["monitoring"]
+        assert document["plan"].startswith("1 change(s) planned in monitoring; unknown: admission-opa, admission")
+    finally:
+        target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
+                       json.dumps({"spec": {"retention": before}}))
         target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
                        "gpu-bootstrap.io/live-test=rbac", check=False)
         target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
