@@ -32,6 +32,7 @@ class Options:
     only: list[str] = field(default_factory=list)
     skip: list[str] = field(default_factory=list)
     dry_run: bool = False
+    dry_run_mode: str = "server"  # with dry_run: server (dryRun=All requests) or client (nothing sent)
     offline: bool = False
     kube_version: str | None = None
     render_dir: Path | None = None
@@ -100,11 +101,17 @@ def _cluster_adapters(options: Options, config):
     kubeconfig = config.cluster.kubeconfig
     if not options.no_cluster:
         kubeconfig = check_kubeconfig(kubeconfig, config.cluster.context)
-    mode = gate_module.SERVER_DRY_RUN if options.dry_run else gate_module.APPLY
+    mode = gate_module.APPLY
+    if options.dry_run:
+        mode = gate_module.RECORD if options.dry_run_mode == "client" else gate_module.SERVER_DRY_RUN
     from .adapters.relay import Relay
     kube = Kube(kubeconfig, config.cluster.context)
     relayed = Kube(kubeconfig, config.cluster.context, pool_size=RELAY_POOL)  # helm's own, many at once
-    return kube, Helm(kubeconfig, config.cluster.context, relay=Relay(relayed)), mode, None
+    helm = Helm(kubeconfig, config.cluster.context, relay=Relay(relayed))
+    if mode == gate_module.RECORD:  # --dry-run=client: the plan role reads no Secret, so no helm release record
+        from .adapters.secretless import SecretlessHelm
+        helm = SecretlessHelm(helm, kube)
+    return kube, helm, mode, None
 
 
 def resolve_selected_nodes(config, kube):
@@ -259,9 +266,11 @@ def images(options: Options, cluster_facts: tuple[str, dict] | None = None):
     import dataclasses
     import tempfile
     from . import image_list
+    from .tempfiles import run_folder_or_none
     config = load_config(options)
     plain = config.model_copy(update={"registry": config.registry.model_copy(update={"mirror": None})})
-    with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-images-") as folder:
+    # inside the run folder: a run killed with -9 leaves it to the next run's sweep (tempfiles.py)
+    with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-images-", dir=run_folder_or_none()) as folder:
         render = Path(folder) / "render"
         offline = dataclasses.replace(options, dry_run=True, offline=True, render_dir=render, only=[], skip=[])
         if cluster_facts is not None:
@@ -463,7 +472,8 @@ def rbac(options: Options, command: str, service_account: str | None = None) -> 
     docs = rbac_module.manifests(command, config, steps, service_account)
     header = [f"# gpu-bootstrap rbac --for {command}: the least `{_command_line(command)}` needs"
               + (f" for the steps {', '.join(steps)}" if steps else ""),
-              "# (generated; no `*` anywhere). Apply as a cluster admin: kubectl apply -f FILE"]
+              "# (generated; no `*` anywhere). Apply as a cluster admin: kubectl apply -f FILE",
+              *ROLE_WARNINGS.get(command, [])]
     missing = [d["metadata"]["namespace"] for d in docs if d["kind"] == "Role" and
                d["metadata"]["namespace"] not in ("default", "kube-system")]
     if missing:
@@ -478,5 +488,24 @@ def rbac(options: Options, command: str, service_account: str | None = None) -> 
     return "\n".join(header) + "\n" + yaml.safe_dump_all(docs, sort_keys=False)
 
 
+# What each pipeline role is for, printed at the top of its YAML (README "RBAC" says the same)
+ROLE_WARNINGS = {
+    "plan": ["# Read-only: get/list/watch, no Secrets, no bind/escalate/impersonate. For a pull request's CI (code "
+             "anyone may propose):",
+             "# `gpu-bootstrap up --dry-run=client` plans from the objects it can read and reports what it cannot "
+             "read (a helm release's record is a Secret) as unknown."],
+    "dry-run": ["# WRITE-EQUIVALENT for the resources it names: the API server authorizes a server-side dry run of a "
+                "write exactly like the write,",
+                "# so a token bound to this role can make those writes for real. Give it only to a trusted job (a "
+                "main-branch pipeline), never",
+                "# to a pull request's CI (use --for plan there). bind and escalate are limited to the roles our "
+                "manifests and charts bind",
+                "# or create (resourceNames); no delete, deletecollection or impersonate."],
+    "up": ["# Applies everything: give it to the identity that runs `gpu-bootstrap up` (an admin, or a protected "
+           "deploy job)."],
+}
+
+
 def _command_line(command: str) -> str:
-    return {"dry-run": "gpu-bootstrap up --dry-run"}.get(command, f"gpu-bootstrap {command}")
+    return {"dry-run": "gpu-bootstrap up --dry-run", "plan": "gpu-bootstrap up --dry-run=client"}.get(
+        command, f"gpu-bootstrap {command}")

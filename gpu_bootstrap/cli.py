@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 from typer import Option
+from typer.core import TyperGroup
 
 from . import __version__
 from .cli_common import CLUSTER, PIPELINE, Output, options_from, run
@@ -18,14 +19,41 @@ from .cli_common import command as _command
 from .cli_status import register as register_status
 from .errors import EXIT_FAILED, GpuBootstrapError
 
+class _Group(TyperGroup):
+    """`up --dry-run` alone means `--dry-run=server`; `--dry-run=client` is kubectl's other spelling. Click cannot
+    give an option a value that may be left out, so the bare flag gets its value here, before parsing."""
+
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, dry_run_default(list(args)))
+
+
+def dry_run_default(args: list[str]) -> list[str]:
+    """`up ... --dry-run ...` -> `up ... --dry-run=server ...` (only for `up`, only before a `--`)."""
+    command = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if command is None or args[command] != "up":
+        return args
+    out = list(args)
+    for index in range(command + 1, len(out)):
+        if out[index] == "--":
+            break
+        if out[index] == "--dry-run":
+            out[index] = "--dry-run=server"
+    return out
+
+
 app = typer.Typer(
-    name="gpu-bootstrap",
+    name="gpu-bootstrap", cls=_Group,
     help="Turn a Kubernetes cluster with NVIDIA GPU nodes into a GPU platform, in one resumable command.\n\n"
          "Start with [bold]gpu-bootstrap init[/] to write a config, [bold]gpu-bootstrap doctor[/] to check the "
          "cluster and nodes, then [bold]gpu-bootstrap up --dry-run[/] to see the plan and [bold]gpu-bootstrap up"
          "[/] to apply it. Interrupted runs resume where they stopped.",
     no_args_is_help=True, rich_markup_mode="rich", pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]})
+
+
+class DryRun(str, Enum):
+    server = "server"
+    client = "client"
 
 
 class Via(str, Enum):
@@ -56,9 +84,11 @@ def _root(version: Annotated[bool, Option("--version", callback=_version, is_eag
 
 
 @command(*PIPELINE)
-def up(common, dry_run: Annotated[bool, Option("--dry-run", help=(
-        "Plan every step and apply nothing. With a reachable cluster the plan reads real state and the API "
-        "validates each change (server-side dry run)."))] = False,
+def up(common, dry_run: Annotated[Optional[DryRun], Option("--dry-run", metavar="[=server|=client]", help=(
+        "Plan every step and apply nothing. --dry-run (=server): the plan reads real state and the API validates "
+        "each change (a server-side dry run, authorized like the write: the dry-run role). --dry-run=client: the "
+        "plan is made from what can be read with get/list/watch, without Secrets (the plan role), and sends "
+        "nothing; what it cannot read it reports as unknown."))] = None,
        offline: Annotated[bool, Option("--offline", help=(
            "With --dry-run: no cluster and no SSH needed; plans against fresh nodes (the CI mode)."))] = False,
        kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y[.Z]", help=(
@@ -77,21 +107,25 @@ def up(common, dry_run: Annotated[bool, Option("--dry-run", help=(
 
       gpu-bootstrap up                        # apply
       gpu-bootstrap up --dry-run              # the plan, checked by the API
+      gpu-bootstrap up --dry-run=client       # read-only plan (pull requests' CI)
       gpu-bootstrap up --dry-run --offline --render-dir out/
       gpu-bootstrap up --only node-prep -o json
     """
-    options = options_from(common, dry_run=dry_run, offline=offline, kube_version=kube_version,
+    mode = dry_run.value if dry_run else None
+    options = options_from(common, dry_run=mode is not None, dry_run_mode=mode or "server", offline=offline,
+                           kube_version=kube_version,
                        preflight_report=preflight_report, render_dir=render_dir,
                        allow_operand_restart=allow_operand_restart, via=via.value if via else None)
 
     def body():
         from . import app as application
         from .ui import JsonReporter, RichReporter, show_results
-        reporter = JsonReporter() if options.json else RichReporter(dry_run)
+        reporter = JsonReporter() if options.json else RichReporter(mode is not None)
         results, playbook = application.up(options, reporter)
         note = f"rendered manifests: {render_dir}/" if render_dir else None
-        if not show_results(results, reporter, options.json,
-                            f"gpu-bootstrap up{' --dry-run' if dry_run else ''} ({playbook.name})", note):
+        flag = {None: "", "server": " --dry-run", "client": " --dry-run=client"}[mode]
+        if not show_results(results, reporter, options.json, f"gpu-bootstrap up{flag} ({playbook.name})", note,
+                            plan=mode is not None):
             raise typer.Exit(EXIT_FAILED)
 
     run("up", common, body)
@@ -274,15 +308,18 @@ def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=
 
 
 class RbacFor(str, Enum):
-    up = "up"
+    plan = "plan"
     dry_run = "dry-run"
+    up = "up"
     status = "status"
     doctor = "doctor"
 
 
 @command("config", "playbook", "verbose", "log_file")
 def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
-        "The command to grant: up (applies), dry-run (up --dry-run, e.g. in CI), status or doctor."))],
+        "The command to grant: plan (up --dry-run=client: read-only, no Secrets; for pull requests' CI), dry-run "
+        "(up --dry-run: write-equivalent for what up writes; for a trusted main-branch job), up (applies), status "
+        "or doctor."))],
          service_account: Annotated[Optional[str], Option("--service-account", metavar="NAMESPACE/NAME", help=(
              "Also bind the roles to this ServiceAccount."))] = None) -> None:
     """Print the least-privilege RBAC a command needs for the configured steps: a ClusterRole, plus a Role in each
@@ -290,7 +327,8 @@ def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
 
     [bold]Examples[/]
 
-      gpu-bootstrap rbac --for dry-run --service-account ci/ci > rbac.yaml
+      gpu-bootstrap rbac --for plan --service-account ci/pr-plan > rbac.yaml
+      gpu-bootstrap rbac --for dry-run --service-account ci/main > rbac.yaml
       gpu-bootstrap rbac --for status | kubectl apply -f -
     """
     def body():

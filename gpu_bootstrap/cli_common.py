@@ -85,7 +85,11 @@ def options_from(common: dict, **more):
 def run(name: str, common: dict, body) -> None:
     """Run a command body with logging, signals and typed-error handling in one place."""
     from .ui import print_error, print_json, results_document, setup_logging
-    log_path = setup_logging(name, common.get("log_file"), common.get("verbose", 0))
+    try:
+        log_path = setup_logging(name, common.get("log_file"), common.get("verbose", 0))
+    except GpuBootstrapError as error:  # --log-file unusable: said before anything runs, with no log to point at
+        print_error(error.one_line(), None)
+        raise typer.Exit(error.exit_code) from None
     from . import interrupts, tempfiles
     interrupts.install()  # SIGINT/SIGTERM: stop helm, record `interrupted`, release the lock, exit within 5 s
     tempfiles.sweep()  # the temp folders (client keys, relay tokens) of runs that were killed

@@ -73,6 +73,7 @@ class Context:
     options: RunOptions = field(default_factory=RunOptions)
     ssh: "Ssh | None" = None
     kube_version: str | None = None  # known up front offline (--kube-version); read from the API otherwise
+    fingerprint_key: bytes | None = None  # the cluster's key for step fingerprints (checkpoint.Checkpoint.key)
 
     def server_version(self) -> str:
         """The cluster's Kubernetes version (x.y.z), read once."""

@@ -1,4 +1,14 @@
-"""Least-privilege RBAC for each command: `gpu-bootstrap rbac --for up|dry-run|status|doctor`.
+"""Least-privilege RBAC for each command: `gpu-bootstrap rbac --for plan|dry-run|up|status|doctor`.
+
+Three roles for the pipeline, from the least to the most:
+  plan     `up --dry-run=client`: get/list/watch only, and no Secrets at all (a helm release's record is a Secret
+           holding its values); for a pull request's CI, which runs code anyone may propose.
+  dry-run  `up --dry-run`: a server-side dry run of a write is authorized exactly like the write, so this role holds
+           create/patch on what `up` writes: it is write-equivalent for those resources, and for a trusted job only
+           (a main-branch pipeline). RBAC's escalation checks make it name the roles it may `bind` and `escalate`
+           (resourceNames: the roles our manifests and the charts bind or create, ROLE_NAMES), never all of them,
+           so a token bound to it cannot bind cluster-admin to itself. No delete, deletecollection or impersonate.
+  up       `up` itself: dry-run's rules plus what only a real run does (helm's installs, verify, removals).
 
 The table below says which API requests each step (and the pipeline around the steps) makes, by phase:
   READ   what check/doctor read (every pipeline command),
@@ -24,7 +34,8 @@ from dataclasses import dataclass
 
 from .pipeline import checkpoint
 
-COMMANDS = ("up", "dry-run", "status", "doctor")
+COMMANDS = ("plan", "dry-run", "up", "status", "doctor")
+PLAN_VERBS = ("get", "list", "watch")  # all the plan role may do
 READ, WRITE, RUN, DOCTOR = "read", "write", "run", "doctor"
 CLUSTER = None  # a need's scope: cluster-wide (ClusterRole); else the key of a namespace in `namespaces()`
 APPLY = ("get", "patch", "create")  # server-side apply: patch, plus create when the object is new
@@ -37,10 +48,13 @@ class Need:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     scope: str | None = CLUSTER  # None: every namespace / cluster-scoped; else a key of namespaces(config)
+    names: tuple[str, ...] = ()  # resourceNames: only these objects (bind, escalate)
 
 
-def need(group: str, resources: str, verbs: tuple[str, ...] | str, scope: str | None = CLUSTER) -> Need:
-    return Need(group, tuple(resources.split()), tuple(verbs.split()) if isinstance(verbs, str) else verbs, scope)
+def need(group: str, resources: str, verbs: tuple[str, ...] | str, scope: str | None = CLUSTER,
+         names=()) -> Need:
+    return Need(group, tuple(resources.split()), tuple(verbs.split()) if isinstance(verbs, str) else verbs, scope,
+                tuple(sorted(names)))
 
 
 # The charts' objects: (group, resource, namespaced?) of every kind they render (and their CRDs).
@@ -65,6 +79,36 @@ CHART_KINDS = {
 }
 
 
+def _fullname(release: str, name: str, limit: int = 63) -> str:
+    """helm's usual fullname: the release name when it contains the chart's name, else release-name; cut to
+    `limit` characters, no trailing '-'."""
+    full = release if name in release else f"{release}-{name}"
+    return full[:limit].rstrip("-")
+
+
+def chart_roles(step: str, release: str) -> tuple[set[str], set[str]]:
+    """(ClusterRoles, Roles in the release's namespace) the chart creates and binds, by the chart's own naming rules;
+    tests/test_rbac.py renders the catalogue's charts with our values and several release names and compares."""
+    if step == "gpu-operator":
+        nfd = _fullname(release, "node-feature-discovery")
+        return ({"gpu-operator", "gpu-operator-upgrade-crd-hook-role", nfd, f"{nfd}-gc", f"{nfd}-prune"},
+                {"gpu-operator", f"{nfd}-worker"})
+    if step == "monitoring":
+        stack = _fullname(release, "kube-prometheus-stack", 26)  # the chart cuts its fullname to 26
+        return ({f"{stack}-operator", f"{stack}-prometheus", f"{stack}-admission",
+                 f"{_fullname(release, 'grafana')}-clusterrole", _fullname(release, "kube-state-metrics")},
+                {f"{stack}-admission"})
+    raise ValueError(step)
+
+
+def _chart_rbac(step: str, release: str, scope: str) -> list[Need]:
+    """Creating the chart's roles and bindings: RBAC lets a user create a role only with every permission in it, or
+    `escalate` on it, and bind one only with them, or `bind` on it. Both by name, never all roles."""
+    cluster_roles, roles = chart_roles(step, release)
+    return [need("rbac.authorization.k8s.io", "clusterroles", "bind escalate", CLUSTER, cluster_roles),
+            need("rbac.authorization.k8s.io", "roles", "bind escalate", scope, roles)]
+
+
 # Objects a chart puts in another namespace: kube-prometheus-stack's Services for scraping the control plane.
 CHART_ELSEWHERE = {"monitoring": [("", "services", "kube-system")]}
 
@@ -83,9 +127,11 @@ def _pipeline() -> dict[str, list[Need]]:
     """Every pipeline command (up, up --dry-run, doctor): the state record, the lock, the nodes."""
     return {
         READ: [need("", "configmaps", "get", "state"), need("", "nodes", "get list"),
-               need("", "namespaces", "get")],
+               need("", "namespaces", "get"),
+               need("", "secrets", "get", "state")],  # the fingerprints' key (the plan role goes without)
         RUN: [need("", "namespaces", "create patch"), need("", "configmaps", "create patch", "state"),
-              need("coordination.k8s.io", "leases", "get create update", "state")],
+              need("coordination.k8s.io", "leases", "get create update", "state"),
+              need("", "secrets", "get create", "state")],  # the fingerprints' key (checkpoint.KEY_SECRET)
         DOCTOR: [need("authorization.k8s.io", "selfsubjectaccessreviews", "create")],
     }
 
@@ -116,6 +162,7 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             WRITE: [need("", "configmaps", APPLY, attach_scope),
                     need("monitoring.coreos.com", "prometheusrules", APPLY, attach_scope),
                     *([need("", "namespaces", APPLY)] + _chart("monitoring", "monitoring", APPLY)
+                      + _chart_rbac("monitoring", config.monitoring.release, "monitoring")
                       if monitoring_install else [])],
             RUN: [*(_chart("monitoring", "monitoring", HELM) if monitoring_install else []),
                   need("", "configmaps", "delete", attach_scope),
@@ -131,7 +178,8 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             READ: [need("", "nodes", "get list"), *_chart("gpu-operator", "operator", ("get", "list")),
                    need("apiextensions.k8s.io", "customresourcedefinitions", "get")],
             WRITE: [need("", "nodes", "patch"), need("", "namespaces", APPLY),
-                    *_chart("gpu-operator", "operator", APPLY)],
+                    *_chart("gpu-operator", "operator", APPLY),
+                    *_chart_rbac("gpu-operator", config.gpu_operator.release, "operator")],
             RUN: [*_chart("gpu-operator", "operator", HELM), need("", "pods", "list", "operator")],
             DOCTOR: [need("apps", "daemonsets", "list", "operator"), need("", "pods", "list create", "operator")]},
         "binpack-scheduler": {
@@ -148,9 +196,14 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
                     need("policy", "poddisruptionbudgets", APPLY, "scheduler"),
                     need("rbac.authorization.k8s.io", "roles rolebindings", APPLY, "scheduler"),
                     need("rbac.authorization.k8s.io", "clusterrolebindings", APPLY),
-                    # binding the system roles kube-scheduler runs with: RBAC's escalation check asks for `bind`
-                    need("rbac.authorization.k8s.io", "clusterroles", "bind"),
-                    need("rbac.authorization.k8s.io", "roles", "bind", "scheduler")],
+                    # binding the system roles kube-scheduler runs with, and making the leader-election Role:
+                    # RBAC's escalation checks ask for `bind` (and `escalate`) on exactly those, by name
+                    need("rbac.authorization.k8s.io", "clusterroles", "bind", CLUSTER,
+                         ("system:kube-scheduler", "system:volume-scheduler")),
+                    need("rbac.authorization.k8s.io", "roles", "bind", "kube-system",
+                         ("extension-apiserver-authentication-reader",)),
+                    need("rbac.authorization.k8s.io", "roles", "bind escalate", "scheduler",
+                         (f"{config.scheduler.name}-leader-election",))],
             RUN: [need("", "serviceaccounts configmaps", "delete", "scheduler"),
                   need("apps", "deployments", "delete", "scheduler"), need("", "pods", "list", "scheduler"),
                   need("coordination.k8s.io", "leases", "get", "scheduler")],
@@ -239,11 +292,24 @@ def needs(command: str, config, steps: list[str]) -> list[Need]:
         raise ValueError(command)
     if command == "status":
         return _status()
-    phases = {"up": (READ, WRITE, RUN), "dry-run": (READ, WRITE), "doctor": (READ, DOCTOR)}[command]
+    phases = {"up": (READ, WRITE, RUN), "dry-run": (READ, WRITE), "plan": (READ,), "doctor": (READ, DOCTOR)}[command]
     table = _steps(config)
     out = [n for phase in phases for n in _pipeline().get(phase, [])]
     for step in steps:
         out += [n for phase in phases for n in table.get(step, {}).get(phase, [])]
+    if command == "plan":
+        out = _read_only(out)
+    return out
+
+
+def _read_only(needs_: list[Need]) -> list[Need]:
+    """The plan role: only get/list/watch, and nothing of Secrets (what the plan cannot read it says is unknown)."""
+    out = []
+    for item in needs_:
+        resources = tuple(r for r in item.resources if r != "secrets")
+        verbs = tuple(v for v in item.verbs if v in PLAN_VERBS)
+        if resources and verbs:
+            out.append(Need(item.group, resources, verbs, item.scope, item.names))
     return out
 
 
@@ -257,12 +323,12 @@ def rules(command: str, config, steps: list[str]) -> Rules:
     """The needs merged into RBAC rules: one per (API group, verbs), resources sorted; namespaced verbs a
     cluster-wide rule already grants are left out of the Roles."""
     names = namespaces(config) if config is not None else {}
-    wide: dict[tuple[str, str], set] = defaultdict(set)
-    local: dict[str, dict[tuple[str, str], set]] = defaultdict(lambda: defaultdict(set))
+    wide: dict[tuple[str, str, tuple], set] = defaultdict(set)
+    local: dict[str, dict[tuple[str, str, tuple], set]] = defaultdict(lambda: defaultdict(set))
     for item in needs(command, config, steps):
         for resource in item.resources:
             target = wide if item.scope is CLUSTER else local[names[item.scope]]
-            target[(item.group, resource)].update(item.verbs)
+            target[(item.group, resource, item.names)].update(item.verbs)
     for namespace, found in local.items():
         for key in list(found):
             found[key] -= wide.get(key, set())
@@ -271,12 +337,18 @@ def rules(command: str, config, steps: list[str]) -> Rules:
     return Rules(_merge(wide), {ns: _merge(found) for ns, found in sorted(local.items()) if found})
 
 
-def _merge(found: dict[tuple[str, str], set]) -> list[dict]:
-    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = defaultdict(list)
-    for (group, resource), verbs in sorted(found.items()):
-        grouped[(group, tuple(sorted(verbs)))].append(resource)
-    return [{"apiGroups": [group], "resources": sorted(resources), "verbs": list(verbs)}
-            for (group, verbs), resources in sorted(grouped.items())]
+def _merge(found: dict[tuple[str, str, tuple], set]) -> list[dict]:
+    """One rule per (API group, verbs, resourceNames), its resources sorted; named access merges by name too."""
+    grouped: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = defaultdict(list)
+    for (group, resource, names), verbs in sorted(found.items()):
+        grouped[(group, tuple(sorted(verbs)), names)].append(resource)
+    rules_ = []
+    for (group, verbs, names), resources in sorted(grouped.items()):
+        rule = {"apiGroups": [group], "resources": sorted(resources)}
+        if names:
+            rule["resourceNames"] = list(names)
+        rules_.append({**rule, "verbs": list(verbs)})
+    return rules_
 
 
 def manifests(command: str, config, steps: list[str], service_account: str | None = None) -> list[dict]:

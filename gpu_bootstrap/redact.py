@@ -49,6 +49,11 @@ _VALUE_PATTERNS = [  # (pattern, replacement): each keeps what identifies the th
 _ASSIGNMENT = re.compile(r"""(?P<lead>(?:^|[\s{,])(?P<q>["']?)(?P<key>[A-Za-z_][\w.-]*)(?P=q)[ \t]*[:=](?!=)[ \t]*)"""
                          r"""(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s,}'"{\[][^\n,}]*)""", re.MULTILINE)
 
+# `"Authorization: Bearer x"`, `'password=x'`: a whole key-and-value inside one pair of quotes, after other text on
+# the line (a curl command, a helm error quoting a header); the value ends at the closing quote
+_QUOTED_ASSIGNMENT = re.compile(r"""(?P<lead>(?:^|(?<=[^\w"']))(?P<q>["'])[ \t]*(?P<key>[A-Za-z_][\w.-]*)[ \t]*[:=](?!=)"""
+                                r"""[ \t]*)(?P<value>[^"'\n]+)(?P=q)""", re.MULTILINE)
+
 
 def secret_key(key: Any) -> bool:
     """Does this key hold a secret's value (not a reference to one)?"""
@@ -63,8 +68,16 @@ def text(value: str) -> str:
     for pattern, replacement in _VALUE_PATTERNS:
         value = pattern.sub(replacement, value)
     if ":" in value or "=" in value:
+        value = _QUOTED_ASSIGNMENT.sub(_quoted_assignment, value)
         value = _ASSIGNMENT.sub(_assignment, value)
     return value
+
+
+def _quoted_assignment(match: re.Match) -> str:
+    found = match.group("value").strip()
+    if not secret_key(match.group("key")) or not found or found.startswith(("$", "<")):
+        return match.group(0)
+    return f"{match.group('lead')}{REDACTED}{match.group('q')}"
 
 
 def _assignment(match: re.Match) -> str:

@@ -4,14 +4,23 @@ The kubernetes client writes the kubeconfig's `client-key-data` (and certificate
 relay keeps its kubeconfig (with its token) in a temp folder. Both go into this process's run folder,
 `$TMPDIR/gpu-bootstrap-run-<pid>-<random>/` (0700, made on first use). It is removed on every way out: a normal exit
 or a signal (atexit), and the `os._exit` paths of gpu_bootstrap.interrupts (`remove()` first). Only `kill -9` or a
-crash of the machine leaves it, and the next run's `sweep()` removes it: a run folder whose process is gone, a run
-folder older than MAX_RUN_AGE whatever its pid says, and a relay folder that an older version left at the top of
-$TMPDIR once it is older than STALE_RELAY_AGE. The sweep matches our own name patterns only, skips what another
-user owns and never follows a link: other programs' files are never touched.
+crash of the machine leaves it, and the next run's `sweep()` removes it: a run folder whose process is gone, and a
+relay folder that an older version left at the top of $TMPDIR once it is older than STALE_RELAY_AGE. Helm's chart
+downloads and `images`' scratch render live inside the run folder too, so they go with it.
+
+"Gone" is decided by a lock, not by the pid in the folder's name: the process holds an exclusive flock on the folder's
+LOCK_FILE for its whole life, and the kernel drops it when the process dies, however it dies. A pid says nothing
+across PID namespaces (a container sharing /tmp with the host: its run's pid 57 is another process, or none, here),
+while a lock on the same file is the same lock in every namespace. A run folder without the lock file (made by a
+version before it, or by a run killed between making the folder and locking it) is removed once older than
+UNLOCKED_RUN_AGE. The sweep matches our own name patterns only, skips what another user owns and never follows a
+link: other programs' files are never touched. A folder is made and locked under a PREP_PREFIX name and only
+then renamed to its run name, so no sweep can take a live run's folder for a dead one's.
 """
 from __future__ import annotations
 
 import atexit
+import fcntl
 import logging
 import os
 import re
@@ -27,12 +36,16 @@ log = logging.getLogger("gpu_bootstrap.tempfiles")
 
 RUN_PREFIX = "gpu-bootstrap-run-"
 RUN_NAME = re.compile(r"gpu-bootstrap-run-(\d+)-[0-9a-f]{8}")
+PREP_PREFIX = ".gpu-bootstrap-prep-"  # a run folder being made (renamed once locked); empty but for its lock
+PREP_NAME = re.compile(r"\.gpu-bootstrap-prep-[0-9a-f]{8}")
 LEGACY_RELAY_NAME = re.compile(r"gpu-bootstrap-relay-[A-Za-z0-9_]{8}")  # tempfile.mkdtemp's suffix
-MAX_RUN_AGE = 7 * 24 * 3600.0  # seconds: no run lasts a week; an older folder's pid was reused by another process
 STALE_RELAY_AGE = 6 * 3600.0  # seconds: an older version's relay folder (it holds a token that died with its relay)
+UNLOCKED_RUN_AGE = STALE_RELAY_AGE  # seconds: a run folder without a lock file (an older version's)
+LOCK_FILE = ".lock"  # flocked by the folder's process for its whole life
 
 _lock = threading.Lock()
 _folder: Path | None = None
+_held: int | None = None  # the descriptor holding the run folder's lock
 
 
 def run_folder() -> Path:
@@ -40,13 +53,29 @@ def run_folder() -> Path:
     global _folder
     with _lock:
         if _folder is None or not _folder.is_dir():
-            path = Path(tempfile.gettempdir()) / f"{RUN_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-            path.mkdir(mode=0o700)
-            path.chmod(0o700)  # whatever the umask
+            # made and locked under a name the sweep leaves alone for a while, then renamed (atomically): a
+            # sweep never sees a run folder whose lock is not held yet
+            root = Path(tempfile.gettempdir())
+            prep = root / f"{PREP_PREFIX}{secrets.token_hex(4)}"
+            prep.mkdir(mode=0o700)
+            prep.chmod(0o700)  # whatever the umask
+            _hold(prep)
+            path = root / f"{RUN_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+            prep.rename(path)
             if _folder is None:
                 atexit.register(remove)
             _folder = path
         return _folder
+
+
+def _hold(path: Path) -> None:
+    """Lock the folder's LOCK_FILE for this process's life (O_CLOEXEC: a child such as helm holds nothing)."""
+    global _held
+    fd = os.open(path / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else can hold it
+    if _held is not None:
+        os.close(_held)
+    _held = fd
 
 
 def run_folder_or_none() -> Path | None:
@@ -61,11 +90,14 @@ def run_folder_or_none() -> Path | None:
 def remove() -> None:
     """Remove the run folder now (atexit, and before os._exit). The kubernetes client's memory of the files it
     wrote there is dropped too, so a later client in this process writes them anew."""
-    global _folder
+    global _folder, _held
     folder, _folder = _folder, None
     if folder is None:
         return
     shutil.rmtree(folder, ignore_errors=True)
+    if _held is not None:
+        os.close(_held)
+        _held = None
     _forget_client_files(folder)
 
 
@@ -106,7 +138,7 @@ def sweep(root: Path | None = None, now: float | None = None) -> list[Path]:
 
 
 def _stale(entry: os.DirEntry, now: float) -> bool:
-    run = RUN_NAME.fullmatch(entry.name)
+    run = RUN_NAME.fullmatch(entry.name) or PREP_NAME.fullmatch(entry.name)
     if run is None and not LEGACY_RELAY_NAME.fullmatch(entry.name):
         return False  # not ours
     try:
@@ -118,16 +150,24 @@ def _stale(entry: os.DirEntry, now: float) -> bool:
     age = now - info.st_mtime
     if run is None:
         return age > STALE_RELAY_AGE
-    return age > MAX_RUN_AGE or not _alive(int(run.group(1)))
+    held = _lock_held(Path(entry.path) / LOCK_FILE)
+    if held is None or entry.name.startswith(PREP_PREFIX):  # an older version's folder, or one left half-made
+        return age > UNLOCKED_RUN_AGE and not held
+    return not held
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True  # another folder of this very process: still in use
+def _lock_held(path: Path) -> bool | None:
+    """Whether a live process holds the folder's lock; None when there is no lock file to ask."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # a process of another user has that pid now: leave the folder to the age rule
-    return True
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return True  # cannot tell (a link, no permission): keep the folder
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False  # nobody holds it: its process is gone (our lock goes with the descriptor, closed below)
+    except OSError as error:
+        return True  # EWOULDBLOCK: held; anything else: cannot tell, so keep the folder
+    finally:
+        os.close(fd)

@@ -5,6 +5,7 @@ The pipeline reports through a Reporter and never touches the screen itself.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import logging
 import os
@@ -16,10 +17,10 @@ from .errors import UsageError
 from .paths import state_dir
 
 STATUS_STYLE = {"applied": "green", "unchanged": "dim", "probed": "green", "skipped": "dim", "planned": "cyan",
-                "incomplete": "yellow", "failed": "bold red", "interrupted": "yellow", "undone": "green",
-                "pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+                "incomplete": "yellow", "unknown": "yellow", "failed": "bold red", "interrupted": "yellow",
+                "undone": "green", "pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 STATUS_ICON = {"applied": "✔", "unchanged": "·", "probed": "✔", "skipped": "-", "planned": "→", "incomplete": "!",
-               "failed": "✘", "interrupted": "!", "undone": "✔", "pass": "✔", "warn": "!", "fail": "✘", "skip": "-"}
+               "unknown": "?", "failed": "✘", "interrupted": "!", "undone": "✔", "pass": "✔", "warn": "!", "fail": "✘", "skip": "-"}
 WIDTH_WHEN_NOT_A_TERMINAL = 200  # logs and pipes: never fold a table at 80 columns
 KEEP_LOGS = 30
 
@@ -35,7 +36,15 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
         _prune(folder)
     else:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        fd = os.open(log_file, LOG_FLAGS, 0o600)
+    except OSError as error:
+        from .errors import UsageError
+        if error.errno == errno.ELOOP:  # O_NOFOLLOW: the last part of the path is a symbolic link
+            raise UsageError(f"--log-file {log_file}: is a symbolic link; gpu-bootstrap does not write its log "
+                             f"through one (it could point anywhere)", "name the file itself") from None
+        raise UsageError(f"--log-file {log_file}: cannot open it: {error.strerror}",
+                         "use a file you can write, or leave --log-file out") from None
     try:  # the mode above applies only to a new file: an existing one is made private too
         import stat
         mode = os.fstat(fd).st_mode
@@ -53,7 +62,7 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
         root.removeHandler(handler)
         if isinstance(handler, logging.FileHandler):  # an earlier run in this process: close its file
             handler.close()
-    file_handler = logging.FileHandler(log_file)
+    file_handler = PrivateFileHandler(log_file)
     file_handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(file_handler)
     if verbose:
@@ -63,6 +72,19 @@ def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
         root.addHandler(stream)
     root.propagate = False
     return log_file
+
+
+# Opening the log: never through a symbolic link (O_NOFOLLOW), created 0600
+LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class PrivateFileHandler(logging.FileHandler):
+    """A FileHandler that opens its file with LOG_FLAGS: a link put in the file's place after the check in
+    setup_logging is refused (ELOOP) instead of followed."""
+
+    def _open(self):
+        return open(os.open(self.baseFilename, LOG_FLAGS, 0o600), "a", encoding=self.encoding or "utf-8",
+                    errors=self.errors)
 
 
 class RedactingFormatter(logging.Formatter):
@@ -177,14 +199,32 @@ def results_document(results, ok: bool, error: str | None = None, exit_code: int
     return document
 
 
-def show_results(results, reporter, as_json: bool, title: str, note: str | None = None) -> bool:
+def plan_verdict(results) -> str:
+    """One line for a dry run: the changes it would make, or "no changes", and the steps it could not judge."""
+    planned = [r.id for r in results if r.status in ("planned", "incomplete")]
+    unknown = [r.id for r in results if r.status == "unknown"]
+    total = sum(r.changes for r in results if r.status in ("planned", "incomplete"))
+    text = f"{total} change(s) planned in {', '.join(planned)}" if planned else "no changes"
+    if unknown:
+        text += (f"; unknown: {', '.join(unknown)} (their state is in Secrets this identity may not read, so "
+                 f"neither changes nor their absence can be said)")
+    return text
+
+
+def show_results(results, reporter, as_json: bool, title: str, note: str | None = None, plan: bool = False) -> bool:
     """The summary of up or teardown (a table, or the JSON document); a failed step is also named on stderr.
-    Returns whether every step succeeded."""
+    `plan`: a dry run, summed up in one line (plan_verdict; "plan" in the JSON). Returns whether every step
+    succeeded."""
     failed = next((f"[{r.id}] {r.message}" for r in results if r.status in ("failed", "interrupted")), None)
     if as_json:
-        print_json(results_document(results, not failed, failed, 1 if failed else None))
+        document = results_document(results, not failed, failed, 1 if failed else None)
+        if plan:
+            document["plan"] = plan_verdict(results)
+        print_json(document)
     else:
         reporter.summary(results, title)
+        if plan:
+            reporter.note(f"plan: {plan_verdict(results)}")
         if note:
             reporter.note(note)
     if failed:

@@ -51,3 +51,24 @@ def test_the_live_workflow_runs_two_pinned_kubernetes_versions_on_kind():
     assert upload["if"] == "failure()" and upload["with"]["path"].rstrip("/") == "live-artifacts"
     readme = (ROOT / "README.md").read_text()
     assert all(row["image"] in readme for row in matrix), "README's kind recipe names other images"
+
+
+@pytest.mark.unit
+def test_pull_requests_plan_with_the_read_only_role_and_only_main_gets_the_dry_run_role():
+    """A pull request's code must not reach a write-equivalent token: its cluster job runs `up --dry-run=client`
+    with the plan role's kubeconfig; the server-side dry run (the dry-run role) runs on pushes to main only."""
+    workflow = yaml.safe_load((ROOT / "examples" / "ci" / "github-actions.yaml").read_text())
+    jobs = workflow["jobs"]
+
+    def runs(job):
+        return " ".join(step.get("run", "") for step in job["steps"])
+    pr_jobs = {name: job for name, job in jobs.items() if "if" not in job or "pull_request" in str(job["if"])}
+    for name, job in pr_jobs.items():
+        assert "DRY_RUN_KUBECONFIG" not in str(job), name  # no write-equivalent token where a PR's code runs
+        assert "up --dry-run " not in runs(job).replace("--dry-run=client", "") or "--offline" in runs(job), name
+    assert "--dry-run=client" in runs(jobs["plan-against-the-cluster"])
+    assert "GPU_BOOTSTRAP_PLAN_KUBECONFIG" in str(jobs["plan-against-the-cluster"]["env"])
+    main = jobs["dry-run-on-main"]
+    assert main["if"] == "github.event_name == 'push' && github.ref == 'refs/heads/main'"
+    assert "GPU_BOOTSTRAP_DRY_RUN_KUBECONFIG" in str(main["env"]) and "up --dry-run -c" in runs(main)
+    assert "rbac --for plan" in (ROOT / "examples" / "ci" / "github-actions.yaml").read_text()

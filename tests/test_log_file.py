@@ -51,3 +51,19 @@ def test_a_device_given_as_log_file_keeps_its_mode(tmp_path):
                   str(device))
     assert process.returncode == 0, process.stderr
     assert stat.S_ISCHR(device.stat().st_mode) and stat.S_IMODE(device.stat().st_mode) == 0o666
+
+
+def test_a_symbolic_link_given_as_log_file_is_refused_and_its_target_untouched(tmp_path):
+    """Another user's link in a shared folder (/tmp/run.log -> ~/.bashrc) must not make us append to, or chmod, the
+    file it points at."""
+    target = tmp_path / "bashrc"
+    target.write_text("export PATH=/usr/bin\n")
+    os.chmod(target, 0o644)
+    link = tmp_path / "run.log"
+    link.symlink_to(target)
+    process = run("up", "--dry-run", "--offline", "-c", str(ROOT / "examples" / "minimal.yaml"), "--log-file",
+                  str(link))
+    assert process.returncode == 2, process.stderr
+    assert f"--log-file {link}: is a symbolic link" in process.stderr
+    assert target.read_text() == "export PATH=/usr/bin\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert link.is_symlink()

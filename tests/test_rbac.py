@@ -95,7 +95,8 @@ def test_the_roles_follow_the_configured_steps(tmp_path):
     assert "gpu-bootstrap-admission" not in found.namespaced
     # (the state record's namespace needs no Role here: monitoring.mode auto may attach anywhere, so configmaps are
     # in the ClusterRole)
-    assert set(found.namespaced) == {"gpu-operator", "kube-system", "monitoring"}
+    # (gpu-bootstrap: the fingerprints' key, read by a dry run to tell whether validate would run again)
+    assert set(found.namespaced) == {"gpu-bootstrap", "gpu-operator", "kube-system", "monitoring"}
 
 
 @pytest.mark.unit
@@ -271,3 +272,78 @@ def test_the_cluster_probe_is_granted_only_where_preflight_probes_through_the_cl
                    for r in found.cluster)
     assert daemonsets("nodes: [{name: node5}]\n", "doctor") and daemonsets("nodes: [{name: node5}]\n", "up")
     assert not daemonsets("nodes: [{name: node5}]\nssh: {user: root}\nmonitoring: {enabled: false}\n", "doctor")
+
+
+# --- the plan role and the client-side plan (#33) ---------------------------------------------------------------------
+@pytest.mark.tools
+@pytest.mark.slow
+@pytest.mark.usefixtures("helm_on_path")
+def test_a_client_side_plan_with_the_plan_role_reads_only_and_reports_what_it_cannot_read(cluster, tmp_path):
+    """`up --dry-run=client` with a token bound to `rbac --for plan`: only GETs (lists and gets), no write of any
+    kind (not even a dry run), and the steps whose state is in a Secret it may not read (the webhook's certificate)
+    are "unknown", never "unchanged"; the others plan as usual, the charts' releases from their live objects."""
+    config = write_config(tmp_path)
+    user = grant(cluster, config, "plan", tmp_path)
+    cluster.emu.requests.clear()
+    result, document = run_as(user, config, tmp_path, "up", "--dry-run=client")
+    assert result.exit_code == 0, result.output
+    assert cluster.emu.requests.writes() == []
+    assert {r.method for r in cluster.emu.requests.all()} == {"GET"}
+    assert {r.access.resource for r in cluster.emu.requests.all() if r.status == 403} == {"secrets"}
+    statuses = {s["id"]: s["status"] for s in document["steps"]}
+    # a fresh cluster: the charts' releases have no live object, so they are planned as installs (helm's records
+    # are not read); the webhook's steps need its certificate's Secret
+    assert statuses == {"preflight": "unchanged", "node-prep": "planned", "gpu-pools": "skipped",
+                        "monitoring": "planned", "gpu-operator": "planned", "binpack-scheduler": "planned",
+                        "admission-opa": "unknown", "admission": "unknown", "validate": "planned"}
+    unknown = next(s for s in document["steps"] if s["id"] == "admission-opa")["message"]
+    assert unknown.startswith("unknown: ") and "may not read" in unknown and 'secrets "opa-tls" is forbidden' in \
+        unknown
+
+
+@pytest.mark.unit
+def test_the_pipeline_roles_from_least_to_most(tmp_path):
+    """plan: get/list/watch, no Secrets; dry-run: bind/escalate only by name, no delete, deletecollection or
+    impersonate; up: no `*` (checked for all above)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes: [{name: node5}]\n")
+    config = load(path)
+    steps = rbac_module.enabled_steps(config, list(load_playbook("default").steps))
+
+    def every(command):
+        found = rbac_module.rules(command, config, steps)
+        return found.cluster + [r for rules in found.namespaced.values() for r in rules]
+    plan = every("plan")
+    assert {v for r in plan for v in r["verbs"]} <= {"get", "list", "watch"}
+    assert not [r for r in plan if "secrets" in r["resources"]]
+    for command in ("dry-run", "up"):
+        for rule in every(command):
+            if {"bind", "escalate", "impersonate"} & set(rule["verbs"]):
+                assert rule.get("resourceNames") and "impersonate" not in rule["verbs"], (command, rule)
+                assert set(rule["resources"]) <= {"clusterroles", "roles"}, (command, rule)
+    dry = every("dry-run")
+    assert not [r for r in dry if {"delete", "deletecollection", "impersonate"} & set(r["verbs"])]
+    named = {n for r in dry if "bind" in r["verbs"] for n in r["resourceNames"]}
+    assert "cluster-admin" not in named and {"system:kube-scheduler", "gpu-operator"} <= named
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("release", ["gpu-operator", "gpu", "a-rather-long-release-name-for-the-platform"])
+@pytest.mark.parametrize("step, archive", [("gpu-operator", "gpu-operator-v26.7.0.tgz"),
+                                           ("gpu-operator", "gpu-operator-v25.10.1.tgz"),
+                                           ("monitoring", "kube-prometheus-stack-88.5.3.tgz")])
+def test_the_roles_a_chart_creates_and_binds_are_the_ones_named(step, archive, release):
+    """rbac.chart_roles follows each chart's naming rules; the chart rendered with that release name agrees (the
+    dry-run and up roles may bind and escalate exactly these)."""
+    from tests.tools import tool
+    import subprocess
+    rendered = subprocess.run([tool("helm"), "template", release, str(chart(archive)), "--namespace", "ns",
+                               "--kube-version", "1.33.0"], capture_output=True, text=True, check=True).stdout
+    cluster_roles, roles = set(), set()
+    for doc in yaml.load_all(rendered, Loader=yaml.BaseLoader):
+        if isinstance(doc, dict) and doc.get("kind") in ("ClusterRole", "Role"):
+            (cluster_roles if doc["kind"] == "ClusterRole" else roles).add(doc["metadata"]["name"])
+        if isinstance(doc, dict) and doc.get("kind") in ("ClusterRoleBinding", "RoleBinding"):
+            ref = doc["roleRef"]
+            (cluster_roles if ref["kind"] == "ClusterRole" else roles).add(ref["name"])
+    assert (cluster_roles, roles) == tuple(rbac_module.chart_roles(step, release))

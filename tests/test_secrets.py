@@ -195,6 +195,12 @@ def test_tree_redacts_any_scalar_under_a_secret_key_but_booleans():
     ("Authorization: Bearer abc.def", "Authorization: <redacted>"),
     ('{"headers": {"authorization": "Basic dXNlcjpwdw=="}}', '{"headers": {"authorization": "<redacted>"}}'),
     ("expr: sum(DCGM_FI_DEV_GPU_UTIL) by (node)", "expr: sum(DCGM_FI_DEV_GPU_UTIL) by (node)"),
+    # a whole key-and-value in one pair of quotes after other text: a curl command, an error quoting a header
+    ('curl -H "Authorization: Bearer abc.def" https://x', 'curl -H "Authorization: <redacted>" https://x'),
+    ("failed: header 'authorization: Basic dXNlcjpwdw==' refused", "failed: header 'authorization: <redacted>' "
+                                                                   "refused"),
+    ('run "password=hunter2" now', 'run "password=<redacted>" now'),
+    ('say "name: bob" and "password: $PW"', 'say "name: bob" and "password: $PW"'),  # not a secret; a placeholder
 ])
 def test_text_redacts_secret_looking_values(given, shown):
     assert redact.text(given) == shown

@@ -57,6 +57,30 @@ def test_kill_9_leaves_the_key_and_the_next_run_removes_it(cluster, tmp_path):
     assert sorted(p.name for p in temp.iterdir()) == []  # neither the killed run's folder nor its own
 
 
+@pytest.mark.tools
+def test_kill_9_during_images_leaves_its_scratch_render_to_the_next_runs_sweep(tmp_path):
+    """`images --offline` renders the charts in a scratch folder (`gpu-bootstrap-images-*`): killed with SIGKILL
+    while that folder exists, the run leaves it inside its own run folder, which the next command sweeps; nothing of
+    the killed run stays in $TMPDIR. (It used to be made at the top of $TMPDIR, where no sweep looks.)"""
+    from tests.tools import tool
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(ROOT), NO_COLOR="1", XDG_STATE_HOME=str(tmp_path),
+               PATH=f"{Path(tool('helm')).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    args = [sys.executable, "-m", "gpu_bootstrap", "images", "--offline", "-c", str(ROOT / "examples" / "minimal.yaml")]
+    run = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        scratch = wait_for(lambda: list(temp.rglob("gpu-bootstrap-images-*")), what="the scratch render folder")
+    finally:
+        run.kill()
+        run.wait()
+    assert [p.parent.name.startswith("gpu-bootstrap-run-") and p.parent.parent == temp for p in scratch] == [True]
+    status = subprocess.run([*args[:3], "rbac", "--for", "status"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert status.returncode == 0, status.stderr  # any command sweeps at its start
+    assert sorted(p.name for p in temp.iterdir()) == []  # the killed run's folder, scratch and all, is gone
+
+
 SCRIPT = """
 import time
 from gpu_bootstrap import interrupts, tempfiles
@@ -114,25 +138,71 @@ def folder(root: Path, name: str, age: float = 0.0, files: tuple[str, ...] = ("k
 @pytest.mark.unit
 def test_the_sweep_removes_our_stale_folders_only(tmp_path):
     alive = os.getppid()
-    gone = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-0123abcd")
-    running = folder(tmp_path, f"gpu-bootstrap-run-{alive}-0123abcd")
-    ancient = folder(tmp_path, f"gpu-bootstrap-run-{alive}-89abcdef", age=tempfiles.MAX_RUN_AGE + 60)
+    gone = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-0123abcd", files=("key", tempfiles.LOCK_FILE))
+    reused = folder(tmp_path, f"gpu-bootstrap-run-{alive}-0123abcd", files=("key", tempfiles.LOCK_FILE))
+    unlocked = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-01234567")  # an older version's, or half-made
+    ancient = folder(tmp_path, f"gpu-bootstrap-run-{alive}-89abcdef", age=tempfiles.UNLOCKED_RUN_AGE + 60)
+    old_prep = folder(tmp_path, ".gpu-bootstrap-prep-0123abcd", age=tempfiles.UNLOCKED_RUN_AGE + 60,
+                      files=(tempfiles.LOCK_FILE,))
+    young_prep = folder(tmp_path, ".gpu-bootstrap-prep-89abcdef", files=(tempfiles.LOCK_FILE,))
     old_relay = folder(tmp_path, "gpu-bootstrap-relay-abc_1234", age=tempfiles.STALE_RELAY_AGE + 60)
     young_relay = folder(tmp_path, "gpu-bootstrap-relay-abc_5678", age=60)
     others = [folder(tmp_path, name, age=10 ** 8) for name in (
         "tmpabcd1234", "gpu-bootstrap-run-notes", f"gpu-bootstrap-run-{dead_pid()}-0123abcd-copy",
-        "gpu-bootstrap-relay-x", "my-gpu-bootstrap-relay-abc_1234")]
+        "gpu-bootstrap-relay-x", "my-gpu-bootstrap-relay-abc_1234", ".gpu-bootstrap-prep-x")]
     (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-deadbeef").write_text("a file, not our folder")
     (tmp_path / "elsewhere").mkdir()
-    outside = folder(tmp_path / "elsewhere", "target")
+    outside = folder(tmp_path / "elsewhere", "target", files=("key", tempfiles.LOCK_FILE))
     (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-feedface").symlink_to(outside)
-    theirs = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-00000000")
+    theirs = folder(tmp_path, f"gpu-bootstrap-run-{dead_pid()}-00000000", files=("key", tempfiles.LOCK_FILE))
     os.chown(theirs, 12345, 12345)  # another user's (the tests run as root; elsewhere this needs root too)
     removed = tempfiles.sweep(tmp_path)
-    assert sorted(removed) == sorted([gone, ancient, old_relay])
-    assert all(p.exists() for p in (running, young_relay, *others, outside / "key", theirs))
+    # an unheld lock is a dead run whatever its pid (reused: the pid now names another process)
+    assert sorted(removed) == sorted([gone, reused, ancient, old_prep, old_relay])
+    assert all(p.exists() for p in (unlocked, young_prep, young_relay, *others, outside / "key", theirs))
     assert (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-deadbeef").is_file()
     assert (tmp_path / f"gpu-bootstrap-run-{dead_pid()}-feedface").is_symlink()
+
+
+HOLD_IN_ANOTHER_PID_NAMESPACE = r"""
+import os, sys, tempfile
+pid = int(sys.argv[1])
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:  # the run gets this pid inside its own PID namespace
+    f.write(str(pid - 1))
+child = os.fork()
+if child == 0:
+    tempfile.tempdir = sys.argv[2]
+    from gpu_bootstrap import tempfiles
+    print(tempfiles.run_folder(), os.getpid(), flush=True)
+    sys.stdin.read()  # runs until the test closes its stdin
+    os._exit(0)
+os.waitpid(child, 0)
+"""
+
+
+@pytest.mark.tools
+def test_a_live_run_in_another_pid_namespace_keeps_its_folder(tmp_path):
+    """A container sharing /tmp with the host: its run's pid means nothing here (here it is no process at all), but
+    its folder's lock is the same lock, so the host's sweep keeps the folder while the run lives and removes it
+    after. Needs root (unshare --pid); a real second PID namespace, nothing faked."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a PID namespace (unshare --pid)")
+    pid = dead_pid() - 1000
+    while Path(f"/proc/{pid}").exists():
+        pid -= 1
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                            HOLD_IN_ANOTHER_PID_NAMESPACE, str(pid), str(tmp_path)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        path, inner = run.stdout.readline().split()
+        assert int(inner) == pid and not Path(f"/proc/{pid}").exists()  # that pid is nobody in our namespace
+        assert Path(path).name.startswith(f"gpu-bootstrap-run-{pid}-")
+        assert tempfiles.sweep(tmp_path) == [] and Path(path).is_dir()
+    finally:
+        run.stdin.close()
+        run.wait(timeout=30)
+    assert tempfiles.sweep(tmp_path) == [Path(path)] and not Path(path).exists()
 
 
 @pytest.mark.unit

@@ -101,6 +101,24 @@ def test_second_up_is_unchanged_and_makes_no_write_request(emu, config, tmp_path
     assert emu.requests.all(), "the second run must still read the real state"
 
 
+def test_the_fingerprints_key_is_a_secret_of_ours_and_the_fingerprints_depend_on_it(emu, config, tmp_path):
+    """The checkpoint's fingerprints are HMACs under a per-cluster key (tests/test_fingerprint_key.py says why): the
+    first up makes the key's Secret; with a new key (its Secret deleted) the next up records new fingerprints."""
+    import base64
+    from gpu_bootstrap.pipeline.checkpoint import KEY_SECRET
+    up_json(config, tmp_path)
+    secret = emu.get("secrets", KEY_SECRET, NAMESPACE)
+    assert secret["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
+    assert len(base64.b64decode(secret["data"]["key"])) == 32
+    before = {k: json.loads(v)["fingerprint"] for k, v in emu.get("configmaps", STATE, NAMESPACE)["data"].items()}
+    emu.delete("secrets", KEY_SECRET, NAMESPACE)
+    document = up_json(config, tmp_path)
+    assert [s["status"] for s in document["steps"]] == ["probed", "unchanged"]  # re-recorded, nothing changed
+    after = {k: json.loads(v)["fingerprint"] for k, v in emu.get("configmaps", STATE, NAMESPACE)["data"].items()}
+    assert set(after) == set(before) and all(after[k] != before[k] for k in after)
+    assert emu.get("secrets", KEY_SECRET, NAMESPACE)["data"]["key"] != secret["data"]["key"]
+
+
 def test_a_changed_label_re_runs_only_node_prep_and_moves_the_label(emu, cluster, tmp_path):
     config = write_config(tmp_path / "c.yaml", cluster.kubeconfig, {"team": "ml"})
     up_json(config, tmp_path)

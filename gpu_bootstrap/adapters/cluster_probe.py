@@ -29,14 +29,26 @@ class ProbeRefused(GpuBootstrapError):
     """The cluster will not run the probe (RBAC, Pod Security, a policy engine, GKE Autopilot)."""
 
 
+def pid_namespace() -> str:
+    """This process's PID namespace (the inode number of /proc/self/ns/pid); '' where it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
+    except OSError:
+        return ""
+
+
 def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """host:pid-namespace:pid of this run: a pid means something only inside its own PID namespace."""
+    return f"{socket.gethostname()}:{pid_namespace()}:{os.getpid()}"
 
 
 def _owner_gone(owner: str) -> bool:
-    """True when `owner` (host:pid) is a process of this host that no longer runs."""
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    """True when `owner` (host:pid-namespace:pid) is a process of this host and PID namespace that no longer runs.
+    Another host's or namespace's run (a container beside us), or an owner in an older format: not known to be gone,
+    so its namespace waits for its expiry."""
+    host, namespace, pid = (owner.split(":") + ["", "", ""])[:3]
+    ours = pid_namespace()
+    if host != socket.gethostname() or not ours or namespace != ours or not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)

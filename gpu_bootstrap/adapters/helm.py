@@ -306,7 +306,9 @@ class Helm:
         import hashlib
         import tempfile
         from ..images import chart_sha256, chart_sha256_verified
-        folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-chart-"))
+        from ..tempfiles import run_folder_or_none
+        # inside the run folder, so a run killed with -9 leaves it to the next run's sweep (tempfiles.py)
+        folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-chart-", dir=run_folder_or_none()))
         atexit.register(shutil.rmtree, folder, True)
         self._run(["pull", chart.ref, "--repo", chart.repo, "--version", chart.version, "--destination", str(folder)],
                   what=f"helm pull {chart.ref} {chart.version}", retry="read")
@@ -349,8 +351,9 @@ class Helm:
         except ReleaseNotFound:
             return None
 
-    def deployed_chart(self, release: str, namespace: str) -> str | None:
-        """'<chart name>-<version>' of the deployed release (helm list), or None."""
+    def deployed_chart(self, release: str, namespace: str, version: str | None = None) -> str | None:
+        """'<chart name>-<version>' of the deployed release (helm list), or None. (`version`: the one a plan
+        wants; helm's record names the release's chart exactly, so it is not needed here.)"""
         rows = json.loads(self._run(["list", "--namespace", namespace, "--filter", f"^{release}$", "--output", "json"],
                                     what="helm list", retry="read") or "[]")
         return rows[0].get("chart") if rows else None

@@ -78,7 +78,7 @@ class OfflineHelm:
     def status(self, release: str, namespace: str) -> dict | None:
         return None
 
-    def deployed_chart(self, release: str, namespace: str) -> str | None:
+    def deployed_chart(self, release: str, namespace: str, version: str | None = None) -> str | None:
         return None
 
     def history(self, release: str, namespace: str) -> list[dict]:

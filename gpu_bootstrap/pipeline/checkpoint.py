@@ -16,6 +16,7 @@ from ..refs import Ref
 
 NAMESPACE = "gpu-bootstrap"
 NAME = "gpu-bootstrap-state"
+KEY_SECRET = "gpu-bootstrap-state-key"  # the fingerprints' HMAC key (step.Step.fingerprint), made by the first run
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
 
 
@@ -27,6 +28,7 @@ class Record:
     version: str
     changes: int = 0
     message: str = ""
+    public: str = ""  # step.Step.public_fingerprint: comparable by a role that may not read the key
 
 
 def now() -> str:
@@ -57,8 +59,35 @@ class Checkpoint:
                 continue  # a record this version cannot read only means the step re-runs
         return records
 
-    def save(self, step_id: str, status: str, fingerprint: str, changes: int = 0, message: str = "") -> Record:
-        record = Record(status, fingerprint, now(), __version__, changes, message[:500])
+    def key(self, create: bool) -> bytes | None:
+        """The cluster's fingerprint key, from its Secret; made (32 random bytes) when absent and `create`. None
+        when absent, or when this identity may not read it (a plan role): fingerprints then match nothing."""
+        import base64
+        import secrets
+        from ..errors import ClusterError
+        if self.kube is None:
+            return None
+        try:
+            found = self.kube.get("v1", "Secret", KEY_SECRET, NAMESPACE)
+        except ClusterError as error:
+            if not create:
+                return None  # e.g. 403 for a role without Secrets: the run compares live state only
+            raise
+        if found is None and create:
+            value = secrets.token_bytes(32)
+            try:
+                self.kube.create({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                                  "metadata": {"name": KEY_SECRET, "namespace": NAMESPACE, "labels": dict(MANAGED_BY)},
+                                  "data": {"key": base64.b64encode(value).decode()}})
+                return value
+            except Conflict:  # made by a run beside us a moment ago
+                found = self.kube.get("v1", "Secret", KEY_SECRET, NAMESPACE)
+        data = ((found or {}).get("data") or {}).get("key")
+        return base64.b64decode(data) if data else None
+
+    def save(self, step_id: str, status: str, fingerprint: str, changes: int = 0, message: str = "",
+             public: str = "") -> Record:
+        record = Record(status, fingerprint, now(), __version__, changes, message[:500], public)
         data = {step_id: json.dumps(asdict(record), sort_keys=True)}
         self._write(data)
         return record

@@ -8,14 +8,25 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import CheckFailed, ConfigError, Conflict, GpuBootstrapError, Interrupted, StepFailed
+from ..errors import CheckFailed, ClusterError, ConfigError, Conflict, GpuBootstrapError, Interrupted, StepFailed
 from ..refs import Ref
 from . import checkpoint as cp
+from .gate import RECORD
 from .lock import Lock
 from .step import FAIL, PASS, SKIP, Check, Step, StepResult
 
 log = logging.getLogger("gpu_bootstrap.runner")
 REPLANS = 3
+UNKNOWN_WHY = ("unknown: this step's state is kept in a Secret (a helm release's record) that this identity may not "
+               "read, so the plan cannot say whether it would change anything; `up --dry-run` with the dry-run role "
+               "compares it")
+
+
+def refused_secret(error: GpuBootstrapError) -> bool:
+    """Was this a read of Secrets that RBAC refused (the API's 403, or helm's report of one)?"""
+    text = error.message
+    return isinstance(error, ClusterError) and "secrets" in text and "forbidden" in text.lower() and (
+        error.status in (0, 403))
 
 
 class Runner:
@@ -35,16 +46,24 @@ class Runner:
         active = [s for s in self.steps if s.enabled(self.ctx)]
         self._note_skipped(active)
         if self.ctx.gate.dry_run:
+            self.ctx.fingerprint_key = self.checkpoint.key(create=False)  # None for a role that may not read it
             for step in active:  # a dry run plans every step, whatever one of them found, then sums up
                 try:
                     self._plan_only(step, records)
                 except ConfigError:
                     raise  # bad input: nothing else is worth planning until it is fixed
                 except GpuBootstrapError as error:
-                    self._finish(StepResult(step.id, "failed", 0, error.one_line().removeprefix(f"[{step.id}] ")))
+                    message = error.one_line().removeprefix(f"[{step.id}] ")
+                    if self.ctx.gate.mode == RECORD and refused_secret(error):
+                        # a client-side plan (the plan role reads no Secret): this step's state is unknown, which
+                        # is neither "unchanged" nor a failure of the plan
+                        self._finish(StepResult(step.id, "unknown", 0, f"{UNKNOWN_WHY}: {message}"))
+                        continue
+                    self._finish(StepResult(step.id, "failed", 0, message))
             return self.ordered_results()
         lock = Lock(self.ctx.kube)
         lock_state = lock.inspect(force_unlock)  # a live run elsewhere: refuse now, even if nothing is to do
+        self.ctx.fingerprint_key = self.checkpoint.key(create=False)
         probe = {step.id: self._current(step, records) for step in active}
         if all(done for done, _check in probe.values()) and lock_state == "free":
             for step in active:
@@ -57,6 +76,8 @@ class Runner:
         if lock.took_over:
             self.ctx.reporter.warn(f"took over the lock from {lock.took_over} (it was no longer running)")
         try:
+            if self.ctx.fingerprint_key is None:  # the first run on this cluster (or since the key's Secret went)
+                self.ctx.fingerprint_key = self.checkpoint.key(create=True)
             for step in active:
                 self._run(step, records, lock)
         finally:
@@ -114,7 +135,8 @@ class Runner:
             status = "probed" if step.reads_only else "applied" if count else "unchanged"
             if (kept := step.record(self.ctx, check)) is not None:
                 self.checkpoint.keep(kept)
-            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), count, verified.message)
+            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), count, verified.message,
+                                 step.public_fingerprint(self.ctx))
             self._finish(StepResult(step.id, status, count, _noted(verified.message, check)))
         except KeyboardInterrupt:
             self._record_failure(step, "interrupted", "interrupted by a signal")
@@ -147,7 +169,8 @@ class Runner:
 
     def _record_failure(self, step: Step, status: str, message: str) -> None:
         try:
-            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), 0, message)
+            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), 0, message,
+                                 step.public_fingerprint(self.ctx))
         except (GpuBootstrapError, KeyboardInterrupt) as error:
             log.warning("could not record %s for %s: %s", status, step.id, error)
 
@@ -156,6 +179,9 @@ class Runner:
         check = self._check(step)
         if check.status == SKIP:
             self._finish(StepResult(step.id, "skipped", 0, check.message))
+            return
+        if step.stateless and check.done and (passed := self._passed_with_these_inputs(step, records.get(step.id))):
+            self._finish(StepResult(step.id, "unchanged", 0, passed))  # as `up` would skip it
             return
         self._warn(step, check)
         changes = step.plan(self.ctx, check)
@@ -170,6 +196,18 @@ class Runner:
             status, message = "incomplete", "planned, but " + "; ".join(problems)
             self.ctx.reporter.warn(f"{step.id}: {'; '.join(problems)}")
         self._finish(StepResult(step.id, status, len(changes), message, planned=changes))
+
+    def _passed_with_these_inputs(self, step: Step, record) -> str:
+        """For a step that leaves nothing behind (validate): its record says it passed with these very inputs (the
+        keyed fingerprint; without the key, the public one, which leaves secret values out). '' otherwise."""
+        if record is None or record.status not in ("applied", "unchanged", "probed"):
+            return ""
+        if self.ctx.fingerprint_key:
+            same, note = record.fingerprint == step.fingerprint(self.ctx), ""
+        else:
+            same = bool(record.public) and record.public == step.public_fingerprint(self.ctx)
+            note = " (secret values not compared: this identity may not read the fingerprints' key)"
+        return f"passed at {record.time} with these inputs{note}" if same else ""
 
     def _warn(self, step: Step, check: Check) -> None:
         for warning in check.warnings:

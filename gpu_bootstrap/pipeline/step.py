@@ -7,6 +7,7 @@ how to undo itself (`undo_plan`).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -96,7 +97,22 @@ class Step:
         raise NotImplementedError
 
     def fingerprint(self, ctx: "Context") -> str:
+        """HMAC-SHA256 of the inputs under the cluster's own key (kept in a Secret beside the checkpoint): the inputs
+        hold chart values, secrets among them, and a plain hash in a ConfigMap would let anyone who reads it confirm
+        a guessed password. Without the key (a run that may not read it) there is nothing to compare: ''."""
+        key = getattr(ctx, "fingerprint_key", None)
+        if not key:
+            return ""
         payload = json.dumps({"step": self.id, "revision": self.revision, "inputs": self.inputs(ctx)},
+                             sort_keys=True, default=str)
+        return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()[:16]
+
+    def public_fingerprint(self, ctx: "Context") -> str:
+        """SHA-256 of the inputs with every secret value redacted (redact.tree): what a role that may not read the
+        key (the plan role) compares; it cannot confirm a secret, since none is in it."""
+        from .. import redact
+        payload = json.dumps({"step": self.id, "revision": self.revision,
+                              "inputs": redact.tree(json.loads(json.dumps(self.inputs(ctx), default=str)))},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 

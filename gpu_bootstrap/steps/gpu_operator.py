@@ -18,6 +18,7 @@ from ..objects import pin_resource_version, pod_ready, pod_state
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..refs import Chart
 from ..render import gpu_operator_values as values_render
+from ..render import live_diff
 from ..render import node_prep as labels_render
 from ..render import pod_security
 from .node_prep import no_room_warning
@@ -270,7 +271,8 @@ class GpuOperator(Step):
             return Check(FAIL, str(error))
         version = self.version_of(chart, meta)
         status = ctx.helm.status(section.release, section.namespace)
-        deployed = (status.get("config") or {}) if status else None
+        # values_unknown: the release's record (a Secret) was not readable (adapters/secretless.py)
+        deployed = (status.get("config") or {}) if status and not status.get("values_unknown") else None
         ours = status is None or ctx.helm.labelled(section.release, section.namespace, MANAGED_SELECTOR)
         if not ours and not section.adopt:
             return Check(FAIL, f"a release {section.namespace}/{section.release} exists that gpu-bootstrap did not "
@@ -302,7 +304,8 @@ class GpuOperator(Step):
         ns_plan = pod_security.decide(section.namespace, ctx.kube.get("v1", "Namespace", section.namespace),
                                       pod_security.PRIVILEGED, PRIVILEGED_WHY, "the release's namespace")
         namespace = ns_plan.state
-        if release["installed"] and not release["up_to_date"] and not ctx.options.allow_operand_restart:
+        if release["installed"] and not release["up_to_date"] and not ctx.options.allow_operand_restart and \
+                deployed is not None:
             if changes := values_render.restarts(deployed or {}, plan.merged):
                 return Check(FAIL, f"the plan changes what the running {section.release} does on every GPU node "
                                    f"({'; '.join(changes)}), which restarts its operands there — rerun with "
@@ -333,7 +336,7 @@ class GpuOperator(Step):
         section = ctx.config.gpu_operator
         if status is None:
             return {"up_to_date": False, "reason": "not installed", "installed": None}
-        deployed = ctx.helm.deployed_chart(section.release, section.namespace) or ""
+        deployed = ctx.helm.deployed_chart(section.release, section.namespace, version) or ""
         installed = deployed.rsplit("-", 1)[-1] if "-" in deployed else deployed
         state = (status.get("info") or {}).get("status")
         if state and (state.startswith("pending") or state == "uninstalling"):
@@ -346,6 +349,9 @@ class GpuOperator(Step):
         if values is None:
             return {"up_to_date": True, "reason": "deployed (values not compared without node facts)",
                     "installed": installed}
+        if status.get("values_unknown"):
+            return live_diff.release_state(ctx.helm.live_differences(section.release, chart, values,
+                                                                     section.namespace), installed)
         if (status.get("config") or {}) != values:
             return {"up_to_date": False, "reason": "values changed", "installed": installed}
         if _documents(ctx.helm.dry_run_manifest(section.release, chart, values, section.namespace)) != \

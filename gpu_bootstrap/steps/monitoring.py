@@ -59,6 +59,8 @@ def ours(ctx, prometheus: dict) -> bool:
     if meta.get("namespace") != section.namespace or (meta.get("labels") or {}).get("release") != section.release:
         return False
     status = ctx.helm.status(section.release, section.namespace)
+    if status is not None and status.get("values_unknown"):
+        return True  # its record (a Secret, with our marker in it) is unreadable here: ours by its name and labels
     return status is not None and render.installed_by_us(status.get("config"))
 
 
@@ -273,11 +275,11 @@ class Monitoring(Step):
         status = ctx.helm.status(section.release, section.namespace)
         if status is None:
             return {"up_to_date": False, "reason": "not installed", "installed": None}
-        if not render.installed_by_us(status.get("config")):
+        if not status.get("values_unknown") and not render.installed_by_us(status.get("config")):
             raise MonitoringProblem(f"a helm release {section.namespace}/{section.release} exists that gpu-bootstrap "
                                     f"did not install", "use monitoring.mode: attach to use it as it is, or choose "
                                                         "another monitoring.release / monitoring.namespace")
-        deployed = ctx.helm.deployed_chart(section.release, section.namespace) or ""
+        deployed = ctx.helm.deployed_chart(section.release, section.namespace, version) or ""
         installed = deployed.rsplit("-", 1)[-1] if "-" in deployed else deployed
         state = (status.get("info") or {}).get("status")
         if state and state.startswith("pending"):
@@ -288,6 +290,10 @@ class Monitoring(Step):
         if installed.lstrip("v") != version.lstrip("v"):
             from .gpu_operator import version_change
             return version_change(installed, version)
+        if status.get("values_unknown"):  # its record is a Secret this identity may not read
+            from ..render import live_diff
+            return live_diff.release_state(ctx.helm.live_differences(section.release, chart, values,
+                                                                     section.namespace), installed)
         if (status.get("config") or {}) != values:
             return {"up_to_date": False, "reason": "values changed", "installed": installed}
         return {"up_to_date": True, "reason": "up to date", "installed": installed}

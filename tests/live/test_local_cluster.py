@@ -127,13 +127,14 @@ def can_i(target, verb: str, resource: str) -> bool:
 def run_as(target, deployment, kubeconfig: Path, command: str):
     args = {"up": ["up", "--preflight-report", str(deployment.report)],
             "dry-run": ["up", "--dry-run", "--preflight-report", str(deployment.report)],
+            "plan": ["up", "--dry-run=client", "--preflight-report", str(deployment.report)],
             "status": ["status"], "doctor": ["doctor", "--no-nodes"]}[command]
     if command != "status":
         args += ["-c", str(deployment.config), "--playbook", str(target.playbook)]
     return target.cli(*args, "--kubeconfig", str(kubeconfig))
 
 
-@pytest.mark.parametrize("command", ["status", "doctor", "dry-run", "up"])
+@pytest.mark.parametrize("command", ["status", "doctor", "plan", "dry-run", "up"])
 def test_each_generated_role_lets_its_command_succeed_and_a_removed_rule_is_named_in_a_403(
         deployment, target, command, tmp_path):
     deployment.ensure()
@@ -142,7 +143,18 @@ def test_each_generated_role_lets_its_command_succeed_and_a_removed_rule_is_name
         wait_until(lambda: can_i(target, "list", "nodes"), 30, "the role did not take effect")
         result, document, log = run_as(target, deployment, kubeconfig, command)
         assert result.exit_code == 0, f"{command} failed with its own role (log: {log}):\n{result.output}"
-        assert "forbidden" not in log.read_text(), f"a request of {command} was refused (log: {log})"
+        refusals = [line for line in log.read_text().splitlines() if "forbidden" in line]
+        if command == "plan":  # the plan role reads no Secret: those steps are unknown, never unchanged
+            refusals = [line for line in refusals if '"secrets"' not in line and "secrets is forbidden" not in line
+                        and 'secrets "' not in line]
+            statuses = {s["id"]: s["status"] for s in document["steps"]}
+            # the charts' releases compared through their live objects: up to date; the webhook's steps need its
+            # certificate's Secret: unknown
+            changed = [f'{s["id"]} {s["status"]}: {s["message"]}' for s in document["steps"]
+                       if s["status"] not in ("unchanged", "skipped") and s["id"] not in ("admission-opa", "admission")]
+            assert not changed, "\n".join(changed)
+            assert statuses["admission-opa"] == statuses["admission"] == "unknown", statuses
+        assert refusals == [], f"a request of {command} was refused (log: {log})"
         kubeconfig = grant(target, deployment, command, tmp_path, drop=("ClusterRole", "nodes", "list"))
         wait_until(lambda: not can_i(target, "list", "nodes"), 30, "the removed rule still applies")
         result, document, log = run_as(target, deployment, kubeconfig, command)
@@ -154,6 +166,88 @@ def test_each_generated_role_lets_its_command_succeed_and_a_removed_rule_is_name
         target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
                        "gpu-bootstrap.io/live-test=rbac", check=False)
         target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
+
+
+def as_token(kubeconfig: Path, *args: str, input: str | None = None):
+    """kubectl with only the ServiceAccount's token (its own kubeconfig), never the admin's."""
+    from tests.tools import client_env, run, tool
+    return run([tool("kubectl"), "--kubeconfig", str(kubeconfig), *args], client_env(kubeconfig.parent), 60, False,
+               input)
+
+
+SELF_ADMIN = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+              "metadata": {"name": "live-test-self-admin"},
+              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+              "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}]}
+
+
+@pytest.mark.parametrize("command", ["plan", "dry-run", "up"])
+def test_no_pipeline_role_can_bind_cluster_admin_to_itself(deployment, target, command, tmp_path):
+    """A token of each generated role (TokenRequest) asks the real API server to bind cluster-admin to its own
+    ServiceAccount, for real and as a server-side dry run: RBAC's escalation check refuses both (the dry-run and up
+    roles may bind only the roles they name)."""
+    deployment.ensure()
+    try:
+        kubeconfig = grant(target, deployment, command, tmp_path)
+        wait_until(lambda: can_i(target, "list", "nodes"), 30, "the role did not take effect")
+        for dry in ([], ["--dry-run=server"]):
+            made = as_token(kubeconfig, "create", "-f", "-", *dry, input=json.dumps(SELF_ADMIN))
+            assert made.returncode != 0, f"{command}: bound cluster-admin to itself {dry}"
+            assert "forbidden" in made.stderr, made.stderr
+        assert target.kubectl("get", "clusterrolebinding", "live-test-self-admin", check=False).returncode != 0
+        if command == "plan":
+            for what in (["secrets", "-A"], ["secrets", "-n", "gpu-bootstrap"]):
+                read = as_token(kubeconfig, "get", *what)
+                assert read.returncode != 0 and 'cannot list resource "secrets"' in read.stderr, read.stderr
+            made = as_token(kubeconfig, "create", "configmap", "live-test-x", "-n", "default")
+            assert made.returncode != 0 and 'cannot create resource "configmaps"' in made.stderr, made.stderr
+            rules = [r for d in yaml.safe_load_all(grant_text(deployment, target, command)) if d
+                     for r in d.get("rules") or []]
+            assert {v for r in rules for v in r["verbs"]} <= {"get", "list", "watch"}
+            assert not [r for r in rules if "secrets" in r["resources"]]
+    finally:
+        target.kubectl("delete", "clusterrolebinding", "live-test-self-admin", "--ignore-not-found", check=False)
+        target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
+                       "gpu-bootstrap.io/live-test=rbac", check=False)
+        target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
+
+
+def test_a_client_side_plan_with_the_plan_role_names_a_drifted_value(deployment, target, tmp_path):
+    """One value of a chart's object changed by hand on the real cluster (the Prometheus' retention): the plan role's
+    `up --dry-run=client`, which cannot read helm's record of the release, finds it by rendering the chart and
+    comparing the live objects, and names it; everything else it can read is unchanged."""
+    deployment.ensure()
+    prometheus = target.json("get", "prometheus", "-n", "monitoring")["items"][0]
+    name, before = prometheus["metadata"]["name"], prometheus["spec"].get("retention")
+    drifted = "3d" if before != "3d" else "4d"
+    try:
+        kubeconfig = grant(target, deployment, "plan", tmp_path)
+        wait_until(lambda: can_i(target, "list", "nodes"), 30, "the role did not take effect")
+        target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
+                       json.dumps({"spec": {"retention": drifted}}))
+        result, document, log = run_as(target, deployment, kubeconfig, "plan")
+        assert result.exit_code == 0, result.output
+        steps = {s["id"]: s for s in document["steps"]}
+        assert steps["monitoring"]["status"] == "planned", steps["monitoring"]
+        assert f"Prometheus monitoring/{name}: spec.retention: rendered {before!r}, live {drifted!r}" in \
+            steps["monitoring"]["message"], steps["monitoring"]["message"]
+        assert [i for i, s in steps.items() if s["status"] == "planned"] == ["monitoring"]
+        assert document["plan"].startswith("1 change(s) planned in monitoring; unknown: admission-opa, admission")
+    finally:
+        target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
+                       json.dumps({"spec": {"retention": before}}))
+        target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
+                       "gpu-bootstrap.io/live-test=rbac", check=False)
+        target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
+
+
+def grant_text(deployment, target, command: str) -> str:
+    from gpu_bootstrap.cli import app
+    from tests.live.conftest import runner
+    result = runner.invoke(app, ["rbac", "--for", command, "-c", str(deployment.config), "--playbook",
+                                 str(target.playbook)])
+    assert result.exit_code == 0, result.output
+    return result.stdout
 
 
 # --- CRD schemas ------------------------------------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""helm for an identity that may not read Secrets (the plan role, `up --dry-run=client`).
+
+helm keeps each release's record (status, values, manifest) in a Secret of the release's namespace, so `helm status`
+is refused to the plan role. This stands in for the reads a step makes and does everything else with the real helm
+(rendering, chart downloads): a release is found by its live objects (helm's `meta.helm.sh/release-name` and
+`-namespace` annotations on its Deployments and DaemonSets), its chart version by their `helm.sh/chart` label, and
+whether it is up to date by rendering the chart locally (`helm template`, no cluster access) with the values `up`
+would install and comparing each rendered object with the live one (render/live_diff.py). Its values stay unknown
+(status()["values_unknown"]), and what could not be compared (Secrets, hooks) is named, never taken as unchanged.
+"""
+from __future__ import annotations
+
+import logging
+
+import yaml
+
+from ..errors import ClusterError, NotFound
+from ..render import live_diff
+from ..versions import server_version
+
+log = logging.getLogger("gpu_bootstrap.secretless")
+RELEASE_ANNOTATION = "meta.helm.sh/release-name"
+NAMESPACE_ANNOTATION = "meta.helm.sh/release-namespace"
+WORKLOADS = (("apps/v1", "Deployment"), ("apps/v1", "DaemonSet"))
+
+
+class SecretlessHelm:
+    def __init__(self, helm, kube):
+        self.helm = helm
+        self.kube = kube
+        self._version: str | None = None
+
+    def __getattr__(self, name):  # rendering, chart downloads, show crds: the real helm, which needs no Secret
+        return getattr(self.helm, name)
+
+    def _objects(self, release: str, namespace: str) -> list[dict]:
+        found = []
+        for api_version, kind in WORKLOADS:
+            for item in self.kube.list(api_version, kind, namespace):
+                notes = (item.get("metadata") or {}).get("annotations") or {}
+                if notes.get(RELEASE_ANNOTATION) == release and notes.get(NAMESPACE_ANNOTATION) == namespace:
+                    found.append(item)
+        return found
+
+    def status(self, release: str, namespace: str) -> dict | None:
+        """What can be known without the release's Secret: whether it is there, by its live objects."""
+        if not self._objects(release, namespace):
+            return None
+        return {"name": release, "namespace": namespace, "info": {"status": "deployed"}, "values_unknown": True}
+
+    def deployed_chart(self, release: str, namespace: str, version: str | None = None) -> str | None:
+        """'<chart>-<version>' from the `helm.sh/chart` (or `chart`) labels of the release's workloads. Subcharts label theirs
+        with their own chart, so with `version` (the one a plan wants) a label of that version is the answer;
+        otherwise only a single label is."""
+        labels = [(o.get("metadata") or {}).get("labels") or {} for o in self._objects(release, namespace)]
+        charts = sorted({found.get("helm.sh/chart") or found.get("chart") for found in labels} - {None})
+        if version:
+            wanted = [c for c in charts if c.rsplit("-", 1)[-1].lstrip("v") == version.lstrip("v")]
+            if wanted:
+                return wanted[0]
+        return charts[0] if len(charts) == 1 else None
+
+    def labelled(self, release: str, namespace: str, selector: str) -> bool:
+        """The release's own labels are in its Secret: taken as ours (the plan changes nothing either way)."""
+        log.info("the labels of release %s/%s are in its Secret, unreadable here: taken as gpu-bootstrap's",
+                 namespace, release)
+        return True
+
+    def live_differences(self, release: str, chart, values: dict, namespace: str) -> live_diff.Diff:
+        """The chart rendered locally with `values`, compared with the live objects."""
+        if self._version is None:
+            self._version = server_version(self.kube.version())
+        rendered = [d for d in yaml.safe_load_all(self.helm.template(release, chart, values, namespace,
+                                                                      self._version)) if d]
+        live, unreadable = {}, {}
+        for doc in rendered:
+            kind, ns, name = live_diff.key(doc)
+            if kind in live_diff.SKIPPED_KINDS:
+                continue
+            try:
+                namespaced = self.kube.resource(doc["apiVersion"], kind)[1]
+            except ClusterError:
+                namespaced = bool(ns)  # a kind the cluster does not serve: the object is missing
+            ns = (ns or namespace) if namespaced else ""
+            doc.setdefault("metadata", {})["namespace"] = ns or None
+            try:
+                live[(kind, ns, name)] = self.kube.get(doc["apiVersion"], kind, name, ns or None)
+            except NotFound:
+                live[(kind, ns, name)] = None
+            except ClusterError as error:
+                if error.status != 403:
+                    raise
+                unreadable[(kind, ns, name)] = f"{kind} {ns + '/' if ns else ''}{name} (not readable here)"
+        diff = live_diff.compare([d for d in rendered if live_diff.key(d) not in unreadable], live, namespace)
+        diff.not_compared += list(unreadable.values())
+        return diff
