@@ -3,7 +3,8 @@
 helm keeps each release's record (status, values, manifest) in a Secret of the release's namespace, so `helm status`
 is refused to the plan role. This stands in for the reads a step makes and does everything else with the real helm
 (rendering, chart downloads): a release is found by its live objects (helm's `meta.helm.sh/release-name` and
-`-namespace` annotations on its Deployments and DaemonSets), its chart version by their `helm.sh/chart` label, and
+`-namespace` annotations on its Deployments and DaemonSets), its chart version by their `helm.sh/chart` (or, for
+kube-prometheus-stack's own objects, `chart`) label, and
 whether it is up to date by rendering the chart locally (`helm template`, no cluster access) with the values `up`
 would install and comparing each rendered object with the live one (render/live_diff.py). Its values stay unknown
 (status()["values_unknown"]), and what could not be compared (Secrets, hooks) is named, never taken as unchanged.
@@ -49,9 +50,9 @@ class SecretlessHelm:
         return {"name": release, "namespace": namespace, "info": {"status": "deployed"}, "values_unknown": True}
 
     def deployed_chart(self, release: str, namespace: str, version: str | None = None) -> str | None:
-        """'<chart>-<version>' from the `helm.sh/chart` (or `chart`) labels of the release's workloads. Subcharts label theirs
-        with their own chart, so with `version` (the one a plan wants) a label of that version is the answer;
-        otherwise only a single label is."""
+        """'<chart>-<version>' from the `helm.sh/chart` (or `chart`) labels of the release's workloads. Subcharts
+        label theirs with their own chart, so with `version` (the one a plan wants) a label of that version is the
+        answer; otherwise only a single label is."""
         labels = [(o.get("metadata") or {}).get("labels") or {} for o in self._objects(release, namespace)]
         charts = sorted({found.get("helm.sh/chart") or found.get("chart") for found in labels} - {None})
         if version:

@@ -17,9 +17,9 @@ from .step import FAIL, PASS, SKIP, Check, Step, StepResult
 
 log = logging.getLogger("gpu_bootstrap.runner")
 REPLANS = 3
-UNKNOWN_WHY = ("unknown: this step's state is kept in a Secret (a helm release's record) that this identity may not "
-               "read, so the plan cannot say whether it would change anything; `up --dry-run` with the dry-run role "
-               "compares it")
+UNKNOWN_WHY = ("unknown: this step's state is kept in a Secret (such as the webhook's serving certificate) that this "
+               "identity may not read, so the plan cannot say whether it would change anything; `up --dry-run` with "
+               "the dry-run role judges it")
 
 
 def refused_secret(error: GpuBootstrapError) -> bool:
