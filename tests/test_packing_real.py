@@ -12,9 +12,10 @@ import pytest
 
 from gpu_bootstrap.sim import trace
 from gpu_bootstrap.sim.engine import Node, Pod
+from tests.tools import shared_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = shared_dir() / "traces"  # ../shared beside the checkout, or beside the clone it came from (CI)
 
 
 def bench():
