@@ -18,7 +18,9 @@ what legitimately differs between two runs that reached the same end state norma
   ("made by Deployment/opa"): a pod's phase, readiness, deletion and, for DaemonSet pods, its node; a ReplicaSet's
   replicas and revision; an EndpointSlice's number of endpoints — so a missing, extra or unready pod still shows;
 * gpu-bootstrap's checkpoint records: the record time and the number of changes dropped (a rerun applies fewer
-  changes than a first run), applied/unchanged/probed shown as "done"; failed or interrupted records stay;
+  changes than a first run), applied/unchanged/probed shown as "done"; failed or interrupted records stay; the keyed
+  fingerprint shown as "<keyed>" and the key's Secret by its length (both random per cluster: the secret-free
+  `public` digest beside it still compares the inputs);
 * gpu-bootstrap's node-facts record: its time and the path of the report it was read from dropped;
 * the run lock: only whether it is held (and for how long a lease) is kept; acquire/renew times and
   leaseTransitions differ (a rerun after kill -9 takes the lease over); other leases' holder identities (a pod name
@@ -50,6 +52,7 @@ from pathlib import Path
 from tests.kubeapi.requestlog import WRITE_METHODS
 
 STATE_NAMESPACE, STATE_NAME = "gpu-bootstrap", "gpu-bootstrap-state"  # pipeline/checkpoint.py
+KEY_SECRET = "gpu-bootstrap-state-key"  # pipeline/checkpoint.py: the fingerprints' per-cluster key
 FACTS_NAME = "gpu-bootstrap-node-facts"
 LOCK_NAME = "gpu-bootstrap-lock"  # pipeline/lock.py
 TLS_HASH = "gpu-bootstrap.io/tls-hash"  # render/admission.py
@@ -186,6 +189,8 @@ def _normalise(key: tuple, obj: dict, snapshot: dict) -> dict:
                             "leaseDurationSeconds": spec.get("leaseDurationSeconds")}
         else:
             body["spec"] = {**spec, "holderIdentity": "<held>" if spec.get("holderIdentity") else None}
+    if kind == "/Secret" and (namespace, name) == (STATE_NAMESPACE, KEY_SECRET) and body.get("data"):
+        body["data"] = {k: f"<{len(base64.b64decode(v))} random bytes>" for k, v in body["data"].items()}
     if kind == "/Secret" and body.get("data") and {"ca.crt", "tls.crt"} <= set(body["data"]):
         body["data"] = _certificates(body["data"])
     if kind.endswith("WebhookConfiguration"):
@@ -230,6 +235,8 @@ def _record(text: str) -> dict:
         return {"unreadable": text}
     record.pop("time", None)
     record.pop("changes", None)
+    if record.get("fingerprint"):  # an HMAC under the cluster's own random key: differs between clusters by design
+        record["fingerprint"] = "<keyed>"
     if record.get("status") in DONE:
         record["status"] = "done"
     return record

@@ -135,8 +135,8 @@ class Runner:
             status = "probed" if step.reads_only else "applied" if count else "unchanged"
             if (kept := step.record(self.ctx, check)) is not None:
                 self.checkpoint.keep(kept)
-            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), count, verified.message,
-                                 step.public_fingerprint(self.ctx))
+            keyed, public = step.fingerprints(self.ctx)
+            self.checkpoint.save(step.id, status, keyed, count, verified.message, public)
             self._finish(StepResult(step.id, status, count, _noted(verified.message, check)))
         except KeyboardInterrupt:
             self._record_failure(step, "interrupted", "interrupted by a signal")
@@ -169,8 +169,8 @@ class Runner:
 
     def _record_failure(self, step: Step, status: str, message: str) -> None:
         try:
-            self.checkpoint.save(step.id, status, step.fingerprint(self.ctx), 0, message,
-                                 step.public_fingerprint(self.ctx))
+            keyed, public = step.fingerprints(self.ctx)
+            self.checkpoint.save(step.id, status, keyed, 0, message, public)
         except (GpuBootstrapError, KeyboardInterrupt) as error:
             log.warning("could not record %s for %s: %s", status, step.id, error)
 

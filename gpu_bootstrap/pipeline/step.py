@@ -96,23 +96,30 @@ class Step:
         """Everything the step's outcome depends on; its hash is the step's fingerprint."""
         raise NotImplementedError
 
-    def fingerprint(self, ctx: "Context") -> str:
+    def fingerprints(self, ctx: "Context") -> tuple[str, str]:
+        """(fingerprint, public_fingerprint) from one reading of the inputs (a step's inputs may ask helm)."""
+        inputs = self.inputs(ctx)
+        return self.fingerprint(ctx, inputs), self.public_fingerprint(ctx, inputs)
+
+    def fingerprint(self, ctx: "Context", inputs: Any = None) -> str:
         """HMAC-SHA256 of the inputs under the cluster's own key (kept in a Secret beside the checkpoint): the inputs
         hold chart values, secrets among them, and a plain hash in a ConfigMap would let anyone who reads it confirm
         a guessed password. Without the key (a run that may not read it) there is nothing to compare: ''."""
         key = getattr(ctx, "fingerprint_key", None)
         if not key:
             return ""
-        payload = json.dumps({"step": self.id, "revision": self.revision, "inputs": self.inputs(ctx)},
+        payload = json.dumps({"step": self.id, "revision": self.revision,
+                              "inputs": self.inputs(ctx) if inputs is None else inputs},
                              sort_keys=True, default=str)
         return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()[:16]
 
-    def public_fingerprint(self, ctx: "Context") -> str:
+    def public_fingerprint(self, ctx: "Context", inputs: Any = None) -> str:
         """SHA-256 of the inputs with every secret value redacted (redact.tree): what a role that may not read the
         key (the plan role) compares; it cannot confirm a secret, since none is in it."""
         from .. import redact
         payload = json.dumps({"step": self.id, "revision": self.revision,
-                              "inputs": redact.tree(json.loads(json.dumps(self.inputs(ctx), default=str)))},
+                              "inputs": redact.tree(json.loads(json.dumps(
+                                  self.inputs(ctx) if inputs is None else inputs, default=str)))},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
