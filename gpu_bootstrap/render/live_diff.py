@@ -6,8 +6,8 @@ object of the same kind, namespace and name. The comparison is a subset one, as 
 controllers add status: every field the chart sets must be there with the same value; fields only the live object
 has are not differences, nor are a chart's nulls and the zero values the server omits when it stores an object
 (false, 0, "", empty lists and maps: found so on the real API server), nor `checksum/*` annotations (hashes of
-other objects, compared themselves). Left out, and said: Secrets (never read), helm hooks (helm deletes them after they ran),
-and CustomResourceDefinitions (compared by the CRD step of each chart).
+other objects, compared themselves). Left out, and said: Secrets (never read), helm hooks (helm deletes them after
+they ran), and CustomResourceDefinitions (compared by the CRD step of each chart).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def release_state(diff: Diff, installed: str) -> dict:
     if diff.same:
         return {"up_to_date": True, "installed": installed,
                 "reason": f"its live objects match the chart rendered with these values{skipped}"}
-    shown = (diff.missing and [f"missing {m}" for m in diff.missing[:2]]) + diff.differences[:3]
+    shown = [f"missing {m}" for m in diff.missing[:2]] + diff.differences[:3]
     more = len(diff.missing) + len(diff.differences) - len(shown)
     return {"up_to_date": False, "installed": installed,
             "reason": "its live objects differ from the chart rendered with these values: " + "; ".join(shown)
