@@ -134,40 +134,6 @@ def run_as(target, deployment, kubeconfig: Path, command: str):
     return target.cli(*args, "--kubeconfig", str(kubeconfig))
 
 
-@pytest.mark.parametrize("command", ["status", "doctor", "plan", "dry-run", "up"])
-def test_each_generated_role_lets_its_command_succeed_and_a_removed_rule_is_named_in_a_403(
-        deployment, target, command, tmp_path):
-    deployment.ensure()
-    try:
-        kubeconfig = grant(target, deployment, command, tmp_path)
-        wait_until(lambda: can_i(target, "list", "nodes"), 30, "the role did not take effect")
-        result, document, log = run_as(target, deployment, kubeconfig, command)
-        assert result.exit_code == 0, f"{command} failed with its own role (log: {log}):\n{result.output}"
-        refusals = [line for line in log.read_text().splitlines() if "forbidden" in line]
-        if command == "plan":  # the plan role reads no Secret: those steps are unknown, never unchanged
-            refusals = [line for line in refusals if '"secrets"' not in line and "secrets is forbidden" not in line
-                        and 'secrets "' not in line]
-            statuses = {s["id"]: s["status"] for s in document["steps"]}
-            # the charts' releases compared through their live objects: up to date; the webhook's steps need its
-            # certificate's Secret: unknown
-            changed = [f'{s["id"]} {s["status"]}: {s["message"]}' for s in document["steps"]
-                       if s["status"] not in ("unchanged", "skipped") and s["id"] not in ("admission-opa", "admission")]
-            assert not changed, "\n".join(changed)
-            assert statuses["admission-opa"] == statuses["admission"] == "unknown", statuses
-        assert refusals == [], f"a request of {command} was refused (log: {log})"
-        kubeconfig = grant(target, deployment, command, tmp_path, drop=("ClusterRole", "nodes", "list"))
-        wait_until(lambda: not can_i(target, "list", "nodes"), 30, "the removed rule still applies")
-        result, document, log = run_as(target, deployment, kubeconfig, command)
-        assert result.exit_code != 0, f"{command} succeeded without `list nodes`"
-        said = " ".join(result.output.replace('\\"', '"').split())  # the JSON document escapes the quotes
-        assert (f'User "system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}" cannot list resource "nodes" in API group '
-                f'"" at the cluster scope') in said, said
-    finally:
-        target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
-                       "gpu-bootstrap.io/live-test=rbac", check=False)
-        target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
-
-
 def as_token(kubeconfig: Path, *args: str, input: str | None = None):
     """kubectl with only the ServiceAccount's token (its own kubeconfig), never the admin's."""
     from tests.tools import client_env, run, tool
@@ -181,64 +147,89 @@ SELF_ADMIN = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole
               "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}]}
 
 
-@pytest.mark.parametrize("command", ["plan", "dry-run", "up"])
-def test_no_pipeline_role_can_bind_cluster_admin_to_itself(deployment, target, command, tmp_path):
-    """A token of each generated role (TokenRequest) asks the real API server to bind cluster-admin to its own
-    ServiceAccount, for real and as a server-side dry run: RBAC's escalation check refuses both (the dry-run and up
-    roles may bind only the roles they name)."""
+@pytest.mark.parametrize("command", ["status", "doctor", "plan", "dry-run", "up"])
+def test_each_generated_role_lets_its_command_succeed_and_a_removed_rule_is_named_in_a_403(
+        deployment, target, command, tmp_path):
+    """Each `rbac --for` role, bound to a ServiceAccount whose token comes from the TokenRequest API: its command
+    succeeds with no request refused, and fails with a 403 naming `list nodes` once that rule is removed.
+
+    The same grant also proves (one grant and one run per role keep the live worker short):
+    - no pipeline role (plan, dry-run, up) can bind cluster-admin to itself, for real or as a server-side dry run
+      (RBAC's escalation check: the dry-run and up roles may bind only the roles they name);
+    - the plan role reads no Secret and writes nothing;
+    - the plan role's `up --dry-run=client`, which cannot read helm's record of a release, finds one value of a
+      chart's object changed by hand (the Prometheus' retention) by rendering the chart and comparing the live
+      objects, and names it; every other step it can read is unchanged, the webhook's (its certificate's Secret)
+      unknown."""
     deployment.ensure()
+    prometheus = target.json("get", "prometheus", "-n", "monitoring")["items"][0]
+    name, before = prometheus["metadata"]["name"], prometheus["spec"].get("retention")
+    drifted = "3d" if before != "3d" else "4d"
     try:
         kubeconfig = grant(target, deployment, command, tmp_path)
         wait_until(lambda: can_i(target, "list", "nodes"), 30, "the role did not take effect")
-        for dry in ([], ["--dry-run=server"]):
-            made = as_token(kubeconfig, "create", "-f", "-", *dry, input=json.dumps(SELF_ADMIN))
-            assert made.returncode != 0, f"{command}: bound cluster-admin to itself {dry}"
-            assert "forbidden" in made.stderr, made.stderr
-        assert target.kubectl("get", "clusterrolebinding", "live-test-self-admin", check=False).returncode != 0
         if command == "plan":
-            for what in (["secrets", "-A"], ["secrets", "-n", "gpu-bootstrap"]):
-                read = as_token(kubeconfig, "get", *what)
-                assert read.returncode != 0 and 'cannot list resource "secrets"' in read.stderr, read.stderr
-            made = as_token(kubeconfig, "create", "configmap", "live-test-x", "-n", "default")
-            assert made.returncode != 0 and 'cannot create resource "configmaps"' in made.stderr, made.stderr
-            rules = [r for d in yaml.safe_load_all(grant_text(deployment, target, command)) if d
-                     for r in d.get("rules") or []]
-            assert {v for r in rules for v in r["verbs"]} <= {"get", "list", "watch"}
-            assert not [r for r in rules if "secrets" in r["resources"]]
+            target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
+                           json.dumps({"spec": {"retention": drifted}}))
+        result, document, log = run_as(target, deployment, kubeconfig, command)
+        assert result.exit_code == 0, f"{command} failed with its own role (log: {log}):\n{result.output}"
+        refusals = [line for line in log.read_text().splitlines() if "forbidden" in line]
+        if command == "plan":  # the plan role reads no Secret: those steps are unknown, never unchanged
+            refusals = [line for line in refusals if '"secrets"' not in line and "secrets is forbidden" not in line
+                        and 'secrets "' not in line]
+            assert_plan_names_only_the_drift(document, f"Prometheus monitoring/{name}: spec.retention: "
+                                                       f"rendered {before!r}, live {drifted!r}")
+            assert_plan_role_reads_no_secret_and_writes_nothing(target, deployment, kubeconfig)
+        assert refusals == [], f"a request of {command} was refused (log: {log})"
+        if command in ("plan", "dry-run", "up"):
+            assert_cannot_bind_cluster_admin_to_itself(target, kubeconfig, command)
+        kubeconfig = grant(target, deployment, command, tmp_path, drop=("ClusterRole", "nodes", "list"))
+        wait_until(lambda: not can_i(target, "list", "nodes"), 30, "the removed rule still applies")
+        result, document, log = run_as(target, deployment, kubeconfig, command)
+        assert result.exit_code != 0, f"{command} succeeded without `list nodes`"
+        said = " ".join(result.output.replace('\\"', '"').split())  # the JSON document escapes the quotes
+        assert (f'User "system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}" cannot list resource "nodes" in API group '
+                f'"" at the cluster scope') in said, said
     finally:
+        if command == "plan":
+            target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
+                           json.dumps({"spec": {"retention": before}}))
         target.kubectl("delete", "clusterrolebinding", "live-test-self-admin", "--ignore-not-found", check=False)
         target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
                        "gpu-bootstrap.io/live-test=rbac", check=False)
         target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
 
 
-def test_a_client_side_plan_with_the_plan_role_names_a_drifted_value(deployment, target, tmp_path):
-    """One value of a chart's object changed by hand on the real cluster (the Prometheus' retention): the plan role's
-    `up --dry-run=client`, which cannot read helm's record of the release, finds it by rendering the chart and
-    comparing the live objects, and names it; everything else it can read is unchanged."""
-    deployment.ensure()
-    prometheus = target.json("get", "prometheus", "-n", "monitoring")["items"][0]
-    name, before = prometheus["metadata"]["name"], prometheus["spec"].get("retention")
-    drifted = "3d" if before != "3d" else "4d"
-    try:
-        kubeconfig = grant(target, deployment, "plan", tmp_path)
-        wait_until(lambda: can_i(target, "list", "nodes"), 30, "the role did not take effect")
-        target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
-                       json.dumps({"spec": {"retention": drifted}}))
-        result, document, log = run_as(target, deployment, kubeconfig, "plan")
-        assert result.exit_code == 0, result.output
-        steps = {s["id"]: s for s in document["steps"]}
-        assert steps["monitoring"]["status"] == "planned", steps["monitoring"]
-        assert f"Prometheus monitoring/{name}: spec.retention: rendered {before!r}, live {drifted!r}" in \
-            steps["monitoring"]["message"], steps["monitoring"]["message"]
-        assert [i for i, s in steps.items() if s["status"] == "planned"] == ["monitoring"]
-        assert document["plan"].startswith("1 change(s) planned in monitoring; unknown: admission-opa, admission")
-    finally:
-        target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
-                       json.dumps({"spec": {"retention": before}}))
-        target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
-                       "gpu-bootstrap.io/live-test=rbac", check=False)
-        target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
+def assert_plan_names_only_the_drift(document: dict, drift: str) -> None:
+    steps = {s["id"]: s for s in document["steps"]}
+    assert steps["monitoring"]["status"] == "planned", steps["monitoring"]
+    assert drift in steps["monitoring"]["message"], steps["monitoring"]["message"]
+    # the charts' releases compared through their live objects: up to date but for the drift; the webhook's steps
+    # need its certificate's Secret: unknown
+    changed = [f'{i} {s["status"]}: {s["message"]}' for i, s in steps.items()
+               if s["status"] not in ("unchanged", "skipped") and i not in ("admission-opa", "admission", "monitoring")]
+    assert not changed, "\n".join(changed)
+    assert steps["admission-opa"]["status"] == steps["admission"]["status"] == "unknown", steps
+    assert document["plan"].startswith("1 change(s) planned in monitoring; unknown: admission-opa, admission")
+
+
+def assert_plan_role_reads_no_secret_and_writes_nothing(target, deployment, kubeconfig: Path) -> None:
+    for what in (["secrets", "-A"], ["secrets", "-n", "gpu-bootstrap"]):
+        read = as_token(kubeconfig, "get", *what)
+        assert read.returncode != 0 and 'cannot list resource "secrets"' in read.stderr, read.stderr
+    made = as_token(kubeconfig, "create", "configmap", "live-test-x", "-n", "default")
+    assert made.returncode != 0 and 'cannot create resource "configmaps"' in made.stderr, made.stderr
+    rules = [r for d in yaml.safe_load_all(grant_text(deployment, target, "plan")) if d for r in d.get("rules") or []]
+    assert {v for r in rules for v in r["verbs"]} <= {"get", "list", "watch"}
+    assert not [r for r in rules if "secrets" in r["resources"]]
+
+
+def assert_cannot_bind_cluster_admin_to_itself(target, kubeconfig: Path, command: str) -> None:
+    for dry in ([], ["--dry-run=server"]):
+        made = as_token(kubeconfig, "create", "-f", "-", *dry, input=json.dumps(SELF_ADMIN))
+        assert made.returncode != 0, f"{command}: bound cluster-admin to itself {dry}"
+        assert "forbidden" in made.stderr, made.stderr
+    assert target.kubectl("get", "clusterrolebinding", "live-test-self-admin", check=False).returncode != 0
 
 
 def grant_text(deployment, target, command: str) -> str:
