@@ -171,7 +171,15 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
 register_status(app)  # `status` (its flags live in cli_status.py), listed after doctor
 
 
-@command("playbook", *CLUSTER)
+class ImagesOutput(str, Enum):
+    text = "text"
+    json = "json"
+    hauler = "hauler"
+    zarf = "zarf"
+    skopeo = "skopeo"
+
+
+@command("playbook", "config", "kubeconfig", "context", "verbose", "log_file")
 def images(common, offline: Annotated[bool, Option("--offline", help=(
         "No cluster and no SSH: list for --kube-version and the nodes in --preflight-report."))] = False,
            kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y[.Z]", help=(
@@ -180,7 +188,11 @@ def images(common, offline: Annotated[bool, Option("--offline", help=(
                "Node facts (the GPU nodes' OS) from a saved 'gpu-bootstrap doctor -o json' instead of SSH."))] = None,
            check: Annotated[bool, Option("--check", help=(
                "Ask registry.mirror for each image (a HEAD on its manifest, OCI distribution API); exit 1 when any "
-               "is missing. Credentials come from your docker config file."))] = False) -> None:
+               "is missing. Credentials come from your docker config file."))] = False,
+           output: Annotated[ImagesOutput, Option("-o", "--output", help=(
+               "text for people, json for machines, or a mirroring tool's file on stdout: hauler (an Images "
+               "manifest), zarf (a package's zarf.yaml), skopeo (a `skopeo sync --src yaml` file)."))
+                             ] = ImagesOutput.text) -> None:
     """List every image the configured platform pulls on this cluster: our own, the charts' (hooks included) and the
     gpu-operator's operands (the driver per GPU node OS), sorted, each once, with who pulls it.
 
@@ -191,18 +203,97 @@ def images(common, offline: Annotated[bool, Option("--offline", help=(
       gpu-bootstrap images
       gpu-bootstrap images --offline --kube-version 1.31 --preflight-report report.json -o json
       gpu-bootstrap images --check            # is every image in registry.mirror?
+      gpu-bootstrap images -o hauler > images.yaml && hauler store sync -f images.yaml
+      gpu-bootstrap images -o skopeo > sync.yaml && skopeo sync --src yaml --dest docker sync.yaml MIRROR
     """
+    common["output"] = Output.json if output == ImagesOutput.json else Output.text
     options = options_from(common, offline=offline, kube_version=kube_version, preflight_report=preflight_report)
 
     def body():
         from . import app as application
-        from .ui_images import show_images
         found = application.images(options)
+        if output.value in ("hauler", "zarf", "skopeo"):
+            from .export import mirror
+            if found.incomplete:
+                from .errors import GpuBootstrapError
+                raise GpuBootstrapError(f"the image list is incomplete: {'; '.join(found.incomplete)}",
+                                        "gpu-bootstrap images says which chart could not be rendered")
+            text = {"hauler": mirror.hauler, "skopeo": mirror.skopeo,
+                    "zarf": lambda f: mirror.zarf(f, __version__)}[output.value](found)
+            typer.echo(text, nl=False)
+            return
+        from .ui_images import show_images
         present = application.check_images(found) if check else None
         if not show_images(found, present, options.json):
             raise typer.Exit(EXIT_FAILED)
 
     run("images", common, body)
+
+
+class ExportFormat(str, Enum):
+    argocd = "argocd"
+    flux = "flux"
+    helmfile = "helmfile"
+    manifests = "manifests"
+
+
+@command("playbook", "only", "skip", "config", "kubeconfig", "context", "verbose", "log_file")
+def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
+        "argocd: an app-of-apps of Applications in sync waves; flux: Kustomizations (dependsOn) and HelmReleases; "
+        "helmfile: a helmfile.yaml with needs; manifests: plain YAML with the charts rendered."))],
+           out: Annotated[Path, Option("-o", "--out", metavar="DIR", help=(
+               "Where to write (new, empty, or an earlier export, whose files are replaced)."))],
+           repo_url: Annotated[Optional[str], Option("--repo-url", metavar="URL", help=(
+               "argocd: the Git repository DIR is committed to."))] = None,
+           repo_path: Annotated[Optional[str], Option("--repo-path", metavar="PATH", help=(
+               "DIR's path inside that repository (default: DIR as given, relative)."))] = None,
+           revision: Annotated[str, Option("--revision", metavar="REF", help=(
+               "argocd: the branch, tag or commit to sync."))] = "HEAD",
+           flux_source: Annotated[str, Option("--flux-source", metavar="NAMESPACE/NAME", help=(
+               "flux: the GitRepository that holds DIR."))] = "flux-system/flux-system",
+           offline: Annotated[bool, Option("--offline", help=(
+               "No cluster and no SSH: export for --kube-version and the nodes in --preflight-report."))] = False,
+           kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y[.Z]", help=(
+               "With --offline: the Kubernetes version to export for (default 1.33)."))] = None,
+           preflight_report: Annotated[Optional[Path], Option("--preflight-report", metavar="FILE", help=(
+               "The GPU nodes' facts from a saved 'gpu-bootstrap doctor -o json'."))] = None,
+           via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None) -> None:
+    """Write what `up` would apply to this cluster as a GitOps engine's objects: the charts with the values derived
+    from your GPU nodes' facts (each with its reason), our own objects as plain manifests, in the playbook's order.
+    Nothing is changed on the cluster.
+
+    Taints and labels on existing nodes and the validation run stay commands (DIR/README.md names them). A
+    generated webhook CA cannot live in Git: use admission.certificates: cert-manager. No secret is written.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap export --format flux -o clusters/prod/gpu
+      gpu-bootstrap export --format argocd -o gpu --repo-url https://git.example.com/fleet.git
+      gpu-bootstrap export --format helmfile -o gpu --offline --kube-version 1.31 --preflight-report report.json
+    """
+    options = options_from(common, offline=offline, kube_version=kube_version, preflight_report=preflight_report,
+                           via=via.value if via else None)
+    namespace, _, name = flux_source.rpartition("/")
+
+    def body():
+        from .export.command import export as run_export
+        from .export.formats import Target
+        target = Target(repo_url=repo_url, revision=revision, path=repo_path or _relative(out),
+                        flux_namespace=namespace or "flux-system", flux_source=name)
+        done = run_export(options, format_.value, out, target)
+        typer.echo(f"wrote {len(done.files)} files to {out}/ ({format_.value}): {len(done.bundle.units)} units, "
+                   f"in order: {', '.join(u.id for u in done.bundle.units)}")
+        if done.bundle.imperative:
+            typer.echo(f"not declarative (see {out}/README.md): gpu-bootstrap up --only "
+                       f"{','.join(done.bundle.imperative)}")
+        for release, paths in done.secrets.items():
+            typer.echo(f"secret values left out of {release}: {', '.join(paths)} (see {out}/README.md)")
+
+    run("export", common, body)
+
+
+def _relative(path: Path) -> str:
+    return path.as_posix() if not path.is_absolute() else path.name
 
 
 @command(*PIPELINE)

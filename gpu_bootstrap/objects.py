@@ -133,3 +133,22 @@ def lease_fresh(spec: dict, default_duration: int, slack: float = 1.0, floor: in
     duration = max(spec.get("leaseDurationSeconds") or default_duration, floor)
     now = now or _dt.datetime.now(_dt.timezone.utc)
     return (now - renewed).total_seconds() <= duration * slack
+
+
+# --- GitOps ownership ------------------------------------------------------------------------------------------------
+GITOPS_ANNOTATION = "gpu-bootstrap.io/exported-to"  # written by `export` on each object of ours: argocd, flux, ...
+
+
+def gitops_owner(obj: dict) -> str | None:
+    """Which GitOps engine owns this object, if any: ours written by `export`, or the marks Argo CD (tracking
+    annotation) and Flux (kustomize-controller's and helm-controller's labels) put on what they apply."""
+    meta = obj.get("metadata") or {}
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    if "argocd.argoproj.io/tracking-id" in annotations:
+        return f"Argo CD (Application {annotations['argocd.argoproj.io/tracking-id'].split(':')[0]})"
+    for prefix, what in (("kustomize.toolkit.fluxcd.io", "Kustomization"), ("helm.toolkit.fluxcd.io", "HelmRelease")):
+        if f"{prefix}/name" in labels:
+            return f"Flux ({what} {labels.get(f'{prefix}/namespace', '')}/{labels[f'{prefix}/name']})"
+    if annotations.get(GITOPS_ANNOTATION):
+        return f"{annotations[GITOPS_ANNOTATION]} (gpu-bootstrap export)"
+    return None

@@ -251,3 +251,25 @@ def test_a_kubernetes_minor_upgrade_moves_the_scheduler_image_and_config_and_doc
     assert [r["status"] for r in skew] == ["fail"], skew
     assert "kube-scheduler 1.25.16 is more than one minor older than the API server (1.27.16)" in skew[0]["message"]
     assert "gpu-bootstrap up, which rolls it to registry.k8s.io/kube-scheduler:v1.27.16" in skew[0]["message"]
+
+
+@pytest.mark.parametrize("mark", [
+    ("annotate", "argocd.argoproj.io/tracking-id=gpu-bootstrap-06-binpack-scheduler:/ConfigMap:kube-system/x"),
+    ("label", "kustomize.toolkit.fluxcd.io/name=gpu-bootstrap-06-binpack-scheduler"),
+    ("annotate", "gpu-bootstrap.io/exported-to=helmfile")])
+def test_teardown_refuses_what_a_gitops_engine_owns_and_removes_nothing(cluster, tmp_path, mark):
+    """Objects of ours that an engine applies (from `gpu-bootstrap export`): Argo CD's tracking annotation, Flux's
+    kustomize-controller label, or the export's own annotation. Removing them is the engine's job (it would put them
+    back at its next sync): teardown names them and changes nothing."""
+    config = write_config(tmp_path, cluster)
+    assert cli("up", config, tmp_path)[0].exit_code == 0
+    cluster.kubectl(mark[0], "configmap", f"{NAME}-config", "-n", "kube-system", mark[1])
+    before = owned(cluster.emu)
+    cluster.emu.requests.clear()
+    for extra in (["--dry-run"], ["--yes"]):
+        result, _document = cli("teardown", config, tmp_path, *extra)
+        assert result.exit_code == 1, result.output
+        said = " ".join(result.output.split())
+        assert f"ConfigMap kube-system/{NAME}-config" in said and "remove them from Git" in said, said
+    assert cluster.emu.requests.writes() == []
+    assert owned(cluster.emu) == before

@@ -244,8 +244,10 @@ class Runner:
         return [(step, step.undo_plan(self.ctx)) for step in reversed(self.steps)]
 
     def teardown(self, force_unlock: bool = False) -> list[StepResult]:
+        plans = self.undo_plans()
+        self._refuse_gitops_owned(plans)
         if self.ctx.gate.dry_run:
-            for step, changes in self.undo_plans():
+            for step, changes in plans:
                 for change in changes:
                     self.ctx.gate.submit(step.id, change)
                     self.ctx.reporter.change(step.id, change, applied=False)
@@ -275,6 +277,28 @@ class Runner:
         if not self.skipped:
             self._remove_state()
         return self.ordered_results()
+
+    def _refuse_gitops_owned(self, plans) -> None:
+        """Only touch what is ours: an object a GitOps engine applies (an export of ours, or one Argo CD or Flux
+        marks as theirs) would come back at the next sync, and removing it is the engine's job. Refused before
+        anything is removed, naming the first such objects."""
+        from ..objects import gitops_owner
+        from ..refs import Verb
+        owned = []
+        for step, changes in plans:
+            for change in changes:
+                if change.verb != Verb.DELETE:
+                    continue
+                live = self.ctx.kube.get(change.target.api_version, change.target.kind, change.target.name,
+                                         change.target.namespace)
+                owner = gitops_owner(live) if live else None
+                if owner:
+                    owned.append(f"{change.target} ({owner})")
+        if owned:
+            shown = "; ".join(owned[:3]) + (f" and {len(owned) - 3} more" if len(owned) > 3 else "")
+            raise GpuBootstrapError(f"teardown refused: a GitOps engine owns {len(owned)} object(s) it would remove: {shown}",
+                              "remove them from Git (the units of your `gpu-bootstrap export`) and let the engine "
+                              "prune them; nothing was changed")
 
     def _remove_state(self) -> None:
         """A full teardown also removes the tool's own namespace (its checkpoint and lock)."""

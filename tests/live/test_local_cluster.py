@@ -370,3 +370,62 @@ def _checks(document: dict) -> list[dict]:
                 walk(item)
     walk(document)
     return found
+
+
+# --- GitOps exports ---------------------------------------------------------------------------------------------------
+def test_each_export_format_passes_a_server_side_dry_run_with_the_engines_crds(deployment, target, tmp_path):
+    """`export` for this cluster (its version; the deployment's config with cert-manager certificates and local
+    charts), each format sent to the real API server as a server-side dry run, with the engines' own CRDs (Argo CD's
+    Application, Flux's Kustomization/HelmRelease/HelmRepository, cert-manager's Issuer/Certificate, from their Go
+    modules) installed for the check and removed: the engines' objects, our plain manifests and the charts rendered
+    by `--format manifests` (CRDs included) are all accepted with strict field validation."""
+    from tests.tools import ROOT
+    deployment.ensure()
+    crds = sorted((ROOT / ".tools" / "schemas").glob("*/*.yaml"))
+    assert crds, "scripts/install-test-tools puts the engines' CRDs in .tools/schemas"
+    config = yaml.safe_load(deployment.config.read_text())
+    config.setdefault("admission", {})["certificates"] = "cert-manager"
+    local = tmp_path / "gitops-local-charts.yaml"  # helmfile and manifests: the charts from ../shared/charts
+    local.write_text(yaml.safe_dump(config))
+    for section in ("gpu_operator", "monitoring"):  # argocd and flux fetch charts from their repositories
+        (config.get(section) or {}).pop("chart", None)
+    remote = tmp_path / "gitops.yaml"
+    remote.write_text(yaml.safe_dump(config))
+    version = target.json("version")["serverVersion"]["gitVersion"].lstrip("v")
+    names = [yaml.safe_load(c.read_text())["metadata"]["name"] for c in crds]
+    try:
+        for crd in crds:
+            target.kubectl("apply", "--server-side", "-f", str(crd))
+        target.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
+        for namespace in ("argocd", "flux-system"):
+            target.kubectl("create", "namespace", namespace, check=False)
+        for engine in ("argocd", "flux", "helmfile", "manifests"):
+            out = tmp_path / engine
+            path = remote if engine in ("argocd", "flux") else local
+            args = ["export", "--format", engine, "-o", str(out), "-c", str(path), "--playbook", str(target.playbook),
+                    "--offline", "--kube-version", version, "--preflight-report", str(deployment.report)]
+            if engine == "argocd":
+                args += ["--repo-url", "https://git.example.com/fleet.git"]
+            result = run_export(target, args)
+            assert result.exit_code == 0, result.output
+            files = [p for p in sorted(out.rglob("*.yaml")) if p.name != "kustomization.yaml"
+                     and "values" not in p.parts and p.name != "helmfile.yaml"]
+            assert files, engine
+            for file in files:
+                sent = target.kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server",
+                                      "--field-manager=gitops-export-check", "-f", str(file), check=False,
+                                      timeout=300)
+                assert sent.returncode == 0, f"{engine}: {file.relative_to(out)} refused:\n{sent.stderr[-3000:]}"
+    finally:
+        target.kubectl("delete", "crd", *names, "--ignore-not-found", "--wait=false", check=False)
+        target.kubectl("delete", "namespace", "argocd", "flux-system", "--ignore-not-found", "--wait=false",
+                       check=False)
+
+
+def run_export(target, args: list[str]):
+    from gpu_bootstrap.cli import app
+    from tests.conftest import _process_state_kept
+    from tests.live.conftest import runner
+    env = {k: v for k, v in target.env.items() if k.startswith("HELM_") or k in ("PATH",)}
+    with _process_state_kept():
+        return runner.invoke(app, [*args, "--log-file", str(target.artifacts / "export.log")], env=env)

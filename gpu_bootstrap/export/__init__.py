@@ -1,0 +1,11 @@
+"""`gpu-bootstrap export` and the mirror lists of `images -o hauler|zarf|skopeo`: what `up` would apply, handed to the
+GitOps engine or mirroring tool a team already runs.
+
+- bundle.py: the changes of a fresh-install plan (the gate's record of an offline run) grouped into ordered units:
+  our own objects as plain manifests, each chart as a release with its derived values, and what is not declarative
+  (node taints and labels, the validation pods) as commands. Pure.
+- formats.py: a bundle as files for one engine (Argo CD, Flux, helmfile, plain manifests). Pure.
+- mirror.py: an image list as a Hauler manifest, a Zarf package's images or a skopeo sync file. Pure.
+
+May import refs, redact, render and the pipeline's data types; never an adapter, the CLI or ui.
+"""

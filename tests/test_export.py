@@ -1,0 +1,386 @@
+"""`gpu-bootstrap export` through the CLI, checked by the engines' own schemas and real tools: the Argo CD
+Application, Flux HelmRelease/HelmRepository/Kustomization/GitRepository and cert-manager CRDs read from their Go
+modules (scripts/install-test-tools puts them in .tools/schemas), every chart's exported values rendered by the real
+helm with the real chart (../shared/charts), the images of a rendered export compared with `images`, and the
+refusals (unknown facts, a generated CA, a local chart for a remote engine, a folder that is not ours).
+
+helmfile publishes no schema (its module has none), so helmfile.yaml is checked for what helmfile needs: known keys,
+each `needs` naming a release before it, each values file and local chart folder present.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gpu_bootstrap.cli import app
+from gpu_bootstrap.schemas import crd_schemas, problems
+from tests.conftest import chart
+from tests.nodes.reports import write_report
+from tests.tools import TOOLS_BIN, client_env, missing, run, tool
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+SCHEMAS = TOOLS_BIN.parent / "schemas"
+runner = CliRunner()
+# example -> (its GPU nodes, the Kubernetes versions exported for, whether its webhook CA is generated)
+CASES = {"fleet-gitops.yaml": (["gpu-a1", "gpu-a2"], ["1.31", "1.37"], False),
+         "minimal.yaml": (["gpu-node-1", "gpu-node-2"], ["1.31", "1.37"], True),
+         "three-gpu-nodes.yaml": (["node5", "node6", "node7"], ["1.24", "1.30"], True)}  # its operator: 1.23-1.30
+LOCAL_CHARTS = {("gpu-operator", "v25.10.1"), ("gpu-operator", "v26.7.0"), ("kube-prometheus-stack", "88.5.3")}
+PLANTED = ("planted-grafana-password-5521", "https://hooks.slack.com/services/T000/B000/plantedslack9932")
+
+
+def invoke(*args: str, tmp_path: Path):
+    return runner.invoke(app, [*args, "--log-file", str(tmp_path / "log")])
+
+
+def export(tmp_path: Path, engine: str, config: Path, kube: str, report: Path, *more: str, out: Path | None = None):
+    out = out or tmp_path / engine
+    args = ["export", "--format", engine, "-o", str(out), "-c", str(config), "--offline", "--kube-version", kube,
+            "--preflight-report", str(report), *more]
+    if engine == "argocd":
+        args += ["--repo-url", "https://git.example.com/fleet.git", "--repo-path", "clusters/prod/gpu"]
+    return invoke(*args, tmp_path=tmp_path), out
+
+
+def engine_schemas() -> dict:
+    files = sorted(SCHEMAS.glob("*/*.yaml"))
+    if not files:
+        missing(f"the GitOps engines' CRDs are not in {SCHEMAS}")
+    return crd_schemas([d for f in files for d in yaml.safe_load_all(f.read_text()) if d])
+
+
+def unknown_fields(obj, schema: dict, path: str = "") -> list[str]:
+    """Fields the schema does not name (the API server's strict field validation refuses them; jsonschema alone
+    would not, as CRD schemas rarely close their objects)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields") or not isinstance(obj, (dict, list)):
+        return []
+    if isinstance(obj, list):
+        return [f for index, item in enumerate(obj) for f in unknown_fields(item, schema.get("items") or {},
+                                                                            f"{path}[{index}]")]
+    properties = schema.get("properties")
+    if properties is None:
+        extra = schema.get("additionalProperties")
+        return [f for key, value in obj.items() for f in unknown_fields(value, extra, f"{path}.{key}")] \
+            if isinstance(extra, dict) else []
+    found = []
+    for key, value in obj.items():
+        if key not in properties:
+            if not (path == "" and key in ("apiVersion", "kind", "metadata")):
+                found.append(f"{path}.{key}".lstrip("."))
+            continue
+        found += unknown_fields(value, properties[key], f"{path}.{key}")
+    return found
+
+
+def documents(folder: Path) -> list[tuple[Path, dict]]:
+    from gpu_bootstrap.adapters.helm import _CrdLoader  # a rendered chart's CRDs hold a bare `=` (YAML 1.2)
+    return [(path, doc) for path in sorted(folder.rglob("*.yaml"))
+            for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader) if isinstance(doc, dict)]
+
+
+def releases_of(folder: Path, engine: str) -> list[tuple[str, str, str, dict]]:
+    """(chart, version, namespace, values) of each chart the export carries."""
+    found = []
+    for path, doc in documents(folder):
+        if doc.get("kind") == "HelmRelease":
+            spec = doc["spec"]
+            found.append((spec["chart"]["spec"]["chart"], spec["chart"]["spec"]["version"], spec["targetNamespace"],
+                          spec["values"]))
+        elif doc.get("kind") == "Application" and "chart" in doc["spec"]["source"]:
+            source = doc["spec"]["source"]
+            found.append((source["chart"], source["targetRevision"], doc["spec"]["destination"]["namespace"],
+                          source["helm"]["valuesObject"]))
+    if engine == "helmfile":
+        document = yaml.safe_load((folder / "helmfile.yaml").read_text())
+        for release in document["releases"]:
+            if "/" in release["chart"] and not release["chart"].startswith("./"):
+                values = yaml.safe_load((folder / release["values"][0]).read_text())
+                found.append((release["chart"].split("/")[-1], release["version"], release["namespace"], values))
+    return found
+
+
+def check_helmfile(folder: Path) -> None:
+    document = yaml.safe_load((folder / "helmfile.yaml").read_text())
+    assert set(document) <= {"helmDefaults", "repositories", "releases"}, document.keys()
+    seen, repos = set(), {r["name"] for r in document.get("repositories", [])}
+    for release in document["releases"]:
+        assert set(release) <= {"name", "namespace", "chart", "version", "values", "labels", "needs"}, release
+        for need in release.get("needs", []):
+            assert need in seen, f"{release['name']} needs {need}, which comes later or not at all"
+        seen.add(f"{release['namespace']}/{release['name']}")
+        if release["chart"].startswith("./"):
+            assert list((folder / release["chart"]).glob("*.yaml")), release["chart"]
+        else:
+            assert release["chart"].split("/")[0] in repos, release["chart"]
+        for values in release.get("values", []):
+            assert (folder / values).is_file(), values
+
+
+def check_schemas(folder: Path, schemas: dict) -> int:
+    """Every document of a kind whose CRD we have is valid against it; returns how many were checked."""
+    checked = 0
+    for path, doc in documents(folder):
+        schema = schemas.get((doc.get("apiVersion"), doc.get("kind")))
+        if schema is None:
+            continue
+        found = problems(doc, schema) + [f"{f}: not in the schema" for f in unknown_fields(doc, schema)]
+        assert not found, f"{path.relative_to(folder)} ({doc['kind']}): {found}"
+        checked += 1
+    return checked
+
+
+@pytest.fixture(scope="module")
+def rendered_values(tmp_path_factory):
+    """(chart, version, values) -> helm template's exit, once per distinct values (the formats share them)."""
+    cache: dict[str, str] = {}
+    home = tmp_path_factory.mktemp("helm-home")
+
+    def render(name: str, version: str, namespace: str, values: dict, kube: str) -> None:
+        key = json.dumps([name, version, namespace, values, kube], sort_keys=True)
+        if key in cache:
+            return
+        values_file = home / f"values-{len(cache)}.yaml"
+        values_file.write_text(yaml.safe_dump(values))
+        archive = chart(f"{name}-{version}.tgz")
+        result = run([tool("helm"), "template", name, str(archive), "--namespace", namespace, "--kube-version",
+                      kube, "--values", str(values_file)], client_env(home), 180, False)
+        assert result.returncode == 0, f"{name} {version}: helm template refused the exported values:\n" \
+                                       f"{result.stderr[-2000:]}"
+        cache[key] = "ok"
+    return render
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+@pytest.mark.parametrize("example, kube", [(e, k) for e, (_n, kubes, _g) in CASES.items() for k in kubes])
+def test_every_format_of_an_example_passes_the_engines_schemas_and_its_values_render(example, kube, tmp_path,
+                                                                                      rendered_values):
+    nodes, _kubes, generated = CASES[example]
+    report = write_report(tmp_path / "report.json", nodes)
+    schemas = engine_schemas()
+    skip = ["--skip", "admission-opa,admission"] if generated else []
+    for engine in ("argocd", "flux", "helmfile"):
+        result, out = export(tmp_path, engine, EXAMPLES / example, kube, report, *skip)
+        assert result.exit_code == 0, result.output
+        checked = check_schemas(out, schemas)
+        engine_docs = {"argocd": "Application", "flux": "Kustomization"}.get(engine)
+        if engine_docs:
+            kinds = {doc["kind"] for _p, doc in documents(out)}
+            assert engine_docs in kinds and checked >= 6, (engine, kinds, checked)
+        if engine == "helmfile":
+            check_helmfile(out)
+        releases = releases_of(out, engine)
+        assert {r[0] for r in releases} == {"gpu-operator", "kube-prometheus-stack"}, releases
+        for name, version, namespace, values in releases:
+            if (name, version) in LOCAL_CHARTS:  # the 1.24 example's v24.6.2 has no archive here
+                rendered_values(name, version, namespace, values, kube)
+        readme = (out / "README.md").read_text()
+        assert "gpu-bootstrap up --only node-prep,validate" in readme
+
+
+def fleet_config(tmp_path: Path, local_charts: bool) -> Path:
+    """The fleet example with planted secrets (a Grafana password, a Slack webhook in Alertmanager's config)."""
+    config = yaml.safe_load((EXAMPLES / "fleet-gitops.yaml").read_text())
+    config["monitoring"]["values"] = {
+        "grafana": {"adminPassword": PLANTED[0]},
+        "alertmanager": {"config": {"receivers": [{"name": "slack", "slack_configs": [{"api_url": PLANTED[1]}]}],
+                                    "route": {"receiver": "slack"}}}}
+    if local_charts:
+        config["gpu_operator"] = {"chart": str(chart("gpu-operator-v26.7.0.tgz"))}
+        config["monitoring"]["chart"] = str(chart("kube-prometheus-stack-88.5.3.tgz"))
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+def test_no_planted_secret_reaches_any_format_and_flux_reads_them_from_a_secret(tmp_path, helm_on_path):
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    for engine, local in (("argocd", False), ("flux", False), ("helmfile", False), ("manifests", True)):
+        result, out = export(tmp_path, engine, fleet_config(tmp_path, local), "1.33", report)
+        assert result.exit_code == 0, result.output
+        for path in out.rglob("*"):
+            if path.is_file():
+                text = path.read_text()
+                for planted in PLANTED:
+                    assert planted not in text, f"{engine}: {path.relative_to(out)} holds a planted secret"
+                assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+        assert "grafana.adminPassword" in result.output
+    release = next(doc for _p, doc in documents(tmp_path / "flux") if doc["kind"] == "HelmRelease"
+                   and doc["metadata"]["name"] == "kube-prometheus-stack")
+    paths = {entry["targetPath"] for entry in release["spec"]["valuesFrom"]}
+    assert {"grafana.adminPassword", "alertmanager.config.receivers[0].slack_configs[0].api_url"} <= paths, paths
+    assert all(e["name"] == "kube-prometheus-stack-secret-values" for e in release["spec"]["valuesFrom"])
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+def test_a_rendered_export_holds_exactly_the_images_that_images_lists(tmp_path, helm_on_path):
+    """The manifests format renders the charts (CRDs included): the images of every document in DIR, read as
+    `images` reads a render (containers, operator arguments, the ClusterPolicy's operands), are `images`' list."""
+    from gpu_bootstrap import image_list
+    from gpu_bootstrap.probes.report import load
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    config = fleet_config(tmp_path, local_charts=True)
+    result, out = export(tmp_path, "manifests", config, "1.33", report)
+    assert result.exit_code == 0, result.output
+    listed = invoke("images", "--offline", "--kube-version", "1.33", "--preflight-report", str(report), "-c",
+                    str(config), "-o", "json", tmp_path=tmp_path)
+    assert listed.exit_code == 0, listed.output
+    # the imperative steps' images (the in-cluster probe's, the validation pods') come with their commands
+    wanted = {i["image"] for i in json.loads(listed.stdout)["images"]
+              if not all(who.startswith(("gpu-bootstrap preflight", "gpu-bootstrap validate")) for who in i["pulled_by"])}
+    step_of = {"monitoring": "monitoring", "gpu-operator": "gpu-operator"}
+    by_step: dict[str, list] = {}
+    for path, doc in documents(out):
+        step = path.relative_to(out).parts[0].split("-", 1)[1] if len(path.relative_to(out).parts) > 1 else ""
+        by_step.setdefault(step_of.get(step, step), []).append((path.name, doc))
+    found = image_list.collect(by_step, load(report, ["gpu-a1", "gpu-a2"]), True, "auto", None, {})
+    assert set(found.images) == wanted, sorted(set(found.images) ^ wanted)
+    assert len(wanted) >= 15, wanted
+
+
+# --- refusals --------------------------------------------------------------------------------------------------------
+@pytest.mark.unit
+def test_a_generated_webhook_ca_is_refused_naming_the_cert_manager_setting_and_nothing_is_written(tmp_path):
+    report = write_report(tmp_path / "report.json", ["gpu-node-1", "gpu-node-2"])
+    result, out = export(tmp_path, "flux", EXAMPLES / "minimal.yaml", "1.33", report)
+    assert result.exit_code == 2, result.output
+    assert "cannot live in Git" in result.output and "admission.certificates: cert-manager" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.unit
+def test_unknown_node_facts_are_refused_naming_the_values_they_decide(tmp_path):
+    out = tmp_path / "out"
+    result = invoke("export", "--format", "helmfile", "-o", str(out), "-c", str(EXAMPLES / "fleet-gitops.yaml"),
+                    "--offline", tmp_path=tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "gpu-operator: driver.enabled" in result.output and "gpu-operator: toolkit.enabled" in result.output
+    assert "--preflight-report" in result.output and not out.exists()
+
+
+@pytest.mark.unit
+def test_an_unreachable_node_fails_the_export_instead_of_guessing(tmp_path):
+    """A node whose facts could not be read (its SSH check failed in the report) is unknown, not absent."""
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    document = json.loads(report.read_text())
+    document["nodes"][1]["checks"] = [{"id": "ssh", "status": "fail", "message": "connection refused"}]
+    report.write_text(json.dumps(document))
+    result, out = export(tmp_path, "flux", EXAMPLES / "fleet-gitops.yaml", "1.33", report)
+    assert result.exit_code != 0, result.output
+    assert "gpu-a2" in result.output and not out.exists()
+
+
+@pytest.mark.tools
+def test_a_local_chart_is_refused_for_argocd_and_flux(tmp_path):
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    config = yaml.safe_load((EXAMPLES / "fleet-gitops.yaml").read_text())
+    config["gpu_operator"] = {"chart": str(chart("gpu-operator-v26.7.0.tgz"))}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    for engine in ("argocd", "flux"):
+        result, out = export(tmp_path, engine, path, "1.33", report)
+        assert result.exit_code == 2, result.output
+        assert "gpu_operator.chart" in result.output and "local file" in result.output and not out.exists()
+
+
+@pytest.mark.unit
+def test_argocd_needs_the_repository_url(tmp_path):
+    result = invoke("export", "--format", "argocd", "-o", str(tmp_path / "o"), "-c",
+                    str(EXAMPLES / "fleet-gitops.yaml"), "--offline", tmp_path=tmp_path)
+    assert result.exit_code == 2 and "--repo-url" in result.output, result.output
+
+
+@pytest.mark.unit
+def test_a_folder_of_other_files_is_refused_and_a_second_export_replaces_only_its_own_files(tmp_path):
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    out = tmp_path / "gpu"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    result, _ = export(tmp_path, "flux", EXAMPLES / "fleet-gitops.yaml", "1.33", report, out=out)
+    assert result.exit_code == 2 and "not empty" in result.output, result.output
+    (out / "notes.txt").unlink()
+    result, _ = export(tmp_path, "flux", EXAMPLES / "fleet-gitops.yaml", "1.33", report, out=out)
+    assert result.exit_code == 0, result.output
+    (out / "notes.txt").write_text("mine, added after")
+    assert (out / "08-admission").is_dir()
+    result, _ = export(tmp_path, "flux", EXAMPLES / "fleet-gitops.yaml", "1.33", report, "--skip", "admission",
+                       out=out)
+    assert result.exit_code == 0, result.output
+    assert not (out / "08-admission").exists(), "the unit left out stayed"
+    assert (out / "notes.txt").read_text() == "mine, added after"
+    kustomizations = yaml.safe_load_all((out / "flux" / "kustomizations.yaml").read_text())
+    assert "gpu-bootstrap-08-admission" not in {k["metadata"]["name"] for k in kustomizations}
+
+
+@pytest.mark.unit
+def test_units_keep_the_playbook_order_and_charts_come_after_their_namespace(tmp_path):
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    result, out = export(tmp_path, "argocd", EXAMPLES / "fleet-gitops.yaml", "1.33", report)
+    assert result.exit_code == 0, result.output
+    apps = {doc["metadata"]["name"]: doc for _p, doc in documents(out / "argocd" / "apps")}
+    waves = sorted((int(a["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]), name)
+                   for name, a in apps.items())
+    assert [name for _w, name in waves] == [
+        "gpu-bootstrap-04a-monitoring", "gpu-bootstrap-04b-monitoring", "gpu-bootstrap-04c-monitoring",
+        "gpu-bootstrap-05a-gpu-operator", "gpu-bootstrap-05b-gpu-operator", "gpu-bootstrap-06-binpack-scheduler",
+        "gpu-bootstrap-07-admission-opa", "gpu-bootstrap-08-admission"]
+    assert apps["gpu-bootstrap-04b-monitoring"]["spec"]["source"]["chart"] == "kube-prometheus-stack"
+    assert apps["gpu-bootstrap-06-binpack-scheduler"]["spec"]["source"]["path"] == "clusters/prod/gpu/06-binpack-scheduler"
+    operator = (out / "argocd" / "apps" / "05b-gpu-operator.yaml").read_text()
+    assert "#   driver.enabled=false  ← gpu-a1, gpu-a2: driver" in operator  # each derived value with its reason
+    webhook = yaml.safe_load((out / "08-admission" / "01-mutatingwebhookconfiguration-gpu-bootstrap-gpu-pods.yaml")
+                             .read_text())
+    assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "gpu-bootstrap-admission/opa-serving"
+    assert webhook["metadata"]["annotations"]["gpu-bootstrap.io/exported-to"] == "argocd"
+    assert "caBundle" not in webhook["webhooks"][0]["clientConfig"]
+    kinds = [doc["kind"] for _p, doc in documents(out / "07-admission-opa")]
+    assert {"Issuer", "Certificate"} <= set(kinds) and "Secret" not in kinds
+
+
+# --- mirror lists ----------------------------------------------------------------------------------------------------
+@pytest.mark.tools
+@pytest.mark.slow
+def test_images_for_hauler_zarf_and_skopeo_list_the_same_images_and_parse_as_their_formats(tmp_path, helm_on_path):
+    import jsonschema
+    from gpu_bootstrap.images import parse
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    config = fleet_config(tmp_path, local_charts=True)
+    common = ["--offline", "--kube-version", "1.33", "--preflight-report", str(report), "-c", str(config)]
+    listed = invoke("images", *common, "-o", "json", tmp_path=tmp_path)
+    assert listed.exit_code == 0, listed.output
+    sources = {i["source"] for i in json.loads(listed.stdout)["images"]}
+    out = {}
+    for engine in ("hauler", "zarf", "skopeo"):
+        result = invoke("images", *common, "-o", engine, tmp_path=tmp_path)
+        assert result.exit_code == 0, result.output
+        out[engine] = yaml.safe_load(result.stdout)
+    assert out["hauler"]["apiVersion"] == "content.hauler.cattle.io/v1" and out["hauler"]["kind"] == "Images"
+    assert {i["name"] for i in out["hauler"]["spec"]["images"]} == sources
+    zarf_schema = next(SCHEMAS.glob("*zarf*/zarf.schema.json"), None)
+    if zarf_schema is None:
+        missing("Zarf's package schema is not in .tools/schemas")
+    jsonschema.validate(out["zarf"], json.loads(zarf_schema.read_text()))
+    assert set(out["zarf"]["components"][0]["images"]) == sources
+    # skopeo itself reads the sync file: with --debug it names every repository and tag before copying (which
+    # fails here, with no registry to reach)
+    sync = tmp_path / "sync.yaml"
+    sync.write_text(invoke("images", *common, "-o", "skopeo", tmp_path=tmp_path).stdout)
+    read = run([tool("skopeo"), "--debug", "sync", "--src", "yaml", "--dest", "dir", str(sync),
+                str(tmp_path / "copy")], client_env(tmp_path), 120, False)
+    processed = set()
+    for line in read.stderr.splitlines():
+        if 'msg="Processing repo"' in line:
+            fields = dict(part.split("=", 1) for part in line.split() if "=" in part and not part.startswith("msg"))
+            processed.add(f"{fields['registry']}/{fields['repo']}")
+    wanted = {f"{parse(s).host}/{parse(s).path if '/' in parse(s).path or parse(s).registry else 'library/' + parse(s).path}"
+              for s in sources}
+    assert processed == wanted, sorted(processed ^ wanted)
+    assert "Failed to unmarshal" not in read.stderr

@@ -1,0 +1,86 @@
+"""export/bundle.py and export/mirror.py, pure: changes in, units out; an image list in, the tools' files out."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from gpu_bootstrap.export import bundle, mirror
+from gpu_bootstrap.image_list import ImageList
+from gpu_bootstrap.pipeline.step import Change
+from gpu_bootstrap.refs import Ref, Verb
+
+pytestmark = pytest.mark.unit
+
+
+def obj(kind: str, name: str, namespace: str | None = None) -> dict:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta}
+
+
+def apply(o: dict) -> Change:
+    return Change(Verb.APPLY, Ref.of(o), "create", body=o)
+
+
+def release(name: str, values: dict, derived=()) -> Change:
+    body = {"release": name, "namespace": "ns", "chart": {"ref": name, "repo": "https://charts.example", "version": "1"},
+            "values": values, "derived": list(derived)}
+    return Change(Verb.HELM_UPGRADE, Ref.release(name, "ns"), "install", body=body)
+
+
+ORDER = ["preflight", "node-prep", "monitoring", "gpu-operator", "validate"]
+
+
+def test_a_step_with_objects_around_a_chart_becomes_three_units_in_order():
+    submitted = [("node-prep", Change(Verb.PATCH, Ref.node("n1"), "taint", body={"spec": {"taints": []}})),
+                 ("monitoring", apply(obj("Namespace", "monitoring"))),
+                 ("monitoring", release("kps", {})),
+                 ("monitoring", apply(obj("ConfigMap", "dash", "monitoring"))),
+                 ("monitoring", apply(obj("CustomResourceDefinition", "x.example"))),
+                 ("gpu-operator", Change(Verb.PATCH, Ref.node("n1"), "record",
+                                         body={"metadata": {"annotations": {"gpu-bootstrap.io/labels-before": "[]"}}})),
+                 ("gpu-operator", release("gpu-operator", {})),
+                 ("validate", apply(obj("Namespace", "gpu-bootstrap"))),
+                 ("validate", Change(Verb.CREATE, Ref("v1", "Pod", "p", "gpu-bootstrap"), "run", body={}))]
+    made = bundle.build(submitted, ORDER, "1.33.0", "flux")
+    assert [(u.id, u.wave) for u in made.units] == [("03a-monitoring", 0), ("03b-monitoring", 1),
+                                                    ("03c-monitoring", 2), ("04-gpu-operator", 3)]
+    assert [o["kind"] for o in made.units[2].objects] == ["CustomResourceDefinition", "ConfigMap"]  # CRDs first
+    assert made.units[2].objects[1]["metadata"]["annotations"]["gpu-bootstrap.io/exported-to"] == "flux"
+    assert list(made.imperative) == ["node-prep", "validate"]  # the operator's node record is up's bookkeeping
+    assert len(made.imperative["validate"]) == 2
+
+
+@pytest.mark.parametrize("values, paths, kept", [
+    ({"grafana": {"adminPassword": "x1", "enabled": True}}, ["grafana.adminPassword"],
+     {"grafana": {"enabled": True}}),
+    ({"a": [{"url": "https://u:pw@host/x"}, {"url": "https://host"}]}, ["a[0].url"],
+     {"a": [{}, {"url": "https://host"}]}),
+    ({"node.kubernetes.io/x": {"token": "t"}}, ["node\\.kubernetes\\.io/x.token"], {"node.kubernetes.io/x": {}}),
+    ({"plain": "value", "existingSecret": "name"}, [], {"plain": "value", "existingSecret": "name"}),
+])
+def test_secret_values_are_split_out_by_their_helm_path(values, paths, kept):
+    assert bundle.split_secrets(values) == (kept, paths)
+
+
+def test_a_value_decided_without_node_facts_is_named():
+    made = bundle.build([("gpu-operator", release("gpu-operator", {}, [
+        "driver.enabled=true  ← no node facts (offline without --preflight-report): the chart's default",
+        "toolkit.enabled=false  ← n1: toolkit 1.17 with nvidia as the default runtime"]))], ORDER, "1.33.0", "flux")
+    assert bundle.values_without_facts(made) == ["gpu-operator: driver.enabled"]
+
+
+def test_mirror_lists_hold_each_source_once_with_docker_hub_spelled_out():
+    found = ImageList()
+    for ref, who in (("quay.io/prometheus/prometheus:v3.14.0", "kps"), ("busybox:1.37.0@sha256:" + "a" * 64, "probe"),
+                     ("nvcr.io/nvidia/gpu-operator:v26.7.0", "op"), ("nvcr.io/nvidia/gpu-operator:v26.7.0", "op2")):
+        found.add(ref, "reg.local/m", who)
+    found.mirror = "reg.local/m"
+    sync = yaml.safe_load(mirror.skopeo(found))
+    assert sync == {"docker.io": {"images": {"library/busybox": ["sha256:" + "a" * 64]}},
+                    "nvcr.io": {"images": {"nvidia/gpu-operator": ["v26.7.0"]}},
+                    "quay.io": {"images": {"prometheus/prometheus": ["v3.14.0"]}}}
+    assert "skopeo sync --src yaml --dest docker skopeo-sync.yaml reg.local/m" in mirror.skopeo(found)
+    hauler = yaml.safe_load(mirror.hauler(found))
+    assert [i["name"] for i in hauler["spec"]["images"]] == mirror.sources(found) and len(mirror.sources(found)) == 3
+    assert "registry://reg.local/m" in mirror.hauler(found)
+    assert yaml.safe_load(mirror.zarf(found, "1.0.0"))["components"][0]["images"] == mirror.sources(found)
