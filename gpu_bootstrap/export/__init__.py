@@ -7,5 +7,6 @@ GitOps engine or mirroring tool a team already runs.
 - formats.py: a bundle as files for one engine (Argo CD, Flux, helmfile, plain manifests). Pure.
 - mirror.py: an image list as a Hauler manifest, a Zarf package's images or a skopeo sync file. Pure.
 
-May import refs, redact, render and the pipeline's data types; never an adapter, the CLI or ui.
+May import refs, redact, render and the pipeline's data types and YAML writer; never an adapter, the CLI or ui.
+command.py is the application layer of `export` (it runs the offline plan through app.build and writes DIR).
 """

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from ..pipeline.render_dir import _BlockDumper, dump
 from .bundle import Bundle, Release, Unit
 
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/part-of": "gpu-bootstrap"}
@@ -38,24 +39,8 @@ class Target:
     flux_source: str = "flux-system"  # the GitRepository Flux already syncs (flux bootstrap names it flux-system)
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper, value: str):
-    style = "|" if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()) else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def dump(obj) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False)
-
-
 def dump_all(objects: list) -> str:
-    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False)
+    return yaml.dump_all(objects, Dumper=_BlockDumper, sort_keys=False)
 
 
 def render(bundle: Bundle, engine: str, target: Target, rendered: dict[str, str] | None = None) -> dict[str, str]:
