@@ -384,3 +384,34 @@ def test_images_for_hauler_zarf_and_skopeo_list_the_same_images_and_parse_as_the
               for s in sources}
     assert processed == wanted, sorted(processed ^ wanted)
     assert "Failed to unmarshal" not in read.stderr
+
+
+# --- online: the cluster's version and nodes ------------------------------------------------------------------------
+@pytest.fixture
+def emulator_options():
+    return {"kube_version": "1.33.4", "gpu_nodes": ["gpu-1", "gpu-2"], "cpu_nodes": ["cpu-1"]}
+
+
+def test_an_online_export_of_karpenter_pools_reads_the_cluster_and_takes_pool_nodes_facts_from_their_pools(
+        cluster, tmp_path):
+    """examples/karpenter-pools.yaml against the emulator: its GPU nodes are the ones the `nodes` selector matches
+    (labelled by Karpenter with their pool), so their facts are the pools' (an al2023 pool: the operator installs the
+    driver; Bottlerocket: the OS brings it). The export reads the cluster's version and nodes and writes nothing
+    to it."""
+    cluster.kubectl("label", "node", "gpu-1", "karpenter.sh/nodepool=gpu")
+    cluster.kubectl("label", "node", "gpu-2", "karpenter.sh/nodepool=gpu-bottlerocket")
+    config = yaml.safe_load((EXAMPLES / "karpenter-pools.yaml").read_text())
+    config["cluster"] = {"kubeconfig": str(cluster.kubeconfig)}
+    config["admission"] = {"certificates": "cert-manager"}
+    path = tmp_path / "pools.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cluster.emu.requests.clear()
+    out = tmp_path / "flux"
+    result = invoke("export", "--format", "flux", "-o", str(out), "-c", str(path), tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert cluster.emu.requests.writes(include_dry_run=True) == []
+    assert "Kubernetes 1.33.4" in (out / "README.md").read_text()
+    pools = {doc["kind"]: doc for _p, doc in documents(out / "03-gpu-pools")}
+    assert {"NodePool", "EC2NodeClass"} <= set(pools), sorted(pools)
+    operator = (out / "05b-gpu-operator" / "helmrelease.yaml").read_text()
+    assert "driver.enabled=true  ← every GPU node (gpu-1, gpu-2) is a pool node" in operator, operator[:1500]

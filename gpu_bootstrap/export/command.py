@@ -43,7 +43,8 @@ def export(options, engine: str, folder: Path, target: Target) -> Exported:
     with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-export-") as scratch:
         offline = dataclasses.replace(options, dry_run=True, offline=True, render_dir=None)
         if not options.offline:  # the cluster's version and its nodes' facts, read once; the plan itself is offline
-            offline = dataclasses.replace(offline, **app._cluster_facts(options, config, Path(scratch) / "facts.json"))
+            facts, config = cluster_facts(options, config, Path(scratch) / "facts.json")
+            offline = dataclasses.replace(offline, **facts)
         ctx, runner, playbook = app.build(offline, app.LogReporter(), config=config)
         try:
             results = runner.up()
@@ -62,6 +63,23 @@ def export(options, engine: str, folder: Path, target: Target) -> Exported:
     files["README.md"] = readme(made, engine, target, secrets, options)
     written = write(folder, files)
     return Exported(folder, engine, written, made, secrets)
+
+
+def cluster_facts(options, config, report_path: Path) -> tuple[dict, object]:
+    """Online: the API server's version, the listed GPU nodes' facts (SSH, the in-cluster probe or the report) saved
+    for the offline plan, and the config with the nodes its `nodes` selector matches (Karpenter's), whose facts
+    come from their pool. Reads only."""
+    from .. import app
+    ctx, _runner, _playbook = app.build(dataclasses.replace(options, dry_run=True, only=[], skip=[]),
+                                        app.LogReporter(), config=config)
+    try:
+        version = ctx.server_version()
+        pooled = set(ctx.config.selected_nodes)
+        reports = {name: r for name, r in ctx.node_facts.reports().items() if name not in pooled}
+        resolved = ctx.config
+    finally:
+        ctx.close()
+    return app._saved_facts(version, reports, report_path), resolved
 
 
 # --- refusals --------------------------------------------------------------------------------------------------------
