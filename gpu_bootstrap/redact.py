@@ -120,10 +120,11 @@ def manifests(stream: str) -> str:
     """A multi-document YAML stream (helm template's output) with every document passed through `tree`. A document
     that needs no change keeps its exact text (and helm's `# Source:` comment); one that does is written anew."""
     import yaml
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a chart's CRDs are megabytes
     out = []
     for document in re.split(r"(?m)^---[ \t]*$", stream):
         try:
-            loaded = yaml.safe_load(document)
+            loaded = yaml.load(document, Loader=loader)
         except yaml.YAMLError:
             out.append(text(document))
             continue

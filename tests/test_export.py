@@ -361,7 +361,7 @@ def test_images_for_hauler_zarf_and_skopeo_list_the_same_images_and_parse_as_the
     for engine in ("hauler", "zarf", "skopeo"):
         result = invoke("images", *common, "-o", engine, tmp_path=tmp_path)
         assert result.exit_code == 0, result.output
-        out[engine] = yaml.safe_load(result.stdout)
+        out[engine] = yaml.safe_load(result.stdout)  # the comments go: skopeo reads the data
     assert out["hauler"]["apiVersion"] == "content.hauler.cattle.io/v1" and out["hauler"]["kind"] == "Images"
     assert {i["name"] for i in out["hauler"]["spec"]["images"]} == sources
     zarf_schema = next(SCHEMAS.glob("*zarf*/zarf.schema.json"), None)
@@ -372,7 +372,7 @@ def test_images_for_hauler_zarf_and_skopeo_list_the_same_images_and_parse_as_the
     # skopeo itself reads the sync file: with --debug it names every repository and tag before copying (which
     # fails here, with no registry to reach)
     sync = tmp_path / "sync.yaml"
-    sync.write_text(invoke("images", *common, "-o", "skopeo", tmp_path=tmp_path).stdout)
+    sync.write_text(yaml.safe_dump(out["skopeo"]))
     read = run([tool("skopeo"), "--debug", "sync", "--src", "yaml", "--dest", "dir", str(sync),
                 str(tmp_path / "copy")], client_env(tmp_path), 120, False)
     processed = set()
