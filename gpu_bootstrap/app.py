@@ -432,9 +432,14 @@ def select_nodes(config, text: str | None) -> list[str]:
 
 
 def write_example(path: Path, force: bool) -> Path:
+    """The commented example config, its first line pointing editors at the JSON Schema written beside it (so they
+    complete and check every key, offline too)."""
     if path.exists() and not force:
         raise ConfigError(f"{path} already exists", "pass --force to overwrite it")
-    path.write_text(config_module.EXAMPLE)
+    import json
+    schema = path.parent / config_module.SCHEMA_FILE
+    schema.write_text(json.dumps(config_module.json_schema(), indent=1) + "\n")
+    path.write_text(f"# yaml-language-server: $schema=./{config_module.SCHEMA_FILE}\n" + config_module.EXAMPLE)
     return path
 
 

@@ -432,7 +432,9 @@ def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
 @app.command()
 def init(path: Annotated[Path, typer.Argument(help="Where to write the example config.")] = Path("gpu-bootstrap.yaml"),
          force: Annotated[bool, Option("--force", help="Overwrite an existing file.")] = False) -> None:
-    """Write a commented example config (every section, with its defaults) to start from."""
+    """Write a commented example config (every section, with its defaults) to start from, and beside it
+    gpu-bootstrap.schema.json, which the config's first line names so that editors (the YAML language server)
+    complete and check every key."""
     from .app import write_example
     try:
         written = write_example(path, force)
@@ -440,7 +442,8 @@ def init(path: Annotated[Path, typer.Argument(help="Where to write the example c
         from .ui import print_error
         print_error(error.one_line(), None)
         raise typer.Exit(error.exit_code)
-    typer.echo(f"wrote {written}; edit `nodes`, then run: gpu-bootstrap doctor -c {written}")
+    typer.echo(f"wrote {written} (and {written.parent / 'gpu-bootstrap.schema.json'} for your editor); edit `nodes`, "
+               f"then run: gpu-bootstrap doctor -c {written}")
 
 
 @app.command()

@@ -1087,6 +1087,26 @@ def _read(path: Path | None, environ: dict | None, overrides: dict | None) -> tu
     return data, source
 
 
+SCHEMA_FILE = "gpu-bootstrap.schema.json"
+SCHEMA_ID = "urn:gpu-bootstrap:config"  # an identifier, never fetched
+
+
+def json_schema() -> dict:
+    """The JSON Schema of gpu-bootstrap.yaml, generated from the models (every key, type, default and description),
+    for editors (`# yaml-language-server: $schema=...`, which `init` writes) and docs/. `nodes` is also a label
+    selector (a string), which the model takes before validation."""
+    schema = Config.model_json_schema(by_alias=True)
+    nodes = schema["properties"]["nodes"]
+    schema["properties"]["nodes"] = {"description": nodes.get("description", ""), "title": "Nodes",
+                                     "anyOf": [{k: v for k, v in nodes.items() if k not in ("description", "title")},
+                                               {"type": "string", "description": "a label selector"}]}
+    for name, prop in schema["properties"].items():  # a top-level section left empty (all commented out) is null
+        if "$ref" in prop:
+            prop = dict(prop)
+            schema["properties"][name] = {"anyOf": [{"$ref": prop.pop("$ref")}, {"type": "null"}], **prop}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}
+
+
 EXAMPLE = """\
 # gpu-bootstrap configuration. Every section except `nodes` is optional; the values shown are the defaults.
 # Environment variables GPU_BOOTSTRAP_KUBECONFIG, GPU_BOOTSTRAP_CONTEXT and GPU_BOOTSTRAP_SSH_{USER,PORT,

@@ -18,7 +18,20 @@ if TYPE_CHECKING:
     from .adapters.nodefacts import NodeFactsSource
     from .adapters.ssh import Ssh
     from .config import Config
-    from .pipeline.gate import Gate
+
+
+class Gate(Protocol):
+    """The one gate every change passes (pipeline/gate.py implements it). A Protocol here, so that this module needs
+    nothing from the pipeline, whose step interface names Context: no import circle, not even for type checking."""
+
+    mode: str
+    submitted: list
+    problems: dict
+
+    @property
+    def dry_run(self) -> bool: ...
+    def submit(self, step_id: str, change): ...
+    def notes_for(self, step_id: str) -> list[str]: ...
 
 
 class Reporter(Protocol):
@@ -68,7 +81,7 @@ class Context:
     kube: "Kube"  # adapters.kube.Kube, or adapters.offline.OfflineKube
     helm: "Helm"  # adapters.helm.Helm, or adapters.offline.OfflineHelm
     node_facts: "NodeFactsSource"  # probed over SSH, read from a report, or none
-    gate: "Gate"
+    gate: Gate
     reporter: Reporter
     options: RunOptions = field(default_factory=RunOptions)
     ssh: "Ssh | None" = None

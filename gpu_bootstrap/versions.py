@@ -311,3 +311,23 @@ def _nearest_text(cat: Catalogue, kube_version: str) -> str:
     older = f"{below.label} ({below.describe()})" if below else "none"
     newer = f"{above.label} ({above.describe()})" if above else "none"
     return f"the nearest lines are {older} for older Kubernetes and {newer} for newer"
+
+
+# --- a deployed chart against the planned one (the gpu-operator's and the monitoring stack's steps) ----------------
+def downgrade_refusal(section, name: str, release: dict, version: str) -> str:
+    """Why a planned downgrade is refused ('' when it is no downgrade, or `<name>.allow_downgrade` is set)."""
+    if not release.get("downgrade") or section.allow_downgrade:
+        return ""
+    return (f"{section.release} {release['installed']} is installed, newer than the {version} the config asks for "
+            f"(a pinned {name}.version, a local chart, or an older gpu-bootstrap's default): a downgrade is refused, "
+            f"since CRDs and the objects stored with them do not go back — pin {name}.version to "
+            f"{release['installed']}, or set {name}.allow_downgrade: true to downgrade anyway")
+
+
+def version_change(installed: str, version: str) -> dict:
+    """The release state of a deployed chart whose version differs from the one planned: an upgrade, or a downgrade
+    (which downgrade_refusal refuses unless allowed)."""
+    downgrade = version_tuple(version) < version_tuple(installed)
+    verb = "downgrade" if downgrade else "upgrade"
+    return {"up_to_date": False, "reason": f"{verb} {installed} → {version}", "installed": installed,
+            "downgrade": downgrade}

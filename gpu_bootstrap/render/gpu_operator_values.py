@@ -18,6 +18,7 @@ from .. import images
 from ..objects import deep_merge
 from ..paths import data_path
 from ..versions import version_tuple
+from .values import Derived, ValuesPlan, set_path, user_value_line  # noqa: F401 - also imported from here
 
 MIG_CAPABLE = re.compile(r"A100|A30|A800|H100|H200|H800|H20|GH200|B100|B200|GB200|B300|RTX PRO 6000 Blackwell")
 NRI_MIN_OPERATOR = (26, 3, 0)
@@ -41,40 +42,6 @@ FACT_DEPENDENT = ("driver", "toolkit", "cdi")  # the subtrees derived from node 
 CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "",
                             "effect": "NoSchedule"}  # the chart's own default for the operator and NFD's master
 RESTARTING = ("driver.enabled", "toolkit.enabled", "toolkit.env", "cdi.enabled", "cdi.nriPluginEnabled")
-
-
-@dataclass
-class Derived:
-    path: str
-    value: Any
-    because: str
-
-    def line(self) -> str:
-        """path=value  ← why; a secret-looking part of the value (one kept from a running release) is redacted."""
-        return f"{self.path}={json.dumps(redact.tree(self.value, self.path), separators=(',', ':'))}  ← {self.because}"
-
-
-@dataclass
-class ValuesPlan:
-    base: dict
-    derived: list[Derived]
-    overrides: dict
-    merged: dict
-    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    def explain(self) -> list[str]:
-        lines = [d.line() for d in self.derived]
-        for path in sorted(_paths(self.overrides)):
-            lines.append(user_value_line(path, _get(self.overrides, path), "gpu_operator.values"))
-        return lines
-
-
-def user_value_line(path: str, value: Any, section: str) -> str:
-    """A value the user set, for a plan: its path only (a value may be a secret, and no rule can tell every secret
-    from a name), except true/false, which carry nothing to hide."""
-    shown = f"={json.dumps(value)}" if isinstance(value, bool) else ""
-    return f"{path}{shown}  ← your {section}" + ("" if shown else " (value not shown)")
 
 
 # --- facts ---------------------------------------------------------------------------------------------------------
@@ -163,7 +130,7 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
         getattr(config, "registry", None), chart_values)]
     tree: dict = {}
     for item in derived:
-        _set(tree, item.path, item.value)
+        set_path(tree, item.path, item.value)
     merged = deep_merge(deep_merge(base, tree), section.values)
     return ValuesPlan(base, derived, dict(section.values), merged, labels, warnings)
 
@@ -455,24 +422,3 @@ def _time_slicing(sharing, replicas: int) -> str:
 
 
 # --- trees ------------------------------------------------------------------------------------------------------------
-def _set(tree: dict, path: str, value) -> None:
-    if path.startswith(("nodes:", "pools:")):
-        return  # node labels (on nodes, or on a pool's node template), not chart values
-    parts = path.split(".")
-    for part in parts[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[parts[-1]] = value
-
-
-def _get(tree: dict, path: str):
-    for part in path.split("."):
-        tree = tree[part]
-    return tree
-
-
-def _paths(tree: dict, prefix: str = "") -> list[str]:
-    out = []
-    for key, value in tree.items():
-        path = f"{prefix}.{key}" if prefix else key
-        out.extend(_paths(value, path) if isinstance(value, dict) and value else [path])
-    return out

@@ -15,7 +15,7 @@ import yaml
 from .. import images
 from ..objects import deep_merge
 from ..paths import data_path
-from .gpu_operator_values import Derived, ValuesPlan, _set
+from .values import Derived, ValuesPlan, set_path
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
 PART_OF = {**MANAGED_BY, "app.kubernetes.io/part-of": "gpu-bootstrap-monitoring"}
@@ -268,7 +268,7 @@ def stack_values(section, no_room_toleration: dict | None = None, registry=None)
                                                                          "a release)"))
     tree: dict = {}
     for item in derived:
-        _set(tree, item.path, item.value)
+        set_path(tree, item.path, item.value)
     merged = deep_merge(deep_merge(base, tree), section.values)
     return ValuesPlan(base, derived, dict(section.values), merged)
 

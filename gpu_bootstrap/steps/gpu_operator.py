@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import yaml
 
 from .. import versions
+from ..versions import downgrade_refusal, version_change
 from ..images import registry_inputs
 from ..adapters import charts
 from ..objects import pin_resource_version, pod_ready, pod_state
@@ -153,25 +154,6 @@ def _operand_of(pod: dict) -> str:
 
 
 CRD_GROUPS = ("nvidia.com", "resource.nvidia.com", "nfd.k8s-sigs.io")  # the chart's CRDs (and NFD's)
-
-
-def downgrade_refusal(section, name: str, release: dict, version: str) -> str:
-    """Why a planned downgrade is refused ('' when it is no downgrade, or `<name>.allow_downgrade` is set)."""
-    if not release.get("downgrade") or section.allow_downgrade:
-        return ""
-    return (f"{section.release} {release['installed']} is installed, newer than the {version} the config asks for "
-            f"(a pinned {name}.version, a local chart, or an older gpu-bootstrap's default): a downgrade is refused, "
-            f"since CRDs and the objects stored with them do not go back — pin {name}.version to "
-            f"{release['installed']}, or set {name}.allow_downgrade: true to downgrade anyway")
-
-
-def version_change(installed: str, version: str) -> dict:
-    """The release state of a deployed chart whose version differs from the one planned: an upgrade, or a downgrade
-    (which downgrade_refusal refuses unless allowed)."""
-    downgrade = versions.version_tuple(version) < versions.version_tuple(installed)
-    verb = "downgrade" if downgrade else "upgrade"
-    return {"up_to_date": False, "reason": f"{verb} {installed} → {version}", "installed": installed,
-            "downgrade": downgrade}
 
 
 @dataclass(frozen=True)

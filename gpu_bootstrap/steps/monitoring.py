@@ -258,7 +258,7 @@ class Monitoring(Step):
             plan = render.stack_values(section, toleration_for(gpu_taint(ctx.config, ctx.options.playbook))
                                        if no_room else None, ctx.config.registry)
             release = self._release_state(ctx, chart, version, plan.merged)
-            from .gpu_operator import downgrade_refusal
+            from ..versions import downgrade_refusal
             if refused := downgrade_refusal(section, "monitoring", release, version):
                 raise MonitoringProblem(refused)
             from ..chart_crds import plan_crds
@@ -288,7 +288,7 @@ class Monitoring(Step):
         if state != "deployed":
             return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
         if installed.lstrip("v") != version.lstrip("v"):
-            from .gpu_operator import version_change
+            from ..versions import version_change
             return version_change(installed, version)
         if status.get("values_unknown"):  # its record is a Secret this identity may not read
             from ..render import live_diff
