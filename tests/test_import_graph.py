@@ -1,4 +1,4 @@
-"""The package's imports form no circle: every `import` of a gpu_bootstrap module (at the top, inside a function, or
+"""The package's shape: no module over 600 lines, and its imports form no circle: every `import` of a gpu_bootstrap module (at the top, inside a function, or
 under TYPE_CHECKING) is read from the source with ast, and the graph's strongly connected components must all be
 single modules. A shared helper belongs on the floor below both of its users, not inside one of them."""
 from __future__ import annotations
@@ -83,6 +83,11 @@ def test_the_package_has_no_import_circle():
     found = cycles(graph())
     assert found == [], "import circles (each a group of modules that reach each other):\n" + "\n".join(
         " ↔ ".join(c) for c in found)
+
+
+def test_no_module_is_over_600_lines():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 600}
+    assert long == {}, f"split these modules (a part per concern, as config/ is): {long}"
 
 
 def test_the_reader_finds_a_planted_circle():

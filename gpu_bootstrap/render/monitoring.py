@@ -43,6 +43,31 @@ def dcgm_service_monitor(interval: str, labels: dict[str, str]) -> dict:
             "additionalLabels": dict(sorted(labels.items())), "relabelings": [dict(r) for r in RELABELINGS]}
 
 
+class MonitoringProblem(Exception):
+    """The config and the cluster rule out a working setup; message says why, hint what to do."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def text(self) -> str:
+        return f"{self.message} — {self.hint}" if self.hint else self.message
+
+
+def kubelet_service_of(deployments: list[dict]) -> tuple[str, str] | None:
+    """(namespace, name) from the --kubelet-service=NS/NAME argument of the operator among `deployments`."""
+    for deployment in deployments:
+        for container in (((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+                "containers") or []:
+            for arg in [*(container.get("args") or []), *(container.get("command") or [])]:
+                if arg.startswith("--kubelet-service="):
+                    namespace, _, name = arg.split("=", 1)[1].partition("/")
+                    if namespace and name:
+                        return namespace, name
+    return None
+
+
 # --- label selectors -----------------------------------------------------------------------------------------------------
 class SelectorProblem(Exception):
     """No labels can satisfy a selector (or it selects nothing at all)."""
@@ -306,6 +331,7 @@ def objects(target: Target, alerts=None) -> list[dict]:
     return [prometheus_rule(target, alerts), *dashboard_configmaps(target)]
 
 
-__all__ = ["AttachProblem", "SelectorProblem", "Target", "attach_target", "dashboard_configmaps",
-           "dcgm_service_monitor", "describe_selector", "explain", "grafana_sidecars", "install_target", "matches",
-           "installed_by_us", "objects", "prometheus_rule", "satisfying_labels", "stack_values"]
+__all__ = ["attach_target", "AttachProblem", "dashboard_configmaps", "dcgm_service_monitor", "describe_selector",
+           "explain", "grafana_sidecars", "install_target", "installed_by_us", "kubelet_service_of", "matches",
+           "MonitoringProblem", "objects", "prometheus_rule", "satisfying_labels", "SelectorProblem", "stack_values",
+           "Target"]

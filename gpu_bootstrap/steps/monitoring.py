@@ -22,6 +22,7 @@ from ..objects import differences, pod_ready, toleration_for
 from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from ..refs import Chart
 from ..render import monitoring as render
+from ..render.monitoring import MonitoringProblem, kubelet_service_of
 from ..render import pod_security
 from ..render.gpu_operator_values import ValuesPlan
 from .node_prep import gpu_taint, no_room_warning
@@ -33,18 +34,6 @@ MONITORING_API = "monitoring.coreos.com/v1"
 CRD_GROUPS = ("monitoring.coreos.com",)  # the chart's CRDs (its crds subchart)
 DCGM_SERVICE = "nvidia-dcgm-exporter"
 PRIVILEGED_WHY = "kube-prometheus-stack's node-exporter uses the host's network, PID namespace and files"
-
-
-class MonitoringProblem(Exception):
-    """The config and the cluster rule out a working setup; message says why, hint what to do."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def text(self) -> str:
-        return f"{self.message} — {self.hint}" if self.hint else self.message
 
 
 # --- deciding the mode (read-only; the gpu-operator step asks the same question) -------------------------------------------
@@ -579,19 +568,6 @@ class Monitoring(Step):
                                       f"made by the Prometheus Operator of {section.release} (--kubelet-service); "
                                       f"helm uninstall leaves it"))
         return changes
-
-
-def kubelet_service_of(deployments: list[dict]) -> tuple[str, str] | None:
-    """Pure: (namespace, name) from the --kubelet-service=NS/NAME argument of the operator among `deployments`."""
-    for deployment in deployments:
-        for container in (((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-                "containers") or []:
-            for arg in [*(container.get("args") or []), *(container.get("command") or [])]:
-                if arg.startswith("--kubelet-service="):
-                    namespace, _, name = arg.split("=", 1)[1].partition("/")
-                    if namespace and name:
-                        return namespace, name
-    return None
 
 
 ROUTE_FAILURES = {403, 502, 503, 504}  # the proxy refused, or could not reach or wait for the pod
