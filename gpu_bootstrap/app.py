@@ -493,7 +493,7 @@ def rbac(options: Options, command: str, service_account: str | None = None) -> 
     return "\n".join(header) + "\n" + yaml.safe_dump_all(docs, sort_keys=False)
 
 
-# What each pipeline role is for, printed at the top of its YAML (README "RBAC" says the same)
+# What each pipeline role is for, printed at the top of its YAML (docs/security.md says the same)
 ROLE_WARNINGS = {
     "plan": ["# Read-only: get/list/watch, no Secrets, no bind/escalate/impersonate. For a pull request's CI (code "
              "anyone may propose):",

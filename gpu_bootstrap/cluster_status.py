@@ -5,7 +5,7 @@ Read-only, and independent of what gpu-bootstrap installed: any cluster whose no
 (or carry the GPU feature discovery's nvidia.com/gpu.present label) is shown. The fragmentation figures and the
 --defrag plan come from the simulator's code (sim/fragmentation.py) over the same snapshot `simulate --from-cluster`
 reads (sim/trace.cluster_inventory), so the two always agree. The JSON document is a contract (API_VERSION,
-README "Cluster status"): fields are added, never renamed or removed, within one version.
+docs/status-and-simulate.md): fields are added, never renamed or removed, within one version.
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ class Settings:
 
 
 def document(snapshot: Snapshot, settings: Settings) -> dict:
-    """The `status -o json` document (see the README for every field)."""
+    """The `status -o json` document (docs/status-and-simulate.md lists every field)."""
     requests = {_key(p): pod_requests(p) for p in snapshot.pods}
     gpu_nodes = [n for n in snapshot.nodes if _is_gpu_node(n)]
     by_node: dict[str, list[dict]] = {}

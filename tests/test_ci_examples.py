@@ -49,8 +49,8 @@ def test_the_live_workflow_runs_two_pinned_kubernetes_versions_on_kind():
     assert "scripts/test-live" in runs and "kind create cluster" in runs and "examples/kind/live-cluster.yaml" in runs
     upload = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
     assert upload["if"] == "failure()" and upload["with"]["path"].rstrip("/") == "live-artifacts"
-    readme = (ROOT / "README.md").read_text()
-    assert all(row["image"] in readme for row in matrix), "README's kind recipe names other images"
+    recipe = (ROOT / "docs" / "testing.md").read_text()
+    assert all(row["image"] in recipe for row in matrix), "docs/testing.md's kind recipe names other images"
 
 
 @pytest.mark.unit

@@ -257,25 +257,26 @@ def test_doctor_reports_a_refused_release_as_a_failed_check(cluster, tmp_path):
     assert "skip_version_check" in checks["gpu-operator"]["message"]
 
 
-# --- the README's "Supported versions" ------------------------------------------------------------------------------
-README = Path(__file__).resolve().parent.parent / "README.md"
+# --- the docs' "Supported versions" --------------------------------------------------------------------------------
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+README = DOCS / "supported-versions.md"
 BEGIN, END = "<!-- supported-versions:begin -->\n", "<!-- supported-versions:end -->"
 
 
 @pytest.mark.unit
-def test_the_readme_tables_are_generated_from_the_data_files():
+def test_the_docs_tables_are_generated_from_the_data_files():
     text = README.read_text()
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     section = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
     assert section == versions_table.markdown(), \
-        "README drifted: paste `python -m gpu_bootstrap.render.versions_table`"
+        "docs/supported-versions.md drifted: paste `python -m gpu_bootstrap.render.versions_table`"
     for release in OPERATOR.releases + KPS.releases:
         assert f"| {release.label} | {release.version} | {release.range} | {release.source} |" in section
 
 
 @pytest.mark.unit
-def test_the_readme_shows_the_plan_line_and_the_refusal_as_they_are():
-    text = README.read_text()
+def test_the_docs_show_the_plan_line_and_the_refusal_as_they_are():
+    text = "\n".join(page.read_text() for page in sorted(DOCS.rglob("*.md")))
     choice = choose(OPERATOR, "1.32.2")
     assert f"install: gpu-operator {choice.release.label} ({choice.version})  ← {choice.reason}\n" in text
     with pytest.raises(UnsupportedVersion) as refused:
@@ -285,7 +286,7 @@ def test_the_readme_shows_the_plan_line_and_the_refusal_as_they_are():
 
 def test_the_markdown_command():
     done = subprocess.run([sys.executable, "-m", "gpu_bootstrap.render.versions_table"], capture_output=True,
-                          text=True, cwd=README.parent, timeout=60)
+                          text=True, cwd=DOCS.parent, timeout=60)
     assert done.returncode == 0 and done.stdout == versions_table.markdown()
 
 

@@ -63,10 +63,10 @@ node_prep:                          # taint and label the GPU nodes so that ordi
 
 scheduler:                          # a second kube-scheduler that packs GPU pods onto as few nodes as possible
   name: gpu-binpack-scheduler       # GPU pods set spec.schedulerName to this
-  # Scoring: left out, the profile measured best for your cluster's kube-scheduler (README, "Choosing the
-  # scoring"); setting any of these makes the profile yours (the others then take the values shown, 1.35's).
+  # Scoring: left out, the profile measured best for your cluster's kube-scheduler (docs/steps/binpack-scheduler.md,
+  # "Choosing the scoring"); setting any of these makes the profile yours (the others then take the values shown, 1.35's).
   # strategy: RequestedToCapacityRatio   # or MostAllocated
-  # resource_weights: {nvidia.com/gpu: 100}   # GPU only: cpu/memory weights cost packing (README)
+  # resource_weights: {nvidia.com/gpu: 100}   # GPU only: cpu/memory weights cost packing (docs/steps/binpack-scheduler.md)
   # shape: [{utilization: 0, score: 0}, {utilization: 50, score: 1}, {utilization: 100, score: 10}]
   # fit_weight: 2
   # balanced_allocation_weight: 1   # 0: NodeResourcesBalancedAllocation off
@@ -96,7 +96,7 @@ validate:                           # run NVIDIA's CUDA vector-add sample on the
   namespace: gpu-bootstrap
   timeout: 300
 
-admission:                          # keep GPU pods on the bin-packing scheduler (README: "The admission steps")
+admission:                          # keep GPU pods on the bin-packing scheduler (docs/steps/admission.md)
   enabled: true
   engine: opa                       # opa: OPA webhook + (>= 1.30) an in-process backstop policy | vap: policies only
   mode: mutate                      # mutate: set spec.schedulerName on GPU pods | enforce: reject them, naming the field
@@ -127,16 +127,16 @@ monitoring:                         # who uses which GPU: Prometheus, the DCGM e
   skip_version_check: false
   values: {}                        # your helm values for kube-prometheus-stack, applied last
 
-registry:                           # air-gapped clusters (README: "Air-gapped clusters"); `gpu-bootstrap images` lists
+registry:                           # air-gapped clusters (docs/air-gapped.md); `gpu-bootstrap images` lists
   mirror: null                      # what to copy. e.g. registry.example.com:5000/mirror: every image comes from there
   pull_secret: null                 # a docker-registry Secret (you create it in each namespace) pods pull with
-preflight:                          # where node facts come from (README: "Preflight without SSH")
+preflight:                          # where node facts come from (docs/steps/preflight.md)
   via: auto                         # ssh | cluster (a read-only probe pod per node, no keys) | auto: ssh when the
                                     # config has an `ssh` section or a node an `address`, else cluster
   # image: busybox:1.37.0           # the cluster probe's image (default: data/images.yaml, by digest)
   timeout: 120                      # seconds; a node whose probe did not finish by then is unknown
 
-pools: []                           # autoscaled GPU pools (Karpenter >= 1.0 on EKS; README: "Autoscaled GPU pools")
+pools: []                           # autoscaled GPU pools (Karpenter >= 1.0 on EKS; docs/steps/gpu-pools.md)
 # - name: gpu                       # a NodePool and an EC2NodeClass of this name; nodes get node_prep's taint/labels
 #   role: KarpenterNodeRole-my-cluster   # the nodes' IAM role
 #   discovery_tag: my-cluster       # subnets and security groups tagged karpenter.sh/discovery=<this>

@@ -327,7 +327,7 @@ class ShapePoint(Section):
 
 class SchedulerConfig(Section):
     """The second, bin-packing kube-scheduler. The default profile was measured with the Alibaba openb GPU trace on
-    the real kube-scheduler (benchmarks/packing_real.py; README, "Choosing the scoring"). The defaults below are the
+    the real kube-scheduler (benchmarks/packing_real.py; docs/steps/binpack-scheduler.md). The defaults below are the
     profile for Kubernetes up to 1.35: RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) at weight 2,
     plus BalancedAllocation over cpu, memory and nvidia.com/gpu at weight 1. From 1.36, whose BalancedAllocation
     scores the change a pod makes to a node's balance, a config that sets none of the scoring keys gets 0:0, 50:2,
@@ -341,7 +341,7 @@ class SchedulerConfig(Section):
     resource_weights: dict[str, int] = Field(
         default_factory=lambda: {"nvidia.com/gpu": 100},
         description="NodeResourcesFit scoring resources and their weights (1-100). GPU only by default: even "
-                    "cpu: 1, memory: 1 beside it cost packing on the openb trace (see README)")
+                    "cpu: 1, memory: 1 beside it cost packing on the openb trace (see docs/steps/binpack-scheduler.md)")
     shape: list[ShapePoint] = Field(
         default_factory=lambda: [ShapePoint(utilization=0, score=0), ShapePoint(utilization=50, score=1),
                                  ShapePoint(utilization=100, score=10)],
@@ -353,7 +353,7 @@ class SchedulerConfig(Section):
     balanced_allocation_resources: list[str] = Field(
         default_factory=lambda: ["cpu", "memory", "nvidia.com/gpu"],
         description="resources NodeResourcesBalancedAllocation balances (with nvidia.com/gpu it keeps cpu and memory "
-                    "in step with the GPUs, so fewer GPUs are stranded; see README, 'Choosing the scoring')")
+                    "in step with the GPUs, so fewer GPUs are stranded; see docs/steps/binpack-scheduler.md)")
     percentage_of_nodes_to_score: int = Field(
         100, ge=0, le=100, description="100: score every feasible node (best packing); 0: kube-scheduler's adaptive "
                                         "default")
@@ -491,7 +491,7 @@ class ValidateConfig(Section):
 
 class PreflightConfig(Section):
     """Where node facts come from: SSH from this machine, or a short-lived read-only probe the cluster runs on every
-    GPU node (README: "Preflight without SSH")."""
+    GPU node (docs/steps/preflight.md)."""
 
     via: Literal["auto", "ssh", "cluster"] = Field(
         "auto", description="ssh | cluster | auto (ssh when the config has an `ssh` section or a node an "

@@ -120,7 +120,7 @@ class RenderDir:
 
 
 VALUES_NOTE = ("# The merged values, with secret-looking ones shown as <redacted>: helm gets the real ones on its stdin\n"
-               "# only (see README, Security model).\n")
+               "# only (see docs/security.md).\n")
 
 
 def _write_private(path: Path, text: str, append: bool = False) -> None:

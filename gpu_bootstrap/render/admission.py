@@ -19,7 +19,7 @@ NAME = "opa"  # the Deployment, Service, ServiceAccount and PDB
 SECRET = "opa-tls"
 POLICY_CONFIGMAP = "opa-policy"
 POLICY_FILE = "gpu-pods.rego"
-AUTHZ_FILE = "authz.rego"  # package system.authz: what OPA's HTTP API lets anyone do (README "Security model")
+AUTHZ_FILE = "authz.rego"  # package system.authz: what OPA's HTTP API lets anyone do (docs/security.md)
 CONFIG_NAME = "gpu-bootstrap-gpu-pods"  # webhook configurations and policies
 WEBHOOK_NAME = "gpu-pods.gpu-bootstrap.io"
 PORT = 8443
@@ -125,7 +125,7 @@ def deployment(config, tls_hash: str, tolerate: dict | None = None) -> dict:
     files = policy_files(config)
     # --authentication=token --authorization=basic: every request goes through data.system.authz.allow (AUTHZ_FILE),
     # which allows the webhook's POST to / and GET /health to anyone and nothing else to anybody: no token exists,
-    # so the policy can be changed only by changing the ConfigMap (README "Security model").
+    # so the policy can be changed only by changing the ConfigMap (docs/security.md).
     args = ["run", "--server", f"--addr=0.0.0.0:{PORT}", "--tls-cert-file=/certs/tls.crt",
             "--tls-private-key-file=/certs/tls.key", "--authentication=token", "--authorization=basic",
             "--disable-telemetry", "--log-level=info", f"--set={DECODING_LIMITS}", *(f"/policy/{name}" for name in files)]

@@ -7,7 +7,7 @@ fixtures with a real Rego engine and a real CEL runtime and requires the same ve
 A GPU pod: any container or init container whose limits or requests name `nvidia.com/gpu`, a MIG resource
 (`nvidia.com/mig-*`) or a renamed shared resource time-slicing creates (`nvidia.com/gpu.shared`).
 
-Exempt whatever the mode, and only where the system itself sent the request (README "Security model"): the fields a
+Exempt whatever the mode, and only where the system itself sent the request (docs/security.md): the fields a
 pod's creator writes (spec.nodeName, ownerReferences, annotations) never exempt a pod on their own.
 - a pod bound to a node (spec.nodeName), a mirror pod (the annotation) or a Node-owned pod, when a kubelet
   (user `system:node:<name>` in group `system:nodes`) creates it;

@@ -44,7 +44,7 @@ def image(settings, kube_version: str) -> str:
 
 # The scoring settings. Left all unset, the default profile follows the cluster's kube-scheduler: from 1.36 its
 # BalancedAllocation scores the change a pod makes to a node's balance (kubernetes PR #135573), and a profile that
-# leans more on it packs best there (measured on the real 1.37 scheduler, README "Choosing the scoring"); before 1.36
+# leans more on it packs best there (measured on the real 1.37 scheduler, docs/steps/binpack-scheduler.md); before 1.36
 # the config's own defaults (SchedulerConfig) are the best measured.
 SCORING_KEYS = ("strategy", "resource_weights", "shape", "fit_weight", "balanced_allocation_weight",
                 "balanced_allocation_resources")

@@ -1,5 +1,5 @@
-"""The README's "Supported versions" section, generated from the version catalogues (`python -m
-gpu_bootstrap.render.versions_table`; a test fails when the README drifts from it). Pure."""
+"""The docs' "Supported versions" tables (docs/supported-versions.md), generated from the version catalogues
+(`python -m gpu_bootstrap.render.versions_table`; a test fails when the page drifts from it). Pure."""
 from __future__ import annotations
 
 import sys
@@ -10,7 +10,7 @@ from .scheduler import config_api_version
 
 
 def markdown() -> str:
-    """The catalogues as tables, and what `up` chooses for each Kubernetes minor (README, between its markers)."""
+    """The catalogues as tables, and what `up` chooses for each Kubernetes minor (docs/supported-versions.md, between its markers)."""
     out = []
     for chart in versions.CATALOGUES:
         cat = versions.catalogue(chart)

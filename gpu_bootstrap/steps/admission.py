@@ -7,7 +7,7 @@ with server-side dry runs that a GPU pod is steered and a CPU pod is not. Teardo
 configuration goes first, OPA after it. With `engine: vap` there is no server: `admission-opa` is skipped and
 `admission` creates admission policies only.
 
-The webhook's failurePolicy is Ignore (README: "Why failurePolicy: Ignore"): a broken OPA never blocks a pod; the
+The webhook's failurePolicy is Ignore (docs/steps/admission.md): a broken OPA never blocks a pod; the
 backstop policy, evaluated inside the API server, rejects GPU pods that were not steered, with the field to set.
 """
 from __future__ import annotations

@@ -1,0 +1,111 @@
+"""The manual: README.md short, the docs site built by the real MkDocs (strict: a broken link or a page missing
+from the nav fails), the generated pages (CLI and config references, the config's JSON Schema) current, and every
+module path the README or the docs name importable."""
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tools import missing
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.rglob("*.md"))
+
+
+def generator():
+    loader = importlib.machinery.SourceFileLoader("generate_docs", str(ROOT / "scripts" / "generate-docs"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("generate_docs", loader))
+    loader.exec_module(module)
+    return module
+
+
+@pytest.mark.unit
+def test_the_generated_pages_are_current():
+    stale = [str(path.relative_to(ROOT)) for path, text in generator().pages().items()
+             if not path.exists() or path.read_text() != text]
+    assert stale == [], f"stale, run scripts/generate-docs: {stale}"
+
+
+@pytest.mark.unit
+def test_the_cli_reference_names_every_command_and_option():
+    import click
+    import typer.main
+
+    from gpu_bootstrap.cli import app
+    text = (DOCS / "reference" / "cli.md").read_text()
+    group = typer.main.get_command(app)
+    root = click.Context(group)
+    for name in group.list_commands(root):
+        assert f"## `gpu-bootstrap {name}`" in text
+        for param in group.get_command(root, name).params:
+            if param.param_type_name == "option" and not param.hidden:
+                assert f"`{param.opts[-1]}`" in text, (name, param.opts)
+
+
+@pytest.mark.unit
+def test_the_readme_is_short_and_starts_with_the_two_fresh_machine_commands():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, len(lines)
+    block = lines[lines.index("```bash") + 1:lines.index("```bash") + 3]
+    assert block[0].startswith("pip install . && gpu-bootstrap up") and block[1] == "scripts/test", block
+
+
+@pytest.mark.unit
+def test_every_relative_link_of_the_readme_exists():
+    text = (ROOT / "README.md").read_text()
+    targets = [t for t in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text) if not t.startswith("http")]
+    assert targets and all((ROOT / t).exists() for t in targets), [t for t in targets if not (ROOT / t).exists()]
+
+
+@pytest.mark.unit
+def test_every_module_path_the_readme_and_the_docs_name_imports():
+    named = set()
+    for page in [ROOT / "README.md", *PAGES]:
+        text = page.read_text()
+        named |= set(re.findall(r"\bgpu_bootstrap(?:\.[a-z_][a-z0-9_]*)+", text))
+        named |= {p[:-3].replace("/", ".") for p in re.findall(r"\bgpu_bootstrap/[a-z_/]+\.py\b", text)}
+        # a package folder's file named without the package (render/scheduler.py), but not tests/ or scripts/ ones
+        named |= {"gpu_bootstrap." + p[:-3].replace("/", ".") for p in re.findall(
+            r"(?<![\w/.])(?:adapters|config|export|pipeline|probes|render|sim|steps)/[a-z_]+\.py\b", text)}
+    assert len(named) >= 8, named
+    failed = []
+    for name in sorted(named):
+        parts = name.split(".")
+        for end in range(len(parts), 0, -1):  # gpu_bootstrap.render.versions_table.markdown: a module, then a name
+            try:
+                module = importlib.import_module(".".join(parts[:end]))
+            except ModuleNotFoundError:
+                continue
+            attribute = parts[end:]
+            obj = module
+            for part in attribute:
+                obj = getattr(obj, part, None)
+            if obj is None:
+                failed.append(name)
+            break
+        else:
+            failed.append(name)
+    assert failed == [], failed
+
+
+@pytest.mark.tools
+def test_the_docs_site_builds_strictly(tmp_path):
+    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
+        missing("mkdocs and mkdocs-material are not installed (pip install '.[docs]')")
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
+                            "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=300,
+                           env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert built.returncode == 0, built.stderr[-3000:]
+    for page in PAGES:
+        html = tmp_path / "site" / page.relative_to(DOCS).with_suffix("") / "index.html"
+        if page.name == "index.md":
+            html = tmp_path / "site" / page.relative_to(DOCS).parent / "index.html"
+        assert html.exists(), f"{page.relative_to(ROOT)} was not built"
