@@ -40,7 +40,9 @@ def export(options, engine: str, folder: Path, target: Target) -> Exported:
     check_folder(folder)
     config = app.load_config(options)
     _refuse_generated_certificates(config, options)
-    with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-export-") as scratch:
+    from ..tempfiles import run_folder_or_none
+    # inside the run folder: a run killed with -9 leaves it (and the facts in it) to the next run's sweep
+    with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-export-", dir=run_folder_or_none()) as scratch:
         offline = dataclasses.replace(options, dry_run=True, offline=True, render_dir=None)
         if not options.offline:  # the cluster's version and its nodes' facts, read once; the plan itself is offline
             facts, config = cluster_facts(options, config, Path(scratch) / "facts.json")
@@ -129,7 +131,7 @@ def _render_charts(ctx, made) -> dict[str, str]:
             continue
         try:
             text = ctx.helm.template(release.name, Chart(release.chart, release.repo, release.version),
-                                     _with_secrets_dropped(release), release.namespace, made.kube_version,
+                                     release.values, release.namespace, made.kube_version,
                                      include_crds=True)
         except GpuBootstrapError as error:
             raise GpuBootstrapError(f"{release.name}: helm template could not render {release.chart}: "
@@ -159,10 +161,6 @@ def without_secrets(stream: str) -> tuple[str, list[str]]:
             continue
         kept.append(document)
     return "---".join(kept), names
-
-
-def _with_secrets_dropped(release) -> dict:
-    return release.values  # the secret values are already out (bundle.split_secrets)
 
 
 # --- the folder ------------------------------------------------------------------------------------------------------
