@@ -96,6 +96,21 @@ def test_every_module_path_the_readme_and_the_docs_name_imports():
     assert failed == [], failed
 
 
+@pytest.mark.unit
+def test_every_page_is_in_the_nav():
+    import yaml
+
+    def listed(nav) -> set[str]:
+        found = set()
+        for entry in nav:
+            for value in (entry.values() if isinstance(entry, dict) else [entry]):
+                found |= listed(value) if isinstance(value, list) else {value}
+        return found
+    nav = listed(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    pages = {p.relative_to(DOCS).as_posix() for p in PAGES}
+    assert pages == nav, (sorted(pages - nav), sorted(nav - pages))
+
+
 @pytest.mark.tools
 def test_the_docs_site_builds_strictly(tmp_path):
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
