@@ -247,7 +247,7 @@ def readme(made, engine: str, target: Target, secrets: dict[str, list[str]], opt
         lines.append("Secret values of the config were left out of this folder. Create them in the cluster:")
         for release, paths in secrets.items():
             if engine == "flux":
-                lines.append(f"- `{release}`: a Secret `{release}-secret-values` in {target.flux_namespace}, one key "
+                lines.append(f"- `{release}`: a Secret `{formats.secret_name(release)}` in {target.flux_namespace}, one key "
                              f"per value (the HelmRelease's valuesFrom reads them): {', '.join(paths)}")
             else:
                 lines.append(f"- `{release}`: {', '.join(paths)}: encrypt them with SOPS (or your secret manager) "

@@ -186,7 +186,7 @@ def _helm_release_folder(unit: Unit, target: Target) -> dict[str, str]:
             "upgrade": {"crds": "CreateReplace", "remediation": {"retries": 3}},
             "values": release.values}
     if release.secret_paths:
-        spec["valuesFrom"] = [{"kind": "Secret", "name": secret_name(release), "valuesKey": path,
+        spec["valuesFrom"] = [{"kind": "Secret", "name": secret_name(release.name), "valuesKey": path,
                                "targetPath": path} for path in release.secret_paths]
     helm_release = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
                     "metadata": {"name": release.name, "namespace": target.flux_namespace,
@@ -198,9 +198,9 @@ def _helm_release_folder(unit: Unit, target: Target) -> dict[str, str]:
                                                    "resources": ["helmrepository.yaml", "helmrelease.yaml"]})}
 
 
-def secret_name(release: Release) -> str:
+def secret_name(release: str) -> str:
     """The Secret (the user creates it) that holds a release's secret values, one key per value path."""
-    return f"{release.name}-secret-values"
+    return f"{release}-secret-values"
 
 
 def repo_alias(release: Release) -> str:

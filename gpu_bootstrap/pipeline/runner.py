@@ -296,9 +296,9 @@ class Runner:
                     owned.append(f"{change.target} ({owner})")
         if owned:
             shown = "; ".join(owned[:3]) + (f" and {len(owned) - 3} more" if len(owned) > 3 else "")
-            raise GpuBootstrapError(f"teardown refused: a GitOps engine owns {len(owned)} object(s) it would remove: {shown}",
-                              "remove them from Git (the units of your `gpu-bootstrap export`) and let the engine "
-                              "prune them; nothing was changed")
+            raise GpuBootstrapError(f"teardown refused: a GitOps engine owns {len(owned)} object(s) it would remove: "
+                                    f"{shown}", "remove them from Git (the units of your `gpu-bootstrap export`) and "
+                                                "let the engine prune them; nothing was changed")
 
     def _remove_state(self) -> None:
         """A full teardown also removes the tool's own namespace (its checkpoint and lock)."""
