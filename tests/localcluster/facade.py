@@ -236,8 +236,11 @@ def new_namespace(cluster) -> RealEmu:
                                                    "metadata": {"name": emu.namespace}})
     assert answer.status == 201, answer
     emu.created.clear()  # the namespace itself is removed last, by cleanup()
+    # The emulator's `default` holds both from the start; here two controllers make them a moment after the
+    # namespace, and a test that lists or watches the namespace's ConfigMaps must not race the second.
     deadline = time.monotonic() + 30
-    while emu.api().get("/api/v1/namespaces/default/serviceaccounts/default").status != 200:
-        assert time.monotonic() < deadline, "the namespace's default ServiceAccount was never made"
-        time.sleep(0.1)
+    for made in ("serviceaccounts/default", "configmaps/kube-root-ca.crt"):
+        while emu.api().get(f"/api/v1/namespaces/default/{made}").status != 200:
+            assert time.monotonic() < deadline, f"the namespace's {made} was never made"
+            time.sleep(0.1)
     return emu
