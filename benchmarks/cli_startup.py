@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How fast `gpu-bootstrap --help` starts, next to the interpreter's own start-up measured in the same run.
 
-Also shows what importing the heavy modules eagerly would cost, which is why cli.py imports them inside commands.
+Also shows what importing the heavy modules eagerly would cost, which is why cli/commands.py imports them inside
+commands.
 
 Usage: python benchmarks/cli_startup.py [--runs 15] [--against DIR]
 

@@ -41,7 +41,7 @@ import json, sys, time
 from pathlib import Path
 from gpu_bootstrap.adapters.kube import Kube
 from gpu_bootstrap.adapters.nodefacts import ClusterProbedNodes
-from gpu_bootstrap.config import PreflightConfig
+from gpu_bootstrap.core.config import PreflightConfig
 names = Path(sys.argv[2]).read_text().split()
 kube = Kube(Path(sys.argv[1]))
 started = time.perf_counter()

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpu_bootstrap.sim import engine, replay, scoring  # noqa: E402
-from gpu_bootstrap.config import SchedulerConfig  # noqa: E402
+from gpu_bootstrap.core.config import SchedulerConfig  # noqa: E402
 from gpu_bootstrap.sim.command import SimOptions, simulate  # noqa: E402
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpu_bootstrap.config import SchedulerConfig  # noqa: E402
+from gpu_bootstrap.core.config import SchedulerConfig  # noqa: E402
 from gpu_bootstrap.render import scheduler as render  # noqa: E402
 from gpu_bootstrap.sim import FIRST_SEED, replay, scoring, trace  # noqa: E402
 from gpu_bootstrap.sim.engine import Node, Pod  # noqa: E402
@@ -467,7 +467,7 @@ FIGURES = ("alloc_pct_at_100", "alloc_pct_at_130", "stranded_gpus")
 
 
 def markdown(runs: list[Run], profiles: list[str]) -> str:
-    """The medians as README's table ("Choosing the scoring")."""
+    """The medians as docs/steps/binpack-scheduler.md's table ("Choosing the scoring")."""
     lines = ["| profile | real @100 | real @130 | stranded | `simulate` @100 | @130 | seeds' spread @130 | pods/s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in profiles:

@@ -3,7 +3,7 @@
 
     python benchmarks/profile_search.py [--seeds 5] [--traces ../shared/traces] [--workers 1] [--json FILE]
 
-Track A of the openb trace (whole-GPU pods; README "gpu-bootstrap simulate"), every candidate over the same seeds.
+Track A of the openb trace (whole-GPU pods; docs/status-and-simulate.md), every candidate over the same seeds.
 Candidates: NodeResourcesFit's strategies (LeastAllocated, MostAllocated, RequestedToCapacityRatio with several
 shapes) and resource weights (nvidia.com/gpu, cpu, memory), NodeResourcesBalancedAllocation with and without
 nvidia.com/gpu among its resources, and the two plugins' weights; percentageOfNodesToScore 100 throughout, as `up`
@@ -103,7 +103,7 @@ def main() -> int:
     args = parser.parse_args()
     nodes = trace.load_nodes(args.traces / "openb_node_list_gpu_node.csv")
     pods = trace.load_pods(args.traces / "openb_pod_list_default.csv")
-    from gpu_bootstrap.config import SchedulerConfig
+    from gpu_bootstrap.core.config import SchedulerConfig
     from gpu_bootstrap.render import scheduler as render
     ours = scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(), args.kube_version), 0,
                                        args.kube_version)

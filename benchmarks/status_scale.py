@@ -112,7 +112,7 @@ def main() -> None:
 
 def in_process(kubeconfig: Path) -> tuple[float, float]:
     """Where the time goes: the list calls, then everything status computes from them (fragmentation included)."""
-    from gpu_bootstrap import cluster_status
+    from gpu_bootstrap.app import status as cluster_status
     from gpu_bootstrap.adapters.kube import Kube
     kube = Kube(kubeconfig)
     kube.version()  # connect first: the client's set-up is start-up, not reading

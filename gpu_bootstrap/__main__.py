@@ -1,3 +1,3 @@
-from .cli import main
+from gpu_bootstrap.cli.commands import main
 
 main()

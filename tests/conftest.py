@@ -30,7 +30,7 @@ def _process_state_kept():
     import logging
     import signal
     import threading
-    from gpu_bootstrap import interrupts
+    from gpu_bootstrap.core import interrupts
     logger = logging.getLogger("gpu_bootstrap")
     handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
     main = threading.current_thread() is threading.main_thread()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.render import certificates as certs
 from gpu_bootstrap.steps.admission import AdmissionOpa
 from tests.kubeapi import cel, rego
@@ -290,7 +290,7 @@ def test_engine_vap_enforces_without_any_server(cluster, tmp_path):
 
 def test_rotation_near_expiry_keeps_every_request_succeeding(cluster, tmp_path, monkeypatch):
     from gpu_bootstrap.adapters.kube import Kube
-    from gpu_bootstrap.errors import ClusterError
+    from gpu_bootstrap.core.errors import ClusterError
     from gpu_bootstrap.render.admission import sample_pod
 
     # The first certificate was issued 355 days ago (a clock in the past), so today it is within rotate_before_days

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from gpu_bootstrap import config as cfg
+from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import admission_policy as policy_render
 from tests.kubeapi import cel, rego

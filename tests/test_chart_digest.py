@@ -1,4 +1,4 @@
-"""Charts pulled from a repository are checked against the sha256 in the supply-chain catalogue (data/images.yaml),
+"""Charts pulled from a repository are checked against the sha256 in the supply-chain catalogue (core/data/images.yaml),
 with the real helm pulling from a real HTTP chart repository on 127.0.0.1 (`helm repo index` over the real chart
 archives from ../shared/charts)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpu_bootstrap.adapters.helm import ChartDigestMismatch, Helm
-from gpu_bootstrap.refs import Chart
+from gpu_bootstrap.core.refs import Chart
 from tests.conftest import chart
 from tests.tools import client_env, run, tool
 
@@ -102,7 +102,7 @@ def test_the_pinned_archive_is_checked_and_then_used(chart_repository, tmp_path,
 def verified_catalogue(monkeypatch):
     """The catalogue as it reads once a chart's sums come from its repository's index (`verified: true`)."""
     import copy
-    from gpu_bootstrap import images
+    from gpu_bootstrap.core import catalogue as images
     # A copy: catalogue() is cached, and editing the cached dict in place would leak into every later test.
     loaded = copy.deepcopy(images.catalogue())
     loaded["charts"]["gpu-operator"]["verified"] = True

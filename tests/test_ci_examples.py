@@ -1,5 +1,5 @@
 """The CI workflows in examples/ci pass actionlint (the real checker, from the test extra), and the live workflow
-keeps what README "Testing on a real cluster" promises: two Kubernetes versions on kind, images pinned by digest,
+keeps what docs/testing.md "Testing on a real cluster" promises: two Kubernetes versions on kind, images pinned by digest,
 scripts/test-live, gpu-bootstrap's log uploaded on failure."""
 from __future__ import annotations
 

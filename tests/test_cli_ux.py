@@ -10,8 +10,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap import __version__, cli
-from gpu_bootstrap.cli import app
+from gpu_bootstrap import __version__
+from gpu_bootstrap.cli import commands as cli
+from gpu_bootstrap.cli.commands import app
 from tests.nodes.reports import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,3 +130,19 @@ def test_teardown_rows_say_what_was_removed(cluster, tmp_path):
     steps = {s["id"]: s for s in json.loads(result.stdout)["steps"]}
     assert steps["node-prep"]["message"].startswith("remove label nvidia.com/gpu.present")
     assert steps["preflight"]["message"] == "nothing to undo"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    """`gpu-bootstrap images --offline | head -0`: the real CLI in a subprocess writes into a pipe whose reader has
+    already closed. It stops as a command SIGPIPE ends (exit 141), with no "internal error" and no trace."""
+    import os
+    import subprocess
+    import sys
+    read, write = os.pipe()
+    os.close(read)  # before the command writes anything: its first write fails, whatever the pipe's buffer holds
+    process = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "images", "--offline", "-c",
+                              str(ROOT / "examples" / "minimal.yaml"), "--log-file", str(tmp_path / "run.log")],
+                             stdout=write, stderr=subprocess.PIPE, cwd=ROOT, timeout=60)
+    os.close(write)
+    assert process.returncode == 141, process.stderr.decode()
+    assert process.stderr == b""

@@ -43,7 +43,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.probes import script
 from gpu_bootstrap.probes.checks import NodeReport, evaluate
 from gpu_bootstrap.probes.report import document

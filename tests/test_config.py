@@ -7,9 +7,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap import config as cfg
-from gpu_bootstrap.cli import app
-from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.core import config as cfg
+from gpu_bootstrap.cli.commands import app
+from gpu_bootstrap.core.errors import ConfigError
 
 pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap import config as cfg
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.core import config as cfg
+from gpu_bootstrap.cli.commands import app
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parent.parent

@@ -39,7 +39,7 @@ def test_the_cli_reference_names_every_command_and_option():
     import click
     import typer.main
 
-    from gpu_bootstrap.cli import app
+    from gpu_bootstrap.cli.commands import app
     text = (DOCS / "reference" / "cli.md").read_text()
     group = typer.main.get_command(app)
     root = click.Context(group)

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
-from gpu_bootstrap.schemas import crd_schemas, problems
+from gpu_bootstrap.cli.commands import app
+from gpu_bootstrap.core.schemas import crd_schemas, problems
 from tests.conftest import chart
 from tests.nodes.reports import write_report
 from tests.tools import TOOLS_BIN, client_env, missing, run, tool
@@ -224,7 +224,7 @@ def test_no_planted_secret_reaches_any_format_and_flux_reads_them_from_a_secret(
 def test_a_rendered_export_holds_exactly_the_images_that_images_lists(tmp_path, helm_on_path):
     """The manifests format renders the charts (CRDs included): the images of every document in DIR, read as
     `images` reads a render (containers, operator arguments, the ClusterPolicy's operands), are `images`' list."""
-    from gpu_bootstrap import image_list
+    from gpu_bootstrap.app import images as image_list
     from gpu_bootstrap.probes.report import load
     report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
     config = fleet_config(tmp_path, local_charts=True)
@@ -350,7 +350,7 @@ def test_units_keep_the_playbook_order_and_charts_come_after_their_namespace(tmp
 @pytest.mark.slow
 def test_images_for_hauler_zarf_and_skopeo_list_the_same_images_and_parse_as_their_formats(tmp_path, helm_on_path):
     import jsonschema
-    from gpu_bootstrap.images import parse
+    from gpu_bootstrap.core.catalogue import parse
     report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
     config = fleet_config(tmp_path, local_charts=True)
     common = ["--offline", "--kube-version", "1.33", "--preflight-report", str(report), "-c", str(config)]

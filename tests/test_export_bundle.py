@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpu_bootstrap.export import bundle, mirror
-from gpu_bootstrap.image_list import ImageList
+from gpu_bootstrap.app.export import bundle, mirror
+from gpu_bootstrap.app.images import ImageList
 from gpu_bootstrap.pipeline.step import Change
-from gpu_bootstrap.refs import Ref, Verb
+from gpu_bootstrap.core.refs import Ref, Verb
 
 pytestmark = pytest.mark.unit
 

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
-from gpu_bootstrap.config import Config
+from gpu_bootstrap.cli.commands import app
+from gpu_bootstrap.core.config import Config
 from tests.tools import FUZZ_EXAMPLES
 
 pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)

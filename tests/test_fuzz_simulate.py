@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.sim.trace import NODE_COLUMNS, POD_COLUMNS
 import pytest
 from tests.tools import FUZZ_EXAMPLES

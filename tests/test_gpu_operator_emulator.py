@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from tests.conftest import chart
 from tests.nodes.reports import write_report
 from tests.test_rbac import uncovered

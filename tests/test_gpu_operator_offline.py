@@ -10,7 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from tests.conftest import chart
 from tests.nodes.reports import write_report
 from tests.tools import client_env, run, tool

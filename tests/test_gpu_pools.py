@@ -16,8 +16,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap import schemas
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.core import schemas
+from gpu_bootstrap.cli.commands import app
 from tests.nodes.reports import write_report
 
 runner = CliRunner()
@@ -85,7 +85,7 @@ def test_a_plan_made_without_a_cluster_says_karpenter_was_not_checked(tmp_path):
 @pytest.mark.unit
 def test_the_offline_adapter_answers_a_crds_discovery_as_unknown():
     from gpu_bootstrap.adapters.offline import OfflineKube
-    from gpu_bootstrap.errors import ClusterError, Unknown
+    from gpu_bootstrap.core.errors import ClusterError, Unknown
     from gpu_bootstrap.steps.admission import served
     kube = OfflineKube(["gpu-1"], "1.33")
     with pytest.raises(Unknown, match="NodePool in karpenter.sh/v1"):

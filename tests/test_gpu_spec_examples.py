@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_bootstrap.config import NodePrepConfig, SchedulerConfig
+from gpu_bootstrap.core.config import NodePrepConfig, SchedulerConfig
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pods" / "gpu-spec-pods.yaml"

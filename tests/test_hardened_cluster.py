@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
-from gpu_bootstrap.hardening import blocking_policies
+from gpu_bootstrap.cli.commands import app
+from gpu_bootstrap.security.hardening import blocking_policies
 from tests.conftest import chart
 from tests.nodes.reports import write_report
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_bootstrap import interrupts
+from gpu_bootstrap.core import interrupts
 from gpu_bootstrap.adapters import helm as helm_module
 from gpu_bootstrap.adapters.helm import Chart, Helm, seconds
-from gpu_bootstrap.errors import ClusterError, ReleaseNotFound
+from gpu_bootstrap.core.errors import ClusterError, ReleaseNotFound
 from tests.tools import ROOT
 
 UNAVAILABLE = "Error: query: failed to query with labels: the server is currently unable to handle the request"

@@ -10,7 +10,7 @@ import pytest
 
 from gpu_bootstrap.adapters import helm as helm_module
 from gpu_bootstrap.adapters.helm import Chart, Helm
-from gpu_bootstrap.errors import ClusterError
+from gpu_bootstrap.core.errors import ClusterError
 from tests.conftest import chart
 from tests.tools import tool
 

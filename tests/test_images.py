@@ -1,4 +1,4 @@
-"""The supply-chain catalogue (data/images.yaml), image references, registry.mirror's rewriting and the image list's
+"""The supply-chain catalogue (core/data/images.yaml), image references, registry.mirror's rewriting and the image list's
 rules (operands, driver tags per node OS) — host-free."""
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import re
 
 import pytest
 
-from gpu_bootstrap import image_list, images
+from gpu_bootstrap.app import images as image_list
+from gpu_bootstrap.core import catalogue as images
 from gpu_bootstrap.adapters import registry
-from gpu_bootstrap.config import RegistryConfig, validate
-from gpu_bootstrap.config import Source
-from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.core.config import RegistryConfig, validate
+from gpu_bootstrap.core.config import Source
+from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.probes.report import NodeReport
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""gpu_bootstrap.interrupts in child processes (never in the test process: its watchdog ends the process)."""
+"""gpu_bootstrap.core.interrupts in child processes (never in the test process: its watchdog ends the process)."""
 from __future__ import annotations
 
 import os
@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from gpu_bootstrap import interrupts
+from gpu_bootstrap.core import interrupts
 from tests.tools import ROOT
 
 PRELUDE = textwrap.dedent("""
     import sys, time
     from gpu_bootstrap import interrupts
-    from gpu_bootstrap.errors import Interrupted
+    from gpu_bootstrap.core.errors import Interrupted
     interrupts.install()
     print("ready", flush=True)
 """)

@@ -34,8 +34,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
-from gpu_bootstrap.pipeline.playbook import load_playbook
+from gpu_bootstrap.cli.commands import app
+from gpu_bootstrap.app.playbook import load_playbook
 from tests import reliability as rel
 from tests.kubeapi import Emulator
 from tests.monitoring.live import LocalPrometheus

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from gpu_bootstrap import interrupts
+from gpu_bootstrap.core import interrupts
 from gpu_bootstrap.adapters import kube as kube_module
 from gpu_bootstrap.adapters.kube import Kube, Ref
-from gpu_bootstrap.errors import ClusterError, Conflict, Unreachable
+from gpu_bootstrap.core.errors import ClusterError, Conflict, Unreachable
 
 UNAVAILABLE = "the server is currently unable to handle the request"
 CM = "/api/v1/namespaces/default/configmaps"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_bootstrap import config as cfg
+from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import gpu_alerts
 from gpu_bootstrap.render import monitoring as render
 from tests.tools import run, tool

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.render import monitoring as render
 from tests.conftest import chart
 from tests.monitoring.live import LocalPrometheus, StandInExporter, scrape_config

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from tests.conftest import chart
 from tests.tools import tool
 
@@ -116,7 +116,7 @@ def test_the_offline_render_validates(minor, tmp_path, monkeypatch):
 @pytest.mark.unit
 def test_an_invalid_object_fails_validation():
     """The validation can fail: a PrometheusRule whose rule lacks its expression is refused by the CRD schema."""
-    from gpu_bootstrap import config as cfg
+    from gpu_bootstrap.core import config as cfg
     from gpu_bootstrap.render import monitoring as render
     section = cfg.Config.model_validate({"nodes": [{"name": "a"}]}).monitoring
     rule = render.prometheus_rule(render.install_target(section, "why"))

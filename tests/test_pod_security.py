@@ -14,9 +14,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.pipeline import checkpoint
-from gpu_bootstrap.render import pod_security
+from gpu_bootstrap.security import pod_security
 from tests.kubeapi.pod_security import ENFORCE, template_of, violations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ def test_every_pod_template_we_render_passes_restricted_and_every_namespace_is_l
 def test_the_pods_we_only_dry_run_pass_restricted_too():
     """The admission step's probe pods and doctor's restricted probe are rendered at run time, not into the render
     dir; doctor's privileged probe is the one that must not pass (it stands for the gpu-operator's driver pod)."""
-    from gpu_bootstrap import hardening
+    from gpu_bootstrap.security import hardening
     from gpu_bootstrap.render.admission import sample_pod
     pods = [sample_pod("p", "default"), sample_pod("p", "default", False), sample_pod("p", "default", True, "n1"),
             hardening.restricted_pod("ns")]

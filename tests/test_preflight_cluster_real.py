@@ -16,7 +16,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from tests.nodes import scenarios
 from tests.nodes.farm import NodeFarm
 

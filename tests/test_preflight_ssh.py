@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap import config as cfg
+from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.adapters.ssh import Ssh
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from tests.nodes import scenarios
 from tests.nodes.farm import NodeFarm
 

@@ -100,15 +100,15 @@ def test_every_slice_fits_the_kubelets_limits():
     ({"nodes": [{"name": "a"}], "preflight": {"via": "ssh"}}, {}, "ssh"),  # the config's choice
 ])
 def test_which_way_preflight_reads_the_nodes(document, flags, expected):
-    from gpu_bootstrap.app import Options, probe_via
-    from gpu_bootstrap.config import Config
+    from gpu_bootstrap.app.commands import Options, probe_via
+    from gpu_bootstrap.core.config import Config
     assert probe_via(Options(**flags), Config.model_validate(document)) == expected
 
 
 def test_via_cluster_without_a_cluster_is_bad_input():
-    from gpu_bootstrap.app import Options, probe_via
-    from gpu_bootstrap.config import Config
-    from gpu_bootstrap.errors import UsageError
+    from gpu_bootstrap.app.commands import Options, probe_via
+    from gpu_bootstrap.core.config import Config
+    from gpu_bootstrap.core.errors import UsageError
     with pytest.raises(UsageError, match="--no-cluster"):
         probe_via(Options(via="cluster", no_cluster=True), Config.model_validate({"nodes": [{"name": "a"}]}))
 

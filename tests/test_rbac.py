@@ -14,10 +14,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap import rbac as rbac_module
-from gpu_bootstrap.cli import app
-from gpu_bootstrap.config import load
-from gpu_bootstrap.pipeline.playbook import load_playbook
+from gpu_bootstrap.security import rbac as rbac_module
+from gpu_bootstrap.cli.commands import app
+from gpu_bootstrap.core.config import load
+from gpu_bootstrap.app.playbook import load_playbook
 from tests.conftest import chart
 from tests.nodes.reports import write_report
 

@@ -18,10 +18,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap import image_list, images
+from gpu_bootstrap.app import images as image_list
+from gpu_bootstrap.core import catalogue as images
 from gpu_bootstrap.adapters.registry import Registry, RegistryError
-from gpu_bootstrap.cli import app
-from gpu_bootstrap.config import RegistryConfig
+from gpu_bootstrap.cli.commands import app
+from gpu_bootstrap.core.config import RegistryConfig
 from tests.conftest import chart
 from tests.nodes.reports import healthy_node
 from tests.tools import tool
@@ -373,7 +374,7 @@ def test_a_bad_mirror_changes_nothing(mirror, says, tmp_path):
 def test_the_default_config_pulls_nothing_unpinned_that_the_catalogue_does_not_explain(local_charts, tmp_path,
                                                                                       helm_on_path):
     """An offline render of the default config: every image reference has a digest, or the catalogue says why not
-    (data/images.yaml). With the local charts, the charts' own images and the operator's operands count too."""
+    (core/data/images.yaml). With the local charts, the charts' own images and the operator's operands count too."""
     config = write_config(tmp_path / "config.yaml", None, "1.33" if local_charts else "default")
     found = rendered_references(render(tmp_path, config, "1.33"))
     refs = {ref for where, ref in found if not where.endswith("values.yaml")}

@@ -8,11 +8,11 @@ import subprocess
 import kubernetes_validate
 import pytest
 
-from gpu_bootstrap import config as cfg
+from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import certificates as certs
 from gpu_bootstrap.steps.admission import decide
-from gpu_bootstrap import images
+from gpu_bootstrap.core import catalogue as images
 from tests.tools import tool
 
 NOW = _dt.datetime(2026, 11, 23, 12, 0, tzinfo=_dt.timezone.utc)

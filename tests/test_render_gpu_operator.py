@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import yaml
 
-from gpu_bootstrap import config as cfg
+from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import gpu_operator_values as gov
-from gpu_bootstrap import versions
+from gpu_bootstrap.core import versions
 from gpu_bootstrap.render.gpu_operator_values import NodeFacts, Refusal
 
 pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from gpu_bootstrap import config as cfg
-from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.core import config as cfg
+from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.render import gpu_dashboards, gpu_operator_values
 from gpu_bootstrap.render import monitoring as render
 

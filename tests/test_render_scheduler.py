@@ -7,8 +7,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpu_bootstrap.config import SchedulerConfig
-from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.core.config import SchedulerConfig
+from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.render import scheduler as render
 
 pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
@@ -105,7 +105,7 @@ def test_every_object_is_valid_for_the_version(kube, api_version, image, name):
 
 
 def test_the_default_profile_is_the_one_measured_best_on_the_real_scheduler():
-    """The default (benchmarks/packing_real.py on the real kube-scheduler, README "Choosing the scoring"):
+    """The default (benchmarks/packing_real.py on the real kube-scheduler, docs/steps/binpack-scheduler.md, "Choosing the scoring"):
     RequestedToCapacityRatio on the GPU, 0:0 -> 50:1 -> 100:10, weight 2, plus BalancedAllocation over cpu, memory
     and nvidia.com/gpu, weight 1, every node scored."""
     config = render.scheduler_configuration(SchedulerConfig(), "1.31.0")
@@ -150,7 +150,7 @@ def test_the_plan_explains_the_profile_in_one_line(settings, line):
 ])
 def test_the_default_profile_follows_the_schedulers_balanced_allocation(kube, line):
     """kube-scheduler 1.36 changed BalancedAllocation (it scores the change in balance, kubernetes PR #135573); the
-    default profile is the one measured best for each (README "Choosing the scoring")."""
+    default profile is the one measured best for each (docs/steps/binpack-scheduler.md, "Choosing the scoring")."""
     assert render.profile_line(SchedulerConfig(), kube) == line
     config = render.scheduler_configuration(SchedulerConfig(), kube)
     expected_weights = [{"name": "NodeResourcesFit", "weight": 2 if kube < "1.36" else 1},

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_bootstrap import schemas
+from gpu_bootstrap.core import schemas
 
 pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_bootstrap import redact
+from gpu_bootstrap.security import redact
 from gpu_bootstrap.pipeline.render_dir import RenderDir, prepare
-from gpu_bootstrap.refs import Ref, Verb
+from gpu_bootstrap.core.refs import Ref, Verb
 from gpu_bootstrap.pipeline.step import Change
 from gpu_bootstrap.render import gpu_operator_values, monitoring
 from tests.conftest import chart
@@ -128,7 +128,7 @@ def test_a_derived_value_kept_from_a_running_release_is_redacted():
 
 @pytest.mark.unit
 def test_monitoring_plan_lines_name_the_users_section():
-    from gpu_bootstrap.config import MonitoringConfig
+    from gpu_bootstrap.core.config import MonitoringConfig
     plan = monitoring.stack_values(MonitoringConfig(values={"grafana": {"adminPassword": "pw"}}))
     assert "grafana.adminPassword  ← your monitoring.values (value not shown)" in monitoring.explain(plan)
     assert not any("pw" in line.split("←")[0] for line in monitoring.explain(plan))
@@ -253,8 +253,8 @@ def test_a_config_error_and_its_logged_traceback_quote_no_input_value(section):
     must not ride along as its context."""
     import traceback
     from pathlib import PurePath
-    from gpu_bootstrap import config as cfg
-    from gpu_bootstrap.errors import ConfigError
+    from gpu_bootstrap.core import config as cfg
+    from gpu_bootstrap.core.errors import ConfigError
     with pytest.raises(ConfigError) as caught:
         cfg.validate({"nodes": [{"name": "gpu-1"}], "monitoring": section}, cfg.Source(PurePath("c.yaml"), {}))
     logged = "".join(traceback.format_exception(caught.value))
@@ -264,7 +264,7 @@ def test_a_config_error_and_its_logged_traceback_quote_no_input_value(section):
 def test_image_pull_secrets_name_a_secret_and_are_kept():
     """imagePullSecrets (registry.pull_secret) holds the names of Secrets, not their data: a render must keep them,
     or the mirrored manifests would be written without the secret the pods pull with."""
-    from gpu_bootstrap import redact
+    from gpu_bootstrap.security import redact
     spec = {"imagePullSecrets": [{"name": "regcred"}], "pullSecrets": ["regcred"], "adminPassword": "x"}
     assert redact.tree(spec) == {"imagePullSecrets": [{"name": "regcred"}], "pullSecrets": ["regcred"],
                                  "adminPassword": redact.REDACTED}

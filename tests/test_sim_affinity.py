@@ -342,7 +342,7 @@ def test_the_filter_answers_true_or_false_for_a_constrained_pod():
 def test_a_live_snapshot_gives_the_schedulable_nodes_with_labels_and_what_runs_on_them():
     """cluster_snapshot reads through anything that lists like the Kubernetes adapter; status's Snapshot does, so no
     cluster is needed: cordoned nodes are left out, finished and unbound pods hold nothing, a bound pod counts."""
-    from gpu_bootstrap.cluster_status import Snapshot
+    from gpu_bootstrap.app.status import Snapshot
     from gpu_bootstrap.sim import trace as sim_trace
     from gpu_bootstrap.sim.engine import Node, Pod
 

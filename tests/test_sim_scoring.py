@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gpu_bootstrap.config import SchedulerConfig
+from gpu_bootstrap.core.config import SchedulerConfig
 from gpu_bootstrap.render import scheduler as render
 from gpu_bootstrap.sim import engine, replay, scoring, trace
 from gpu_bootstrap.sim.engine import Cluster, Node, Pod, Scheduler, Scorer

@@ -11,7 +11,7 @@ import shlex
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 
 runner = CliRunner()
 OURS = "gpu-binpack-scheduler"

@@ -10,7 +10,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from tests.monitoring import scenario
 from tests.monitoring.live import LocalPrometheus
 from tests.tools import run, tool

@@ -11,15 +11,15 @@ import json
 
 import pytest
 
-from gpu_bootstrap import config as cfg
-from gpu_bootstrap import versions
-from gpu_bootstrap.context import Context, RunOptions
+from gpu_bootstrap.core import config as cfg
+from gpu_bootstrap.core import versions
+from gpu_bootstrap.pipeline.context import Context, RunOptions
 from gpu_bootstrap.probes.checks import NodeCheck, NodeReport
-from gpu_bootstrap.refs import Chart, Ref, Verb
+from gpu_bootstrap.core.refs import Chart, Ref, Verb
 from gpu_bootstrap.render import gpu_operator_values as values_render
-from gpu_bootstrap.render import pod_security
+from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.render import scheduler as scheduler_render
-from gpu_bootstrap.status import FAIL, PASS, SKIP, WARN
+from gpu_bootstrap.core.outcomes import FAIL, PASS, SKIP, WARN
 from gpu_bootstrap.render import admission as admission_render
 from gpu_bootstrap.render import certificates as certs
 from gpu_bootstrap.steps.admission import Admission, AdmissionFacts, AdmissionOpa, OpaFacts, decide

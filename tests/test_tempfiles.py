@@ -1,4 +1,4 @@
-"""No key left behind (gpu_bootstrap/tempfiles.py): the kubernetes client's copies of client-key-data and the relay's
+"""No key left behind (security/tempfiles.py): the kubernetes client's copies of client-key-data and the relay's
 kubeconfig live in a per-run 0700 folder that every way out removes; `kill -9` leaves it, and the next run sweeps it;
 the sweep touches nothing but our own stale folders."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_bootstrap import tempfiles
+from gpu_bootstrap.security import tempfiles
 from tests.tools import ROOT
 
 
@@ -100,7 +100,7 @@ except KeyboardInterrupt:
 
 @pytest.mark.parametrize("way", ["second signal", "watchdog"])
 def test_the_os_exit_paths_remove_the_run_folder(tmp_path, way):
-    """interrupts.py leaves with os._exit (no atexit) after a second signal or when cleanup outlives EXIT_WITHIN:
+    """core/interrupts.py leaves with os._exit (no atexit) after a second signal or when cleanup outlives EXIT_WITHIN:
     the run folder goes all the same."""
     process = subprocess.Popen([sys.executable, "-c", SCRIPT], env=dict(os.environ, TMPDIR=str(tmp_path),
                                                                          PYTHONPATH=str(ROOT)),

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from gpu_bootstrap.refs import Ref, Verb
+from gpu_bootstrap.core.refs import Ref, Verb
 from gpu_bootstrap.render import admission as admission_render
 from gpu_bootstrap.render import certificates as certs
 from gpu_bootstrap.steps.admission import Admission, AdmissionFacts, AdmissionOpa, decide

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_bootstrap import config as cfg
-from gpu_bootstrap.errors import ConfigError, UsageError
+from gpu_bootstrap.core import config as cfg
+from gpu_bootstrap.core.errors import ConfigError, UsageError
 from gpu_bootstrap.sim import command, scoring
 
 pytestmark = pytest.mark.unit

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_bootstrap import config as cfg
-from gpu_bootstrap import images
-from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.core import config as cfg
+from gpu_bootstrap.core import catalogue as images
+from gpu_bootstrap.core.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from gpu_bootstrap import config as cfg
+from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.probes.checks import NodeCheck, NodeReport
 from gpu_bootstrap.render import gpu_operator_values as gov
 from gpu_bootstrap.render.gpu_operator_values import NodeFacts, Refusal
@@ -316,7 +316,7 @@ NOW = 1767229200.0  # 2026-01-01T01:00:00Z
 
 @pytest.mark.unit
 def test_doctor_names_a_failed_driver_upgrade_with_what_to_look_at():
-    from gpu_bootstrap.config import DriverUpgradeConfig
+    from gpu_bootstrap.core.config import DriverUpgradeConfig
     from gpu_bootstrap.steps.gpu_operator import driver_upgrade_problems
     nodes = {"gpu-1": _upgrade_node("gpu-1", "upgrade-failed"), "gpu-2": _upgrade_node("gpu-2", "upgrade-done")}
     problems = driver_upgrade_problems(nodes, [], DriverUpgradeConfig(), "gpu-operator", NOW)
@@ -326,7 +326,7 @@ def test_doctor_names_a_failed_driver_upgrade_with_what_to_look_at():
 
 @pytest.mark.unit
 def test_doctor_calls_a_state_stuck_only_past_its_timeout_and_never_when_its_start_is_unknown():
-    from gpu_bootstrap.config import DriverUpgradeConfig
+    from gpu_bootstrap.core.config import DriverUpgradeConfig
     from gpu_bootstrap.steps.gpu_operator import driver_upgrade_problems
     policy = DriverUpgradeConfig()  # pod deletion 300 s
     validating = str(int(NOW - 3600))  # an hour in validation-required (the controller gives it 600 s)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_bootstrap import config as cfg
+from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.pipeline.step import ObjectsFacts
-from gpu_bootstrap.refs import Ref, Verb
+from gpu_bootstrap.core.refs import Ref, Verb
 from gpu_bootstrap.render import gpu_pools as render
 from gpu_bootstrap.steps.gpu_pools import GpuPools
 from tests.test_step_plans import check_of, context

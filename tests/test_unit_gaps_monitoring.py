@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpu_bootstrap import config as cfg
+from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import gpu_alerts, gpu_dashboards
 from gpu_bootstrap.render import monitoring as render
 

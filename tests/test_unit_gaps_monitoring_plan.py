@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from gpu_bootstrap import versions
-from gpu_bootstrap.refs import Ref, Verb
+from gpu_bootstrap.core import versions
+from gpu_bootstrap.core.refs import Ref, Verb
 from gpu_bootstrap.render import monitoring as monitoring_render
 from gpu_bootstrap.steps.monitoring import Monitoring
 from tests.test_step_plans import check_of, config, context, monitoring_facts

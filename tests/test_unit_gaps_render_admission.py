@@ -9,11 +9,11 @@ import hashlib
 
 import pytest
 
-from gpu_bootstrap import config as cfg
+from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import admission_policy as policy_render
 from gpu_bootstrap.render import certificates as certs
-from gpu_bootstrap import images
+from gpu_bootstrap.core import catalogue as images
 
 pytestmark = pytest.mark.unit
 
@@ -182,7 +182,7 @@ def test_the_policies_match_pod_creation_outside_the_exempt_namespaces():
 
 
 TOLERATE_ALL_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
-PAUSE = {"name": "probe", "image": images.default("pause"),  # by digest (data/images.yaml)
+PAUSE = {"name": "probe", "image": images.default("pause"),  # by digest (core/data/images.yaml)
          "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
 RESTRICTED = {"securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
                                   "seccompProfile": {"type": "RuntimeDefault"}}, "automountServiceAccountToken": False}

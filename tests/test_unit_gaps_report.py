@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.probes import report
 from gpu_bootstrap.probes.checks import NodeCheck, NodeReport, unreachable
 

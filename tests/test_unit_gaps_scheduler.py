@@ -8,8 +8,8 @@ import hashlib
 import pytest
 import yaml
 
-from gpu_bootstrap.config import SchedulerConfig
-from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.core.config import SchedulerConfig
+from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.render import scheduler as render
 
 pytestmark = pytest.mark.unit

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from gpu_bootstrap.refs import Ref, Verb
-from gpu_bootstrap.render import pod_security
+from gpu_bootstrap.core.refs import Ref, Verb
+from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.steps.gpu_operator import GpuOperator
 from tests.test_step_plans import check_of, config, context, operator_facts
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_bootstrap.errors import ConfigError
+from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.sim import trace
 from gpu_bootstrap.sim.engine import Node, Pod
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.probes.report import RECORD_NAME, RECORD_NAMESPACE
 from tests.conftest import chart
 from tests.nodes import scenarios

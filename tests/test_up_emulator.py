@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_bootstrap.cli import app
+from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.pipeline.checkpoint import NAME as STATE, NAMESPACE
 from gpu_bootstrap.pipeline.lock import LEASE
 from tests.kubeapi import Emulator

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from gpu_bootstrap.config import SchedulerConfig
+from gpu_bootstrap.core.config import SchedulerConfig
 from gpu_bootstrap.sim import scoring, trace
 from gpu_bootstrap.sim.engine import Cluster, Scorer
 from gpu_bootstrap.sim.scoring import GPU, Profile

@@ -1,4 +1,4 @@
-"""The release catalogues and the one version rule every chart follows (gpu_bootstrap/versions.py): the data files,
+"""The release catalogues and the one version rule every chart follows (gpu_bootstrap/core/versions.py): the data files,
 the choice of the newest line that fits, its reason, the refusal with the nearest lines and the ways out, pins, and
 kube-prometheus-stack through the same code."""
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpu_bootstrap import versions
+from gpu_bootstrap.core import versions
 from gpu_bootstrap.render import versions_table
-from gpu_bootstrap.cli import app
-from gpu_bootstrap.errors import EXIT_USAGE, ConfigError
-from gpu_bootstrap.paths import PACKAGE
-from gpu_bootstrap.versions import Catalogue, Release, UnsupportedVersion, check_pin, choose
+from gpu_bootstrap.cli.commands import app
+from gpu_bootstrap.core.errors import EXIT_USAGE, ConfigError
+from gpu_bootstrap.core.paths import DATA
+from gpu_bootstrap.core.versions import Catalogue, Release, UnsupportedVersion, check_pin, choose
 
 OPERATOR = versions.catalogue("gpu-operator")
 KPS = versions.catalogue("kube-prometheus-stack")
@@ -78,7 +78,7 @@ def test_the_file_says_where_sources_disagree():
 
 @pytest.mark.unit
 def test_the_data_file_is_what_the_catalogue_reads():
-    rows = yaml.safe_load((PACKAGE / "data" / "gpu-operator-versions.yaml").read_text())
+    rows = yaml.safe_load((DATA / "gpu-operator-versions.yaml").read_text())
     assert [(r["line"], r["kubernetes"]["min"], r["kubernetes"]["max"]) for r in rows] == [
         (line, f"{low[0]}.{low[1]}", f"{high[0]}.{high[1]}") for line, (_v, low, high) in GPU_OPERATOR_TABLE.items()]
 

@@ -14,9 +14,9 @@ import secrets
 import socket
 import time
 
-from ..errors import ClusterError, GpuBootstrapError, NotFound
-from ..probes import incluster
-from ..refs import Ref
+from gpu_bootstrap.core.errors import ClusterError, GpuBootstrapError, NotFound
+from gpu_bootstrap.probes import incluster
+from gpu_bootstrap.core.refs import Ref
 
 log = logging.getLogger("gpu_bootstrap.cluster_probe")
 POLL_FIRST, POLL_MAX = 0.2, 2.0  # seconds between LISTs: quick for small clusters, bounded for large ones
@@ -81,7 +81,7 @@ class ClusterProbe:
     """run(names, script) -> {node: Outcome}: the script run on every named node through one DaemonSet."""
 
     def __init__(self, kube, image: str, timeout: float, registry=None):
-        from ..images import locate
+        from gpu_bootstrap.core.catalogue import locate
         self.kube = kube
         self.registry = registry
         self.image = locate(image, registry)  # as pulled: pinned by the catalogue's digest, moved to the mirror
@@ -89,7 +89,7 @@ class ClusterProbe:
 
     def _located(self, daemonset: dict) -> dict:
         """The DaemonSet with registry.pull_secret added to its pods (the image is already located)."""
-        from ..images import locate_pods
+        from gpu_bootstrap.core.catalogue import locate_pods
         return locate_pods([daemonset], self.registry)[0]
 
     def run(self, names: list[str], script: str) -> dict[str, incluster.Outcome]:
@@ -176,7 +176,7 @@ class ClusterProbe:
     def _remove(self, namespace: str) -> None:
         """Delete the run's namespace (its DaemonSet and pods go with it) and wait, briefly, until it is gone; after
         Ctrl-C/SIGTERM, only the delete (the next run removes whatever is left)."""
-        from .. import interrupts
+        from gpu_bootstrap.core import interrupts
         try:
             self.kube.delete(Ref("v1", "Namespace", namespace))
         except GpuBootstrapError as error:

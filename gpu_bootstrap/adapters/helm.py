@@ -4,12 +4,12 @@ Values always travel on stdin (they can hold secrets; never on the command line)
 (name + repository URL) or a local .tgz / directory, for air-gapped clusters. A helm failure becomes one
 ClusterError carrying helm's own error line.
 
-Processes: helm runs in its own process group with PR_SET_PDEATHSIG=SIGKILL (gpu_bootstrap.interrupts), so neither
+Processes: helm runs in its own process group with PR_SET_PDEATHSIG=SIGKILL (gpu_bootstrap.core.interrupts), so neither
 Ctrl-C, SIGTERM nor `kill -9` of gpu-bootstrap leaves it running; an attempt that outlives its time limit is
 stopped the same way (SIGTERM to the group, SIGKILL after a grace period).
 
-Requests: with a relay (adapters/relay.py, as app.py builds it), helm reaches the API server through it, and each
-of its requests is repeated by gpu-bootstrap's own rule (Kube.forward) when a reset, a 429 or a 5xx stopped it.
+Requests: with a relay (adapters/relay.py, as app/commands.py builds it), helm reaches the API server through it, and
+each of its requests is repeated by gpu-bootstrap's own rule (Kube.forward) when a reset, a 429 or a 5xx stopped it.
 
 Retries: read-only commands (status, list, get, history, show, template, server-side dry runs) and
 `upgrade --install` are repeated when helm's error is a transient API failure (503, 429, reset, timeout, etcd
@@ -36,10 +36,10 @@ from pathlib import Path
 
 import yaml
 
-from .. import interrupts
-from . import backoff
-from ..errors import ClusterError, ConfigError, GpuBootstrapError, ReleaseNotFound
-from ..refs import Chart
+from gpu_bootstrap.core import interrupts
+from gpu_bootstrap.adapters import backoff
+from gpu_bootstrap.core.errors import ClusterError, ConfigError, GpuBootstrapError, ReleaseNotFound
+from gpu_bootstrap.core.refs import Chart
 
 log = logging.getLogger("gpu_bootstrap.helm")
 
@@ -305,9 +305,9 @@ class Helm:
         import atexit
         import hashlib
         import tempfile
-        from ..images import chart_sha256, chart_sha256_verified
-        from ..tempfiles import run_folder_or_none
-        # inside the run folder, so a run killed with -9 leaves it to the next run's sweep (tempfiles.py)
+        from gpu_bootstrap.core.catalogue import chart_sha256, chart_sha256_verified
+        from gpu_bootstrap.security.tempfiles import run_folder_or_none
+        # inside the run folder, so a run killed with -9 leaves it to the next run's sweep (security/tempfiles.py)
         folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-chart-", dir=run_folder_or_none()))
         atexit.register(shutil.rmtree, folder, True)
         self._run(["pull", chart.ref, "--repo", chart.repo, "--version", chart.version, "--destination", str(folder)],

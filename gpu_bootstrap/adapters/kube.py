@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from .. import interrupts
-from . import backoff
-from ..errors import ClusterError, Conflict, NotFound, Unreachable
-from ..refs import Ref
+from gpu_bootstrap.core import interrupts
+from gpu_bootstrap.adapters import backoff
+from gpu_bootstrap.core.errors import ClusterError, Conflict, NotFound, Unreachable
+from gpu_bootstrap.core.refs import Ref
 
 log = logging.getLogger("gpu_bootstrap.kube")
 FIELD_MANAGER = "gpu-bootstrap"
@@ -155,7 +155,7 @@ class Kube:
     object) is retried on 429 (after its Retry-After), 5xx, resets and timeouts (twice at most) with exponential
     backoff and jitter until `deadline` seconds have passed; any request is retried when the server certainly did
     not see it (429 or a 5xx with Retry-After, connection refused, connect timeout). After SIGINT/SIGTERM the
-    deadline shrinks to what the shutdown leaves (gpu_bootstrap.interrupts)."""
+    deadline shrinks to what the shutdown leaves (gpu_bootstrap.core.interrupts)."""
 
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, field_manager: str = FIELD_MANAGER,
                  timeout: float | None = None, attempts: int = MAX_ATTEMPTS, *,
@@ -186,10 +186,10 @@ class Kube:
             from kubernetes.client import ApiClient, Configuration
             from kubernetes.config.config_exception import ConfigException
 
-            from .. import tempfiles
+            from gpu_bootstrap.security import tempfiles
             try:
                 # the client copies client-key-data (and certificate data) into files: into the run's private
-                # folder, which every way out of the process removes (gpu_bootstrap/tempfiles.py)
+                # folder, which every way out of the process removes (gpu_bootstrap/security/tempfiles.py)
                 configuration = type.__call__(Configuration)  # as new_client_from_config: not the global default
                 kube_config.load_kube_config(config_file=str(self.kubeconfig) if self.kubeconfig else None,
                                              context=self.context, client_configuration=configuration,

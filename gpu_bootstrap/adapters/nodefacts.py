@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import GpuBootstrapError
-from ..probes.checks import PASS, WARN, NodeReport, evaluate, unreachable
-from ..probes.script import build, command_timeout, new_marker, split
+from gpu_bootstrap.core.errors import GpuBootstrapError
+from gpu_bootstrap.probes.checks import PASS, WARN, NodeReport, evaluate, unreachable
+from gpu_bootstrap.probes.script import build, command_timeout, new_marker, split
 
 
 class NodeFactsSource:
@@ -65,7 +65,7 @@ class ReportedNodes(NodeFactsSource):
         self.source = str(path)
 
     def _read(self, names: list[str]) -> dict[str, NodeReport]:
-        from ..probes import report
+        from gpu_bootstrap.probes import report
         return report.load(self.path, names)
 
 
@@ -78,7 +78,7 @@ class RecordedNodes(NodeFactsSource):
         self.source = "recorded by preflight (none found)"
 
     def _read(self, names: list[str]) -> dict[str, NodeReport]:
-        from ..probes.report import RECORD_NAME, RECORD_NAMESPACE, recorded_facts
+        from gpu_bootstrap.probes.report import RECORD_NAME, RECORD_NAMESPACE, recorded_facts
         try:
             recorded, source = recorded_facts(self.kube.get("v1", "ConfigMap", RECORD_NAME, RECORD_NAMESPACE))
         except GpuBootstrapError as error:  # the API failed: the facts are unknown, not absent
@@ -100,7 +100,7 @@ class ProbedNodes(NodeFactsSource):
         self.ssh = ssh
 
     def _read(self, names: list[str]) -> dict[str, NodeReport]:
-        from .ssh import quiet_paramiko
+        from gpu_bootstrap.adapters.ssh import quiet_paramiko
 
         quiet_paramiko()
         marker = new_marker()
@@ -128,9 +128,9 @@ class ProbedNodes(NodeFactsSource):
 
 
 class ClusterProbedNodes(NodeFactsSource):
-    """Facts probed now through the cluster: the same probe script, run by a DaemonSet on every node (no SSH; README
-    "Preflight without SSH"). A node whose probe did not finish comes back unknown with the reason read from its
-    pod, never as "no driver"."""
+    """Facts probed now through the cluster: the same probe script, run by a DaemonSet on every node (no SSH;
+    docs/steps/preflight.md, "Preflight without SSH"). A node whose probe did not finish comes back unknown with the
+    reason read from its pod, never as "no driver"."""
 
     source = "cluster"
 
@@ -141,7 +141,7 @@ class ClusterProbedNodes(NodeFactsSource):
         self.registry = registry  # registry.mirror / pull_secret: the probe pulls from the mirror like our other pods
 
     def _read(self, names: list[str]) -> dict[str, NodeReport]:
-        from .cluster_probe import ClusterProbe
+        from gpu_bootstrap.adapters.cluster_probe import ClusterProbe
         marker = new_marker()
         timeout = command_timeout(self.preflight.timeout)
         outcomes = ClusterProbe(self.kube, self.preflight.image, self.preflight.timeout, self.registry).run(
@@ -179,7 +179,7 @@ class WithPoolNodes(NodeFactsSource):
         self.inner.select([n for n in names if n not in self.selected])
 
     def _read(self, names: list[str]) -> dict[str, NodeReport]:
-        from ..probes.checks import from_pool
+        from gpu_bootstrap.probes.checks import from_pool
         found = self.inner.reports([n for n in names if n not in self.selected])
         for name in (n for n in names if n in self.selected):
             pool = self.pools.get(self.selected[name])

@@ -7,8 +7,8 @@ records changes, so a write reaching them is a bug.
 """
 from __future__ import annotations
 
-from ..errors import ClusterError, GpuBootstrapError, Unknown
-from ..versions import minor_of
+from gpu_bootstrap.core.errors import ClusterError, GpuBootstrapError, Unknown
+from gpu_bootstrap.core.versions import minor_of
 
 # What API discovery shows on a fresh cluster with default feature gates: (apiVersion, kind) -> first minor served.
 # Anything not listed here is a CRD or off by default (e.g. MutatingAdmissionPolicy v1beta1 on 1.34-1.35).
@@ -72,7 +72,7 @@ class OfflineHelm:
     """No release exists; charts are rendered by the real helm binary (template, show), which needs no cluster."""
 
     def __init__(self, renderer=None):
-        from .helm import Helm
+        from gpu_bootstrap.adapters.helm import Helm
         self._helm = renderer or Helm()
 
     def status(self, release: str, namespace: str) -> dict | None:

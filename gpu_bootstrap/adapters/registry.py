@@ -17,8 +17,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ClusterError, ConfigError
-from ..images import parse
+from gpu_bootstrap.core.errors import ClusterError, ConfigError
+from gpu_bootstrap.core.catalogue import parse
 
 log = logging.getLogger("gpu_bootstrap.registry")
 

@@ -12,7 +12,7 @@ Safety: the relay listens on 127.0.0.1 only, on a port the kernel picks, and ans
 random bearer token, which is written only to a 0600 kubeconfig in a 0700 folder of its own, removed when the relay
 stops. It holds no credential of its own: it uses the Kube adapter's (any auth method of the user's kubeconfig).
 
-Robustness: no connection can stop it (README, "The relay"). Each connection gets its own thread, in which the TLS
+Robustness: no connection can stop it (docs/security.md, "The relay"). Each connection gets its own thread, in which the TLS
 handshake runs with a time limit (HANDSHAKE_TIMEOUT); a connection's first request, which proves the token, must be
 complete within FIRST_REQUEST_TIMEOUT (so unauthenticated idle connections cannot hold the MAX_CONNECTIONS slots: any
 local user can connect); once a request was authenticated, a connection waits at most IDLE_TIMEOUT for its next one,
@@ -101,9 +101,9 @@ class Relay:
 
 
 def _temp_root() -> str | None:
-    """Where the relay's folder goes: the run's private temp folder (gpu_bootstrap/tempfiles.py), removed on every
+    """Where the relay's folder goes: the run's private temp folder (security/tempfiles.py), removed on every
     way out of the process, even when close() never runs."""
-    from .. import tempfiles
+    from gpu_bootstrap.security import tempfiles
     return tempfiles.run_folder_or_none()
 
 

@@ -15,9 +15,9 @@ import logging
 
 import yaml
 
-from ..errors import ClusterError, NotFound
-from ..render import live_diff
-from ..versions import server_version
+from gpu_bootstrap.core.errors import ClusterError, NotFound
+from gpu_bootstrap.render import live_diff
+from gpu_bootstrap.core.versions import server_version
 
 log = logging.getLogger("gpu_bootstrap.secretless")
 RELEASE_ANNOTATION = "meta.helm.sh/release-name"

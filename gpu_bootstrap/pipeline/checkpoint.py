@@ -10,11 +10,12 @@ import datetime as _dt
 import json
 from dataclasses import asdict, dataclass
 
-from .. import __version__
-from ..errors import Conflict
-from ..refs import Ref
+from gpu_bootstrap import __version__
+from gpu_bootstrap.core.errors import Conflict
+from gpu_bootstrap.core.objects import STATE_NAMESPACE
+from gpu_bootstrap.core.refs import Ref
 
-NAMESPACE = "gpu-bootstrap"
+NAMESPACE = STATE_NAMESPACE
 NAME = "gpu-bootstrap-state"
 KEY_SECRET = "gpu-bootstrap-state-key"  # the fingerprints' HMAC key (step.Step.fingerprint), made by the first run
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
@@ -37,7 +38,7 @@ def now() -> str:
 
 def namespace_manifest() -> dict:
     """Ours, labelled for the restricted Pod Security profile (the validation pods that may run there pass it)."""
-    from ..render import pod_security
+    from gpu_bootstrap.security import pod_security
     return pod_security.namespace(NAMESPACE, pod_security.RESTRICTED)
 
 
@@ -64,7 +65,7 @@ class Checkpoint:
         when absent, or when this identity may not read it (a plan role): fingerprints then match nothing."""
         import base64
         import secrets
-        from ..errors import ClusterError
+        from gpu_bootstrap.core.errors import ClusterError
         if self.kube is None:
             return None
         try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from ..refs import Chart, Verb
-from .step import Change
+from gpu_bootstrap.core.refs import Chart, Verb
+from gpu_bootstrap.pipeline.step import Change
 
 log = logging.getLogger("gpu_bootstrap.gate")
 APPLY, SERVER_DRY_RUN, RECORD = "apply", "server-dry-run", "record"
@@ -50,7 +50,7 @@ class Gate:
     def _dry_run(self, step_id: str, change: Change):
         """Server-side dry run. An object in a namespace this same plan creates cannot be validated (the dry-run
         namespace is not stored), and is said to be so rather than failing the plan."""
-        from ..errors import ClusterError, NotFound
+        from gpu_bootstrap.core.errors import ClusterError, NotFound
         if change.verb == Verb.HELM_UPGRADE:  # helm creates the release's namespace (--create-namespace)
             if self.kube.get("v1", "Namespace", change.body["namespace"]) is None:
                 self._dry_namespaces.add(change.body["namespace"])
@@ -102,8 +102,8 @@ class Gate:
         """A server-side dry run of the release; when the cluster does not serve the kinds of the chart's own CRDs
         yet (a fresh cluster), its custom resources are validated against those CRDs' schemas instead, and the
         rest of its objects server-side where their namespace exists, and the plan says so."""
-        from ..errors import ClusterError
-        from ..schemas import kinds_without_crds
+        from gpu_bootstrap.core.errors import ClusterError
+        from gpu_bootstrap.core.schemas import kinds_without_crds
         try:
             return self._helm_upgrade(change, True)
         except ClusterError as error:
@@ -116,8 +116,8 @@ class Gate:
     def _validate_client_side(self, change: Change, missing: list[tuple[str, str]]) -> str:
         import yaml
 
-        from .. import schemas
-        from ..errors import ClusterError
+        from gpu_bootstrap.core import schemas
+        from gpu_bootstrap.core.errors import ClusterError
         body = change.body
         chart = Chart(body["chart"]["ref"], body["chart"].get("repo"), body["chart"].get("version"))
         known = schemas.crd_schemas(self.helm.show_crds(chart))

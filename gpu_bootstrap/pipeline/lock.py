@@ -13,9 +13,9 @@ import socket
 import threading
 import uuid
 
-from ..errors import Conflict, LockHeld, LockLost
-from ..objects import lease_fresh, micro_time, pin_resource_version
-from .checkpoint import NAMESPACE
+from gpu_bootstrap.core.errors import Conflict, LockHeld, LockLost
+from gpu_bootstrap.core.objects import lease_fresh, micro_time, pin_resource_version
+from gpu_bootstrap.pipeline.checkpoint import NAMESPACE
 
 log = logging.getLogger("gpu_bootstrap.lock")
 LEASE = "gpu-bootstrap-lock"

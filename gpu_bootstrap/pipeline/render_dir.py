@@ -1,7 +1,7 @@
 """--render-dir: each step's changes written to DIR/<NN>-<step-id>/ as the exact documents sent to the cluster, and a
 Helm release as its values, its reasons and (when the chart can be read) the manifests `helm template` renders.
 
-Secrets stay in the cluster: everything written here passes through gpu_bootstrap.redact (a Secret's data, values
+Secrets stay in the cluster: everything written here passes through security/redact.py (a Secret's data, values
 under secret-looking keys, webhook URLs, URL passwords, private keys), and the folders are 0700, the files 0600, so
 a render is safe to keep as a CI artifact or attach to a review.
 """
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from .. import redact
-from ..errors import UsageError
-from ..refs import Chart, Verb
-from .step import Change
+from gpu_bootstrap.security import redact
+from gpu_bootstrap.core.errors import UsageError
+from gpu_bootstrap.core.refs import Chart, Verb
+from gpu_bootstrap.pipeline.step import Change
 
 
 class _BlockDumper(yaml.SafeDumper):

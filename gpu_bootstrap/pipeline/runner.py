@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import CheckFailed, ClusterError, ConfigError, Conflict, GpuBootstrapError, Interrupted, StepFailed
-from ..refs import Ref
-from . import checkpoint as cp
-from .gate import RECORD
-from .lock import Lock
-from .step import FAIL, PASS, SKIP, Check, Step, StepResult
+from gpu_bootstrap.core.errors import (
+    CheckFailed,
+    ClusterError,
+    ConfigError,
+    Conflict,
+    GpuBootstrapError,
+    Interrupted,
+    StepFailed,
+)
+from gpu_bootstrap.core.refs import Ref
+from gpu_bootstrap.pipeline import checkpoint as cp
+from gpu_bootstrap.pipeline.gate import RECORD
+from gpu_bootstrap.pipeline.lock import Lock
+from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, Check, Step, StepResult
 
 log = logging.getLogger("gpu_bootstrap.runner")
 REPLANS = 3
@@ -282,8 +290,8 @@ class Runner:
         """Only touch what is ours: an object a GitOps engine applies (an export of ours, or one Argo CD or Flux
         marks as theirs) would come back at the next sync, and removing it is the engine's job. Refused before
         anything is removed, naming the first such objects."""
-        from ..objects import gitops_owner
-        from ..refs import Verb
+        from gpu_bootstrap.core.objects import gitops_owner
+        from gpu_bootstrap.core.refs import Verb
         owned = []
         for step, changes in plans:
             for change in changes:

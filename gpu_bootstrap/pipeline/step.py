@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..refs import Ref, Verb
-from ..status import FAIL, PASS, SKIP, WARN
+from gpu_bootstrap.core.refs import Ref, Verb
+from gpu_bootstrap.core.outcomes import FAIL, PASS, SKIP, WARN, Check
 
 if TYPE_CHECKING:
-    from ..context import Context
+    from gpu_bootstrap.pipeline.context import Context
 
 __all__ = ["FAIL", "PASS", "SKIP", "WARN", "Change", "Check", "ObjectsFacts", "Ref", "Step", "StepResult", "Verb"]
 
@@ -36,18 +36,6 @@ class Change:
     def describe(self) -> str:
         because = f"  ← {self.reason}" if self.reason else ""
         return f"{self.verb} {self.target}: {self.summary}{because}"
-
-
-@dataclass
-class Check:
-    """The outcome of reading real state. `done` means the step's desired state already holds; `facts` is the
-    step's own typed record of what it read (its plan needs nothing else); `warnings` are reported by the runner."""
-
-    status: str = PASS  # pass | warn | fail | skip
-    message: str = ""
-    done: bool = False
-    facts: Any = None
-    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -116,7 +104,7 @@ class Step:
     def public_fingerprint(self, ctx: "Context", inputs: Any = None) -> str:
         """SHA-256 of the inputs with every secret value redacted (redact.tree): what a role that may not read the
         key (the plan role) compares; it cannot confirm a secret, since none is in it."""
-        from .. import redact
+        from gpu_bootstrap.security import redact
         payload = json.dumps({"step": self.id, "revision": self.revision,
                               "inputs": redact.tree(json.loads(json.dumps(
                                   self.inputs(ctx) if inputs is None else inputs, default=str)))},

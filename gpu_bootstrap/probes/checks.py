@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..status import FAIL, PASS, SKIP, WARN
-from . import parse
-from .script import COMMAND_TIMEOUT, Section
+from gpu_bootstrap.core.outcomes import FAIL, PASS, SKIP, WARN
+from gpu_bootstrap.probes import parse
+from gpu_bootstrap.probes.script import COMMAND_TIMEOUT, Section
 
 CHECK_IDS = ("ssh", "nvidia-driver", "nouveau", "container-runtime", "nvidia-container-toolkit")
 BLACKLIST_NOUVEAU = ("blacklist it: echo 'blacklist nouveau' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf; "

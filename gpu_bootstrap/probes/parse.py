@@ -7,7 +7,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 
-from ..objects import deep_merge
+from gpu_bootstrap.core.objects import deep_merge
 
 VERSION = re.compile(r"v?(\d+\.\d+(?:\.\d+)?(?:[-+.~][0-9A-Za-z.+-]*)?)")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ConfigError
-from .checks import CHECK_IDS, NodeReport
+from gpu_bootstrap.core.errors import ConfigError
+from gpu_bootstrap.probes.checks import CHECK_IDS, NodeReport
 
 
 RECORD_NAMESPACE = "gpu-bootstrap"

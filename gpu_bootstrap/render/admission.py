@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import hashlib
 
-from ..versions import minor_of
-from .. import images
-from . import admission_policy as policy_render
-from . import certificates as certs
-from . import pod_security
+from gpu_bootstrap.core.versions import minor_of
+from gpu_bootstrap.core import catalogue as images
+from gpu_bootstrap.render import admission_policy as policy_render
+from gpu_bootstrap.render import certificates as certs
+from gpu_bootstrap.security import pod_security
 
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "admission"}
 OWNED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap,app.kubernetes.io/component=admission"
@@ -209,7 +209,7 @@ def cert_manager_objects(config) -> list[dict]:
 
 # --- what points the API server at it ------------------------------------------------------------------------------
 def webhook_configuration(config, kube_version: str, ca_bundle: str | None) -> dict:
-    """Mutating (mode mutate) or Validating (mode enforce); CREATE on pods only; failurePolicy Ignore (see README:
+    """Mutating (mode mutate) or Validating (mode enforce); CREATE on pods only; failurePolicy Ignore (docs/steps/admission.md:
     a webhook whose server is down must never block the cluster; the in-process backstop policy catches what it
     misses). `ca_bundle` None: cert-manager injects it (or it is not known yet)."""
     settings = config.admission

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..objects import differences
-from ..versions import version_tuple
+from gpu_bootstrap.core.objects import differences
+from gpu_bootstrap.core.versions import version_tuple
 
 API_VERSION = "apiextensions.k8s.io/v1"
 KIND = "CustomResourceDefinition"

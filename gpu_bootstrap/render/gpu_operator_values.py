@@ -12,13 +12,13 @@ from typing import Any
 
 import yaml
 
-from .. import redact
-from ..config import selector_equalities
-from .. import images
-from ..objects import deep_merge
-from ..paths import data_path
-from ..versions import version_tuple
-from .values import Derived, ValuesPlan, set_path, user_value_line  # noqa: F401 - also imported from here
+from gpu_bootstrap.security import redact
+from gpu_bootstrap.core.config import selector_equalities
+from gpu_bootstrap.core import catalogue as images
+from gpu_bootstrap.core.objects import deep_merge
+from gpu_bootstrap.core.paths import data_path
+from gpu_bootstrap.core.versions import version_tuple
+from gpu_bootstrap.render.values import Derived, ValuesPlan, set_path, user_value_line  # noqa: F401 - re-exported
 
 MIG_CAPABLE = re.compile(r"A100|A30|A800|H100|H200|H800|H20|GH200|B100|B200|GB200|B300|RTX PRO 6000 Blackwell")
 NRI_MIN_OPERATOR = (26, 3, 0)
@@ -138,7 +138,7 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
 def _dcgm_scrape(config, playbook_steps, scrape: dict | None, derived: list) -> None:
     """dcgmExporter.serviceMonitor: the monitoring step's values (one source: render.monitoring.dcgm_service_monitor),
     or off when no monitoring step runs."""
-    from .monitoring import dcgm_service_monitor
+    from gpu_bootstrap.render.monitoring import dcgm_service_monitor
     monitoring = "monitoring" in playbook_steps and config.monitoring.enabled
     if not monitoring:
         derived.append(Derived("dcgmExporter.serviceMonitor.enabled", False,
@@ -399,7 +399,7 @@ def _pool_operands(config, playbook_steps, derived, warnings) -> None:
     """Nodes launched from our pools bring the driver and the NVIDIA runtime (Bottlerocket: its device plugin too):
     the operator skips those operands on nodes labelled nvidia.com/gpu.deploy.<operand>=false, which each pool's node
     template sets. Said here, with the reason, because it shapes what the operator deploys where."""
-    from .gpu_pools import IMAGE_OPERAND_LABELS, IMAGE_REASON
+    from gpu_bootstrap.render.gpu_pools import IMAGE_OPERAND_LABELS, IMAGE_REASON
     if not config.pools or "gpu-pools" not in playbook_steps:
         return
     for pool in config.pools:

@@ -7,7 +7,7 @@ budgets cap how many go at once.
 """
 from __future__ import annotations
 
-from . import node_prep
+from gpu_bootstrap.render import node_prep
 
 NODEPOOL_GROUP = "karpenter.sh"
 NODECLASS_GROUP = "karpenter.k8s.aws"

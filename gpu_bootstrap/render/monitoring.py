@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from .. import images
-from ..objects import deep_merge
-from ..paths import data_path
-from .values import Derived, ValuesPlan, set_path
+from gpu_bootstrap.core import catalogue as images
+from gpu_bootstrap.core.objects import deep_merge
+from gpu_bootstrap.core.paths import data_path
+from gpu_bootstrap.render.values import Derived, ValuesPlan, set_path
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
 PART_OF = {**MANAGED_BY, "app.kubernetes.io/part-of": "gpu-bootstrap-monitoring"}
@@ -305,7 +305,7 @@ def explain(plan: ValuesPlan) -> list[str]:
 # --- our objects ---------------------------------------------------------------------------------------------------------
 def prometheus_rule(target: Target, alerts=None) -> dict:
     """`alerts`: gpu_alerts.AlertSettings from the config (None: the defaults)."""
-    from .gpu_alerts import AlertSettings, groups
+    from gpu_bootstrap.render.gpu_alerts import AlertSettings, groups
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
             "metadata": {"name": RULE_NAME, "namespace": target.namespace,
                          "labels": {**target.rule_labels, **PART_OF}},
@@ -313,7 +313,7 @@ def prometheus_rule(target: Target, alerts=None) -> dict:
 
 
 def dashboard_configmaps(target: Target) -> list[dict]:
-    from .gpu_dashboards import dashboards
+    from gpu_bootstrap.render.gpu_dashboards import dashboards
     key, value = target.dashboard_label
     out = []
     for uid, board in dashboards():

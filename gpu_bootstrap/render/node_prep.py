@@ -137,7 +137,7 @@ OPERATOR_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")  # labels the
 
 def deep_merge_patch(first: dict | None, second: dict) -> dict:
     """Two merge patches as one (the second's keys win)."""
-    from ..objects import deep_merge
+    from gpu_bootstrap.core.objects import deep_merge
     return deep_merge(first or {}, second)
 
 

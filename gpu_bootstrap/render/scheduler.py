@@ -9,8 +9,8 @@ import hashlib
 
 import yaml
 
-from ..errors import ConfigError
-from ..versions import control_plane_version, minor_of
+from gpu_bootstrap.core.errors import ConfigError
+from gpu_bootstrap.core.versions import control_plane_version, minor_of
 
 GROUP = "kubescheduler.config.k8s.io"
 CONFIG_FILE = "config.yaml"

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import redact
+from gpu_bootstrap.security import redact
 
 
 @dataclass

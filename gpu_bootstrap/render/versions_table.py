@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from .. import versions
-from ..errors import ConfigError
-from .scheduler import config_api_version
+from gpu_bootstrap.core import versions
+from gpu_bootstrap.core.errors import ConfigError
+from gpu_bootstrap.render.scheduler import config_api_version
 
 
 def markdown() -> str:
@@ -14,7 +14,7 @@ def markdown() -> str:
     out = []
     for chart in versions.CATALOGUES:
         cat = versions.catalogue(chart)
-        out += [f"`{chart}` (`gpu_bootstrap/data/{cat.file}`):", "",
+        out += [f"`{chart}` (`gpu_bootstrap/core/data/{cat.file}`):", "",
                 "| line | installs | Kubernetes | source |", "|---|---|---|---|"]
         out += [f"| {r.label} | {r.version} | {r.range} | {r.source} |" for r in cat.releases]
         out.append("")

@@ -2,6 +2,10 @@
 
 run() replays every (policy, seed) pair, in parallel processes when there is more than one core, and reduces them
 to medians over the seeds, plus the aggregate-capacity bound and an offline first-fit-decreasing reference.
+
+The engine, scoring and traces are pure; command.py reads the files `simulate` names.
+
+May import: core, render.
 """
 from __future__ import annotations
 
@@ -11,9 +15,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 
-from . import replay
-from .engine import Node, Pod
-from .scoring import Profile
+from gpu_bootstrap.sim import replay
+from gpu_bootstrap.sim.engine import Node, Pod
+from gpu_bootstrap.sim.scoring import Profile
 
 FIRST_SEED = 42  # the paper's seeds are 42-51
 SCALARS = ("alloc_pct_at_100", "alloc_pct_at_130", "first_frag_failure_pct", "first_failure_pct", "stranded_gpus",

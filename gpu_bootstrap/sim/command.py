@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import ConfigError, UsageError
-from . import gap_closed, run, scoring, trace
+from gpu_bootstrap.core.errors import ConfigError, UsageError
+from gpu_bootstrap.sim import gap_closed, run, scoring, trace
 
 BUILTIN_POLICIES = {"random": scoring.RANDOM_PROFILE, "blog-recipe": scoring.BLOG_PROFILE}
 
@@ -33,7 +33,7 @@ class SimOptions:
 
 def with_sets(options: SimOptions, settings):
     """The scheduler section of the config (or its defaults), with --set KEY=VALUE applied."""
-    from .. import config as config_module
+    from gpu_bootstrap.core import config as config_module
     if options.sets:
         from pydantic import ValidationError
         data = settings.model_dump(exclude_unset=True)  # unset stays unset: the version's default profile
@@ -54,7 +54,7 @@ def with_sets(options: SimOptions, settings):
 
 
 def profiles(options: SimOptions, settings, kube_version: str) -> list[scoring.Profile]:
-    from ..render import scheduler as render
+    from gpu_bootstrap.render import scheduler as render
     default = dataclasses.replace(scoring.DEFAULT_PROFILE, percentage_of_nodes_to_score=options.default_percentage,
                                   balanced_by_change=scoring.balanced_by_change(kube_version))
     ours = scoring.profile_from_config(render.scheduler_configuration(settings, kube_version), 0, kube_version)
@@ -93,7 +93,7 @@ def validate(options: SimOptions) -> None:
 def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     """Replay the trace with the scheduler `settings` (the config's section); `kube` reads the live cluster for
     --from-cluster."""
-    from ..versions import DEFAULT_KUBE_VERSION, server_version
+    from gpu_bootstrap.core.versions import DEFAULT_KUBE_VERSION, server_version
     validate(options)
     settings = with_sets(options, settings)
     pods = trace.load_pods(options.pods)
@@ -127,7 +127,7 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
 def simulate_sharing(options: SimOptions, nodes, pods: list[dict], profile: scoring.Profile, source: str) -> dict:
     """`simulate --sharing`: GPUs needed whole, shared under each policy, and with time-slicing (deployable.py)."""
     try:
-        from . import deployable, sharing
+        from gpu_bootstrap.sim import deployable, sharing
     except ImportError:
         raise UsageError("--sharing needs numpy", "pip install 'gpu-bootstrap[sim]'") from None
     try:

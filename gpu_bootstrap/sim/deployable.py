@@ -19,8 +19,8 @@ import math
 import random
 import statistics
 
-from . import FIRST_SEED, engine, sharing
-from .scoring import Profile
+from gpu_bootstrap.sim import FIRST_SEED, engine, sharing
+from gpu_bootstrap.sim.scoring import Profile
 
 DEVICE_PLUGIN_POLICIES = ("distributed", "packed")
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from . import scoring
-from .affinity import NodeAffinity
-from .scoring import GPU, Profile
+from gpu_bootstrap.sim import scoring
+from gpu_bootstrap.sim.affinity import NodeAffinity
+from gpu_bootstrap.sim.scoring import GPU, Profile
 
 NONZERO_CPU_MILLI = 100  # kube-scheduler's defaults per container without a request (Fit scoring only)
 NONZERO_MEMORY_MIB = 200

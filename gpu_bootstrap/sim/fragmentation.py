@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 
-from .affinity import NodeAffinity
-from .engine import NONZERO_CPU_MILLI, NONZERO_MEMORY_MIB, Cluster, Node, Pod, Scheduler
-from .replay import SIZES, Outcome, _snapshot
-from .scoring import Profile
+from gpu_bootstrap.sim.affinity import NodeAffinity
+from gpu_bootstrap.sim.engine import NONZERO_CPU_MILLI, NONZERO_MEMORY_MIB, Cluster, Node, Pod, Scheduler
+from gpu_bootstrap.sim.replay import SIZES, Outcome, _snapshot
+from gpu_bootstrap.sim.scoring import Profile
 
 DEFRAG_SEED = 42  # ties between equally scored nodes are broken at random, reproducibly
 

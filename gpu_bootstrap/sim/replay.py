@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from .engine import Cluster, Node, Pod, Scheduler, best_offline
-from .scoring import Profile
+from gpu_bootstrap.sim.engine import Cluster, Node, Pod, Scheduler, best_offline
+from gpu_bootstrap.sim.scoring import Profile
 
 SIZES = (1, 2, 4, 8)
 CURVE_STEP = 1.0  # percent of capacity between recorded curve points

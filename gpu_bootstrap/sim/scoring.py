@@ -60,7 +60,7 @@ def balanced_by_change(kube_version: str | None) -> bool:
     it alone. Found by measuring on the real 1.37 scheduler (benchmarks/packing_real.py)."""
     if kube_version is None:
         return False
-    from ..versions import minor_of
+    from gpu_bootstrap.core.versions import minor_of
     return minor_of(kube_version) >= (1, 36)
 
 

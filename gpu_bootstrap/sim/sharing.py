@@ -467,7 +467,7 @@ def artifact_arrivals(pods: list[SharePod], node_count: int, capacity_milli: int
     scheduler's informers takes ARTIFACT_WATCH_DRAWS draws from the same global source (client-go's reflector
     picks each watch's timeout with rand.Float64); 10 is the count with which all 50 runs of DotProd,
     GpuClustering, GpuPacking, BestFit and FGD (seeds 42-51) give the authors' cached results to the hundredth."""
-    from .gorand import GoRand
+    from gpu_bootstrap.sim.gorand import GoRand
     go = GoRand(seed)
     go.int63()
     order = list(pods)

@@ -14,9 +14,17 @@ import io
 import math
 from pathlib import Path
 
-from ..errors import ConfigError
-from . import affinity as node_affinity
-from .engine import NONZERO_CPU_MILLI, NONZERO_MEMORY_MIB, Container, Node, Pod, aggregate_requests, merge_pods
+from gpu_bootstrap.core.errors import ConfigError
+from gpu_bootstrap.sim import affinity as node_affinity
+from gpu_bootstrap.sim.engine import (
+    NONZERO_CPU_MILLI,
+    NONZERO_MEMORY_MIB,
+    Container,
+    Node,
+    Pod,
+    aggregate_requests,
+    merge_pods,
+)
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")

@@ -1,6 +1,10 @@
 """The step registry: id -> implementation, imported only when a playbook uses it. The order lives in playbooks/.
 
 A step id mapped to None is known but not implemented in this version: a playbook naming it is refused clearly.
+
+One file per step, each a pipeline.step.Step: check (read real state), plan (pure), verify, undo_plan.
+
+May import: core, security, render, probes, adapters, pipeline.
 """
 from __future__ import annotations
 

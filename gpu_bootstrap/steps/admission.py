@@ -17,16 +17,16 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..errors import ClusterError, ConfigError, Unreachable
-from ..images import locate_pods, registry_inputs
-from ..objects import differences, pod_ready, pod_state, toleration_for
-from ..pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
-from ..render import admission as render
-from ..render import admission_policy as policy_render
-from ..render import certificates as certs
-from ..render import pod_security
-from ..versions import minor_of
-from .node_prep import gpu_taint, no_room_warning
+from gpu_bootstrap.core.errors import ClusterError, ConfigError, Unreachable
+from gpu_bootstrap.core.catalogue import locate_pods, registry_inputs
+from gpu_bootstrap.core.objects import differences, pod_ready, pod_state, toleration_for
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
+from gpu_bootstrap.render import admission as render
+from gpu_bootstrap.render import admission_policy as policy_render
+from gpu_bootstrap.render import certificates as certs
+from gpu_bootstrap.security import pod_security
+from gpu_bootstrap.core.versions import minor_of
+from gpu_bootstrap.steps.node_prep import gpu_taint, no_room_warning
 
 GROUP = render.GROUP
 OPA_KINDS = (  # (apiVersion, kind) owned in OPA's namespace, in apply order

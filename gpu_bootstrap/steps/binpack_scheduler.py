@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 
-from ..errors import ConfigError
-from ..images import locate_pods, registry_inputs
-from ..objects import differences, lease_fresh, parse_time, toleration_for, unschedulable, waiting
-from ..pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
-from ..render import scheduler as render
-from ..versions import KUBE_VERSION, minor_of, minor_text, skew_problem
-from .node_prep import gpu_taint, no_room_warning
+from gpu_bootstrap.core.errors import ConfigError
+from gpu_bootstrap.core.catalogue import locate_pods, registry_inputs
+from gpu_bootstrap.core.objects import differences, lease_fresh, parse_time, toleration_for, unschedulable, waiting
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
+from gpu_bootstrap.render import scheduler as render
+from gpu_bootstrap.core.versions import KUBE_VERSION, minor_of, minor_text, skew_problem
+from gpu_bootstrap.steps.node_prep import gpu_taint, no_room_warning
 
 OWNED_KINDS = (  # (apiVersion, kind, namespaced) in the order they are applied
     ("v1", "ServiceAccount", True),
@@ -69,7 +69,7 @@ class BinpackScheduler(Step):
         tolerations = []
         if no_room_warning(nodes, ctx.config, ctx.options.playbook):
             tolerations = [toleration_for(gpu_taint(ctx.config, ctx.options.playbook))]
-        # pinned to the catalogue's digest for this tag and moved to registry.mirror (images.py)
+        # pinned to the catalogue's digest for this tag and moved to registry.mirror (core/catalogue.py)
         return locate_pods(render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations),
                            ctx.config.registry)
 

@@ -11,19 +11,19 @@ from dataclasses import dataclass
 
 import yaml
 
-from .. import versions
-from ..versions import downgrade_refusal, version_change
-from ..images import registry_inputs
-from ..adapters import charts
-from ..objects import pin_resource_version, pod_ready, pod_state
-from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
-from ..refs import Chart
-from ..render import gpu_operator_values as values_render
-from ..render import live_diff
-from ..render import node_prep as labels_render
-from ..render import pod_security
-from .node_prep import no_room_warning
-from .preflight import facts_digest
+from gpu_bootstrap.core import versions
+from gpu_bootstrap.core.versions import downgrade_refusal, version_change
+from gpu_bootstrap.core.catalogue import registry_inputs
+from gpu_bootstrap.adapters import charts
+from gpu_bootstrap.core.objects import pin_resource_version, pod_ready, pod_state
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.core.refs import Chart
+from gpu_bootstrap.render import gpu_operator_values as values_render
+from gpu_bootstrap.render import live_diff
+from gpu_bootstrap.render import node_prep as labels_render
+from gpu_bootstrap.security import pod_security
+from gpu_bootstrap.steps.node_prep import no_room_warning
+from gpu_bootstrap.steps.preflight import facts_digest
 
 LABELS_ANNOTATION = "gpu-bootstrap.io/gpu-operator"
 BEFORE_ANNOTATION = "gpu-bootstrap.io/labels-before-gpu-operator"  # operator/NFD labels a node had before it
@@ -138,7 +138,7 @@ def _state_since(name: str, state: str, annotations: dict, events: list[dict]) -
     stamp = annotations.get(UPGRADE_STARTED.get(state, ""), "")
     if stamp.isdigit():
         return float(stamp)
-    from ..objects import parse_time
+    from gpu_bootstrap.core.objects import parse_time
     times = [parse_time(e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get(
         "creationTimestamp")) for e in events
         if (e.get("involvedObject") or {}).get("name") == name and f"[{state}]" in (e.get("message") or "")]
@@ -224,7 +224,7 @@ class GpuOperator(Step):
         if self._values is None:
             chart, meta = self.chart(ctx)
             facts = values_render.facts_from_reports(ctx.node_facts.reports())
-            from .monitoring import MonitoringProblem, dcgm_scrape
+            from gpu_bootstrap.steps.monitoring import MonitoringProblem, dcgm_scrape
             try:
                 scrape = dcgm_scrape(ctx)  # the monitoring step's DCGM ServiceMonitor values (one source)
             except MonitoringProblem as problem:
@@ -295,7 +295,7 @@ class GpuOperator(Step):
                                    f"(gpu-bootstrap doctor)")
         if refused := downgrade_refusal(section, "gpu_operator", release, version):
             return Check(FAIL, refused)
-        from ..chart_crds import plan_crds
+        from gpu_bootstrap.pipeline.chart_crds import plan_crds
         crds = plan_crds(ctx, chart, version, release, CRD_GROUPS)
         facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice,
                               namespace, crds, ns_plan)
@@ -359,7 +359,7 @@ class GpuOperator(Step):
                                    "timeout": f"{section.wait_timeout}s"}))
         if facts.namespace_plan is not None and (parts := facts.namespace_plan.change()):
             changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.namespace), *parts))
-        from ..chart_crds import crd_changes
+        from gpu_bootstrap.pipeline.chart_crds import crd_changes
         changes += crd_changes(facts.crds, f"gpu-operator {facts.version}")
         if not facts.release["up_to_date"]:
             plan = facts.values
@@ -424,7 +424,7 @@ class GpuOperator(Step):
                   for name, node in nodes.items()}
         if not any(states.values()):
             return None
-        from ..errors import ClusterError, Unknown
+        from gpu_bootstrap.core.errors import ClusterError, Unknown
         try:
             events = ctx.kube.list("v1", "Event", field_selector="involvedObject.kind=Node,reason=GPUDriverUpgrade")
         except (ClusterError, Unknown):  # events unreadable: a state's age is unknown, which is not "stuck"

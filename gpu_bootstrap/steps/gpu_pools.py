@@ -8,12 +8,12 @@ component labels; teardown deletes those and nothing else (each NodePool before 
 """
 from __future__ import annotations
 
-from ..errors import ClusterError, Unknown, Unreachable
-from ..objects import differences
-from ..pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
-from ..render import gpu_pools as render
-from ..render import node_prep as node_render
-from .admission import served
+from gpu_bootstrap.core.errors import ClusterError, Unknown, Unreachable
+from gpu_bootstrap.core.objects import differences
+from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
+from gpu_bootstrap.render import gpu_pools as render
+from gpu_bootstrap.render import node_prep as node_render
+from gpu_bootstrap.steps.admission import served
 
 OLD_API = "v1beta1"  # Karpenter before 1.0
 

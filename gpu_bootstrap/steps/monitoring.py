@@ -14,18 +14,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .. import versions
-from ..images import registry_inputs
-from ..adapters import charts
-from ..errors import ClusterError, GpuBootstrapError, Unreachable
-from ..objects import differences, pod_ready, toleration_for
-from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
-from ..refs import Chart
-from ..render import monitoring as render
-from ..render.monitoring import MonitoringProblem, kubelet_service_of
-from ..render import pod_security
-from ..render.gpu_operator_values import ValuesPlan
-from .node_prep import gpu_taint, no_room_warning
+from gpu_bootstrap.core import versions
+from gpu_bootstrap.core.catalogue import registry_inputs
+from gpu_bootstrap.adapters import charts
+from gpu_bootstrap.core.errors import ClusterError, GpuBootstrapError, Unreachable
+from gpu_bootstrap.core.objects import differences, pod_ready, toleration_for
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.core.refs import Chart
+from gpu_bootstrap.render import monitoring as render
+from gpu_bootstrap.render.monitoring import MonitoringProblem, kubelet_service_of
+from gpu_bootstrap.security import pod_security
+from gpu_bootstrap.render.gpu_operator_values import ValuesPlan
+from gpu_bootstrap.steps.node_prep import gpu_taint, no_room_warning
 
 PROMETHEUS_CRD = "prometheuses.monitoring.coreos.com"
 RULE_CRD = "prometheusrules.monitoring.coreos.com"
@@ -224,7 +224,7 @@ class Monitoring(Step):
 
     def _facts(self, ctx, target: render.Target) -> MonitoringFacts:
         section = ctx.config.monitoring
-        from ..render.gpu_alerts import settings_from
+        from gpu_bootstrap.render.gpu_alerts import settings_from
         desired = render.objects(target, settings_from(ctx.config))
         rules_served = _crd(ctx, RULE_CRD)
         drift = {}
@@ -247,10 +247,10 @@ class Monitoring(Step):
             plan = render.stack_values(section, toleration_for(gpu_taint(ctx.config, ctx.options.playbook))
                                        if no_room else None, ctx.config.registry)
             release = self._release_state(ctx, chart, version, plan.merged)
-            from ..versions import downgrade_refusal
+            from gpu_bootstrap.core.versions import downgrade_refusal
             if refused := downgrade_refusal(section, "monitoring", release, version):
                 raise MonitoringProblem(refused)
-            from ..chart_crds import plan_crds
+            from gpu_bootstrap.pipeline.chart_crds import plan_crds
             facts.update(chart=chart, version=version, choice=choice, values=plan, release=release,
                          namespace=pod_security.decide(section.namespace,
                                                        ctx.kube.get("v1", "Namespace", section.namespace),
@@ -277,10 +277,10 @@ class Monitoring(Step):
         if state != "deployed":
             return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
         if installed.lstrip("v") != version.lstrip("v"):
-            from ..versions import version_change
+            from gpu_bootstrap.core.versions import version_change
             return version_change(installed, version)
         if status.get("values_unknown"):  # its record is a Secret this identity may not read
-            from ..render import live_diff
+            from gpu_bootstrap.render import live_diff
             return live_diff.release_state(ctx.helm.live_differences(section.release, chart, values,
                                                                      section.namespace), installed)
         if (status.get("config") or {}) != values:
@@ -315,7 +315,7 @@ class Monitoring(Step):
                                       "a helm run was interrupted; helm refuses new operations until it is cleared",
                                       {"release": section.release, "namespace": section.namespace,
                                        "timeout": f"{section.wait_timeout}s"}))
-            from ..chart_crds import crd_changes
+            from gpu_bootstrap.pipeline.chart_crds import crd_changes
             changes += crd_changes(facts.crds, f"kube-prometheus-stack {facts.version}")
             if not facts.release.get("up_to_date"):
                 plan = facts.values

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..objects import pin_resource_version, room_for_platform
-from ..pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
-from ..render import node_prep as render
+from gpu_bootstrap.core.objects import pin_resource_version, room_for_platform
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.render import node_prep as render
 
 
 @dataclass(frozen=True)

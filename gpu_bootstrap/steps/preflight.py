@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from ..pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, Step
+from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, Step
 
 
 def facts_digest(reports: dict) -> str:
@@ -58,14 +58,14 @@ class Preflight(Step):
     def record(self, ctx, check: Check) -> dict | None:
         if check.facts is None:
             return None
-        from ..pipeline.checkpoint import now
-        from ..probes.report import record_manifest
+        from gpu_bootstrap.pipeline.checkpoint import now
+        from gpu_bootstrap.probes.report import record_manifest
         return record_manifest(check.facts.reports, check.facts.source, now())
 
     def undo_plan(self, ctx) -> list[Change]:
         """Probe namespaces a killed cluster probe left behind (a run removes its own on every other exit path)."""
-        from ..probes.incluster import SELECTOR
-        from ..refs import Ref, Verb
+        from gpu_bootstrap.probes.incluster import SELECTOR
+        from gpu_bootstrap.core.refs import Ref, Verb
         return [Change(Verb.DELETE, Ref("v1", "Namespace", ns["metadata"]["name"]), "remove",
                        "left by an interrupted cluster probe")
                 for ns in ctx.kube.list("v1", "Namespace", label_selector=SELECTOR)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..objects import unschedulable, waiting
-from ..images import locate, locate_pods, registry_inputs
-from ..pipeline.step import FAIL, PASS, Change, Check, Ref, Step, Verb
-from ..render import pod_security
-from .preflight import facts_digest
+from gpu_bootstrap.core.objects import unschedulable, waiting
+from gpu_bootstrap.core.catalogue import locate, locate_pods, registry_inputs
+from gpu_bootstrap.pipeline.step import FAIL, PASS, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.security import pod_security
+from gpu_bootstrap.steps.preflight import facts_digest
 
 POD_PREFIX = "gpu-bootstrap-validate-"
 EXPECTED = "Test PASSED"

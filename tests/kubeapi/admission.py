@@ -11,7 +11,7 @@ without a route answers as one without endpoints does.
 Who sent the request (the AdmissionReview's userInfo, CEL's request.userInfo) is the emulator's admin unless the
 client impersonates someone, as kubectl --as/--as-group does (`Impersonate-User` / `Impersonate-Group` headers).
 
-Approximations (see README): CREATE and UPDATE (PUT) run the chain, PATCH and DELETE do not; reinvocationPolicy,
+Approximations (docs/testing.md): CREATE and UPDATE (PUT) run the chain, PATCH and DELETE do not; reinvocationPolicy,
 ValidatingAdmissionPolicy params (paramKind/paramRef), audit annotations and warnings are not modelled; CEL sees
 untyped maps instead of schema-typed objects.
 """

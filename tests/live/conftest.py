@@ -107,7 +107,7 @@ class Target:
         self.calls += 1
         log = self.artifacts / f"{self.calls:02d}-{args[0]}.log"
         env = {k: v for k, v in self.env.items() if k.startswith("HELM_") or k in ("PATH", "KUBECACHEDIR")}
-        from gpu_bootstrap.cli import app
+        from gpu_bootstrap.cli.commands import app
         from tests.conftest import _process_state_kept
         # put back the signal handlers and the logger the run sets: the session-scoped deployment runs this before
         # any test's own guard (tests/conftest.py) has saved them, and would leave them to every later test in the
@@ -176,7 +176,7 @@ def _emulated(home: Path, artifacts: Path, prometheus_dir: Path):
     from tests.kubeapi import Emulator
     from tests.monitoring.live import LocalPrometheus
 
-    # kind's shape: a control plane (untainted here, as the README's kind recipe makes it) and two workers
+    # kind's shape: a control plane (untainted here, as docs/testing.md's kind recipe makes it) and two workers
     emu = Emulator(kube_version=EMULATOR_VERSION, cpu_nodes=["live-control-plane"])
     for worker in ("live-worker", "live-worker2"):
         emu.add_node(worker, labels={fake_gpus.LABEL: "true"})

@@ -90,7 +90,7 @@ def grant(target, deployment, command: str, folder: Path, drop: tuple[str, str, 
     """Apply `gpu-bootstrap rbac --for COMMAND` (one rule's verb removed with drop=(kind, resource, verb)) and
     return a kubeconfig holding a TokenRequest token of the ServiceAccount it binds."""
     from tests.live.conftest import runner
-    from gpu_bootstrap.cli import app
+    from gpu_bootstrap.cli.commands import app
     result = runner.invoke(app, ["rbac", "--for", command, "-c", str(deployment.config), "--playbook",
                                  str(target.playbook), "--service-account", f"{SA_NAMESPACE}/{SA_NAME}"])
     assert result.exit_code == 0, result.output
@@ -233,7 +233,7 @@ def assert_cannot_bind_cluster_admin_to_itself(target, kubeconfig: Path, command
 
 
 def grant_text(deployment, target, command: str) -> str:
-    from gpu_bootstrap.cli import app
+    from gpu_bootstrap.cli.commands import app
     from tests.live.conftest import runner
     result = runner.invoke(app, ["rbac", "--for", command, "-c", str(deployment.config), "--playbook",
                                  str(target.playbook)])
@@ -303,7 +303,7 @@ def test_the_real_scheduler_places_a_fixed_scenario_as_simulate_predicts(deploym
     pinned pod makes every later choice unique, so neither side breaks a tie at random."""
     from gpu_bootstrap.adapters.kube import Kube
     from gpu_bootstrap.sim import engine, scoring, trace
-    from gpu_bootstrap.versions import server_version
+    from gpu_bootstrap.core.versions import server_version
     deployment.ensure()
     first, second = sorted(deployment.nodes)[:2]
     pinned = pause_pod("pinned-3", gpus=3, scheduler=SCHEDULER)
@@ -424,7 +424,7 @@ def test_each_export_format_passes_a_server_side_dry_run_with_the_engines_crds(d
 
 
 def run_export(target, args: list[str]):
-    from gpu_bootstrap.cli import app
+    from gpu_bootstrap.cli.commands import app
     from tests.conftest import _process_state_kept
     from tests.live.conftest import runner
     env = {k: v for k, v in target.env.items() if k.startswith("HELM_") or k in ("PATH",)}

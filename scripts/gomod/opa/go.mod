@@ -1,4 +1,4 @@
-// Wrapper module: builds the OPA server at the version the image catalogue pins (gpu_bootstrap/data/images.yaml).
+// Wrapper module: builds the OPA server at the version the image catalogue pins (gpu_bootstrap/core/data/images.yaml).
 module gpu-bootstrap.test/opa
 
 go 1.26.0

@@ -1,0 +1,518 @@
+"""The application layer: what each command does, without the command-line parsing. `build` makes the one context
+(config, adapters, gate, reporter) and the runner; the command functions below run them and return data that cli/ui.py
+shows. cli/commands.py turns flags into Options and calls here; tests can call these directly too.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpu_bootstrap.core import config as config_module
+from gpu_bootstrap.pipeline.context import Context, LogReporter, RunOptions
+from gpu_bootstrap.core.errors import ConfigError, GpuBootstrapError, UsageError
+from gpu_bootstrap.pipeline import gate as gate_module
+from gpu_bootstrap.app.playbook import load_playbook, select
+from gpu_bootstrap.core.outcomes import FAIL, PASS, WARN
+from gpu_bootstrap.steps import load_step
+from gpu_bootstrap.core.versions import DEFAULT_KUBE_VERSION, control_plane_version, normalize_kube_version
+
+log = logging.getLogger("gpu_bootstrap.app")
+
+
+@dataclass
+class Options:
+    """Everything a command was asked, whichever command: flags override the environment, which overrides the file."""
+
+    config: Path | None = None
+    kubeconfig: Path | None = None
+    context: str | None = None
+    playbook: str = "default"
+    only: list[str] = field(default_factory=list)
+    skip: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    dry_run_mode: str = "server"  # with dry_run: server (dryRun=All requests) or client (nothing sent)
+    offline: bool = False
+    kube_version: str | None = None
+    render_dir: Path | None = None
+    preflight_report: Path | None = None
+    force_unlock: bool = False
+    json: bool = False
+    purge_crds: bool = False
+    no_nodes: bool = False  # doctor --no-nodes: no SSH
+    no_cluster: bool = False  # doctor --no-cluster: no Kubernetes API
+    allow_operand_restart: bool = False
+    via: str | None = None  # doctor/up --via ssh|cluster|auto (None: the config's preflight.via)
+
+
+def load_config(options: Options):
+    overrides = {("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
+                 ("cluster", "context"): options.context}
+    return config_module.load(options.config, overrides=overrides)
+
+
+def build(options: Options, reporter, mode_for_dry_run: str | None = None, config=None):
+    """Load config and playbook, choose the adapters and the gate's mode, build the context and the runner.
+    Raises ConfigError (exit 2) before anything is touched. `config`: an already loaded config (images)."""
+    if options.offline and not options.dry_run:
+        raise UsageError("--offline only makes sense with --dry-run", "add --dry-run")
+    if options.kube_version and not options.offline:
+        raise UsageError("--kube-version is for --offline dry runs; online, the cluster's version is used")
+    config = config if config is not None else load_config(options)
+    playbook = load_playbook(options.playbook)
+    selected, skipped = select(playbook, options.only, options.skip)
+    kube, helm, mode, kube_version = _cluster_adapters(options, config)
+    if not options.offline and not options.no_cluster:
+        config = resolve_selected_nodes(config, kube)
+    node_facts = _node_facts(options, config, kube, probe="preflight" in selected)
+    render_dir = None
+    if options.render_dir is not None:
+        from gpu_bootstrap.pipeline.render_dir import RenderDir, prepare
+        prepare(options.render_dir)
+        render_dir = RenderDir(options.render_dir, list(playbook.steps), helm)
+    ctx = Context(config=config, kube=kube, helm=helm, node_facts=node_facts,
+                  gate=gate_module.Gate(mode, kube, helm, render_dir), reporter=reporter,
+                  options=RunOptions(playbook=tuple(playbook.steps), purge_crds=options.purge_crds,
+                                     allow_operand_restart=options.allow_operand_restart, selected=tuple(selected)),
+                  ssh=getattr(node_facts, "ssh", None), kube_version=kube_version)
+    from gpu_bootstrap.pipeline.runner import Runner
+    listed = [s for s in skipped if s in options.skip]  # --only hides what it leaves out; --skip shows it
+    runner = Runner(ctx, [load_step(step_id) for step_id in selected], skipped, list(playbook.steps), listed)
+    return ctx, runner, playbook
+
+
+RELAY_POOL = 64  # connections helm's relay keeps to the API server: helm's watches and writes run in parallel
+
+
+def _cluster_adapters(options: Options, config):
+    """(kube, helm, gate mode, known Kubernetes version): the offline pair, or the real cluster's."""
+    if options.offline:
+        from gpu_bootstrap.adapters.offline import OfflineHelm, OfflineKube
+        try:
+            # a minor alone ('1.24', or the default's) plans for its newest known patch, as a maintained cluster runs
+            given = options.kube_version or ".".join(DEFAULT_KUBE_VERSION.split(".")[:2])
+            version = normalize_kube_version(control_plane_version(given))
+        except ValueError as error:
+            raise UsageError(f"--kube-version: {error}", "use e.g. 1.31 or 1.31.2") from None
+        return OfflineKube([n.name for n in config.nodes], version), OfflineHelm(), gate_module.RECORD, version
+    from gpu_bootstrap.adapters.helm import Helm
+    from gpu_bootstrap.adapters.kube import Kube
+    kubeconfig = config.cluster.kubeconfig
+    if not options.no_cluster:
+        kubeconfig = check_kubeconfig(kubeconfig, config.cluster.context)
+    mode = gate_module.APPLY
+    if options.dry_run:
+        mode = gate_module.RECORD if options.dry_run_mode == "client" else gate_module.SERVER_DRY_RUN
+    from gpu_bootstrap.adapters.relay import Relay
+    kube = Kube(kubeconfig, config.cluster.context)
+    relayed = Kube(kubeconfig, config.cluster.context, pool_size=RELAY_POOL)  # helm's own, many at once
+    helm = Helm(kubeconfig, config.cluster.context, relay=Relay(relayed))
+    if mode == gate_module.RECORD:  # --dry-run=client: the plan role reads no Secret, so no helm release record
+        from gpu_bootstrap.adapters.secretless import SecretlessHelm
+        helm = SecretlessHelm(helm, kube)
+    return kube, helm, mode, None
+
+
+def resolve_selected_nodes(config, kube):
+    """`nodes: <label selector>`: the cluster's nodes that match it join the configured ones, each with the pool of
+    ours that launched it (karpenter.sh/nodepool), so that every step treats them as GPU nodes."""
+    if config.node_selector is None:
+        return config
+    found = {}
+    for node in kube.list("v1", "Node", label_selector=config.node_selector):
+        pool = ((node.get("metadata") or {}).get("labels") or {}).get("karpenter.sh/nodepool")
+        found[node["metadata"]["name"]] = pool if config.pool(pool) else None
+    return config.with_selected_nodes(found)
+
+
+def _node_facts(options: Options, config, kube, probe: bool):
+    """Where this run's node facts come from; nodes the `nodes` selector matched have their pool's facts."""
+    source = _reachable_facts(options, config, kube, probe)
+    if not config.selected_nodes:
+        return source
+    from gpu_bootstrap.adapters.nodefacts import WithPoolNodes
+    return WithPoolNodes(source, config)
+
+
+def _reachable_facts(options: Options, config, kube, probe: bool):
+    """Where the listed nodes' facts come from. `probe`: preflight is part of the run (else, online, the facts the
+    last successful preflight recorded are used, so leaving preflight out never turns facts into "absent")."""
+    from gpu_bootstrap.adapters.nodefacts import NoNodeFacts, ProbedNodes, RecordedNodes, ReportedNodes
+    names = [n.name for n in config.nodes if n.name not in config.selected_nodes]
+    if options.preflight_report is not None:
+        return ReportedNodes(names, options.preflight_report)
+    if options.offline:
+        return NoNodeFacts(names, "none (offline)", "no node facts in an offline run; pass --preflight-report FILE "
+                                                    "(a saved 'gpu-bootstrap doctor -o json') to plan with them")
+    if options.no_nodes:
+        return NoNodeFacts(names, "none (--no-nodes)", "nodes not checked (--no-nodes)")
+    if not probe:
+        return RecordedNodes(names, kube)
+    if probe_via(options, config) == "cluster":
+        from gpu_bootstrap.adapters.nodefacts import ClusterProbedNodes
+        return ClusterProbedNodes(names, kube, config.preflight, getattr(config, "registry", None))
+    from gpu_bootstrap.adapters.ssh import Ssh
+    return ProbedNodes(names, Ssh(config.ssh, [n for n in config.nodes if n.name in names]))
+
+
+def probe_via(options: Options, config) -> str:
+    """ssh or cluster: --via, else preflight.via; `auto` is SSH when the config can reach the nodes over SSH (it has
+    an `ssh` section, or a node has an `address`) or there is no cluster to ask (--no-cluster), else the cluster."""
+    via = options.via or config.preflight.via
+    if via not in ("auto", "ssh", "cluster"):
+        raise UsageError(f"--via: {via!r} is not one of ssh, cluster, auto")
+    if via == "cluster" and options.no_cluster:
+        raise UsageError("--via cluster probes the nodes through the cluster, which --no-cluster leaves out",
+                         "drop --no-cluster, or use --via ssh")
+    if via == "auto":
+        reachable = "ssh" in config.model_fields_set or any(n.address for n in config.nodes)
+        via = "ssh" if reachable or options.no_cluster else "cluster"
+    return via
+
+
+def check_kubeconfig(path: Path | None, context: str | None) -> Path | None:
+    """Bad input before any connection: a kubeconfig that does not exist, or a context it does not have, is exit 2
+    naming the file (and the contexts it has). Returns the path to use (None: the client's default)."""
+    candidates = [Path(path)] if path else [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates = candidates or [Path("~/.kube/config").expanduser()]
+    existing = [p for p in candidates if p.is_file()]
+    if not existing:
+        raise ConfigError(f"kubeconfig {', '.join(map(str, candidates))} not found",
+                          "pass --kubeconfig FILE, set cluster.kubeconfig or KUBECONFIG, or work without a cluster: "
+                          "up --dry-run --offline (the plan), doctor --no-cluster (the nodes only)")
+    if context:
+        import yaml
+        names = []
+        for candidate in existing:
+            try:
+                document = yaml.safe_load(candidate.read_text()) or {}
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+                raise ConfigError(f"kubeconfig {candidate} cannot be read: {error}") from None
+            names += [c.get("name") for c in (document.get("contexts") or []) if isinstance(c, dict)]
+        if context not in names:
+            raise ConfigError(f"kubeconfig {', '.join(map(str, existing))} has no context {context!r}",
+                              f"its contexts: {', '.join(n for n in names if n) or 'none'}")
+    return Path(path) if path else None
+
+
+# --- the commands ----------------------------------------------------------------------------------------------------
+def up(options: Options, reporter):
+    """Returns (results, playbook). A failure carries the results so far (error.results)."""
+    ctx, runner, playbook = build(options, reporter)
+    try:
+        return runner.up(force_unlock=options.force_unlock), playbook
+    except GpuBootstrapError as error:
+        error.results = runner.ordered_results()
+        raise
+    finally:
+        ctx.close()
+
+
+def teardown(options: Options, reporter, confirm=None, interactive: bool = False):
+    """confirm(plans) -> bool is asked before a real teardown (None: no question, as with --yes), which needs a
+    terminal to ask on (`interactive`)."""
+    if confirm is not None and not options.dry_run and not interactive:
+        raise UsageError("teardown needs confirmation", "pass --yes to run it non-interactively (or --dry-run to see "
+                                                        "the plan)")
+    ctx, runner, _playbook = build(options, reporter)
+    try:
+        if confirm is not None and not options.dry_run and not confirm(runner.undo_plans()):
+            raise Aborted()
+        return runner.teardown(force_unlock=options.force_unlock)
+    finally:
+        ctx.close()
+
+
+class Aborted(GpuBootstrapError):
+    def __init__(self):
+        super().__init__("aborted", "nothing was changed")
+
+
+@dataclass
+class DoctorReport:
+    rows: list  # (check id, Check) for the cluster and every step
+    nodes: list  # NodeReport per node
+    ok: bool
+
+
+def doctor(options: Options, node_names: str | None) -> DoctorReport:
+    ctx, runner, _playbook = build(options, LogReporter())
+    try:
+        ctx.node_facts.select(select_nodes(ctx.config, node_names))  # the steps' checks see the same nodes
+        reports = list(ctx.node_facts.reports().values())
+        rows = []
+        if not options.no_cluster:
+            rows = [("cluster", check) for check in cluster_checks(ctx)]
+            if all(check.status != FAIL for _name, check in rows):
+                rows += [(step.id, check) for step, check in runner.doctor()]
+                from gpu_bootstrap.render import admission as opa
+                from gpu_bootstrap.security import hardening
+                rows += hardening.checks(ctx, {step.id for step in runner.steps},  # admission; OPA reachable
+                                         (opa.labels(opa.selector()), opa.PORT))
+            if ctx.config.registry.mirror and rows and rows[0][1].status != FAIL:
+                rows.append(("registry", mirror_check(options, ctx.server_version(), ctx.node_facts.reports())))
+    finally:
+        ctx.close()
+    ok = all(check.status != FAIL for _name, check in rows) and all(r.ok for r in reports)
+    return DoctorReport(rows, reports, ok)
+
+
+def images(options: Options, cluster_facts: tuple[str, dict] | None = None):
+    """`images`: the ImageList (app/images.py) of what the configured platform pulls on this cluster. It is read from a
+    fresh-install plan (an offline render, as `up --dry-run --offline --render-dir` makes) for the cluster's
+    Kubernetes version and its GPU nodes' facts: offline, --kube-version and --preflight-report give them; online,
+    the API server and preflight over SSH do. The render is made without the mirror, so each image's source is known;
+    its mirror reference is the same path on registry.mirror (what the mirrored render holds). `cluster_facts`:
+    (Kubernetes version, node reports) already read (doctor), so nothing is read twice."""
+    import dataclasses
+    import tempfile
+    from gpu_bootstrap.app import images as image_list
+    from gpu_bootstrap.security.tempfiles import run_folder_or_none
+    config = load_config(options)
+    plain = config.model_copy(update={"registry": config.registry.model_copy(update={"mirror": None})})
+    # inside the run folder: a run killed with -9 leaves it to the next run's sweep (security/tempfiles.py)
+    with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-images-", dir=run_folder_or_none()) as folder:
+        render = Path(folder) / "render"
+        offline = dataclasses.replace(options, dry_run=True, offline=True, render_dir=render, only=[], skip=[])
+        if cluster_facts is not None:
+            offline = dataclasses.replace(offline, **_saved_facts(*cluster_facts, Path(folder) / "facts.json"))
+        elif not options.offline:
+            offline = dataclasses.replace(offline, **_cluster_facts(options, config, Path(folder) / "facts.json"))
+        ctx, runner, _playbook = build(offline, LogReporter(), config=plain)
+        try:
+            results = runner.up()
+            reports = ctx.node_facts.reports()
+        finally:
+            ctx.close()
+        failed = [r for r in results if r.status == "failed"]
+        if failed:
+            raise GpuBootstrapError(f"the plan the image list is read from failed at {failed[0].id}: "
+                                    f"{failed[0].message}", "gpu-bootstrap up --dry-run shows the same plan")
+        documents, not_rendered = _rendered_documents(render)
+    found = image_list.collect(documents, reports, bool(reports), config.gpu_operator.driver_management,
+                               config.registry.mirror, not_rendered)
+    if probe_via(options, config) == "cluster":  # the probe runs at preflight time, so no render holds it
+        from gpu_bootstrap.core.catalogue import pin
+        found.add(pin(config.preflight.image), config.registry.mirror,
+                  "gpu-bootstrap preflight (DaemonSet of the in-cluster probe: preflight.via cluster)")
+    found.mirror, found.plain_http = config.registry.mirror, config.registry.plain_http
+    return found
+
+
+def _cluster_facts(options: Options, config, report_path: Path) -> dict:
+    """Online `images`: the API server's version and the GPU nodes' facts (preflight over SSH, or the
+    --preflight-report), saved for the offline render. Reads only."""
+    import dataclasses
+    ctx, _runner, _playbook = build(dataclasses.replace(options, dry_run=True, only=[], skip=[]), LogReporter(),
+                                    config=config)
+    try:
+        version = ctx.server_version()
+        reports = ctx.node_facts.reports()
+    finally:
+        ctx.close()
+    return _saved_facts(version, reports, report_path)
+
+
+def _saved_facts(version: str, reports: dict, report_path: Path) -> dict:
+    """The options that plan offline with these facts: a 0600 preflight report written for the offline render."""
+    import json
+    from gpu_bootstrap.probes.report import document
+    if not reports:  # no node facts (doctor --no-nodes): the driver's OS is unknown, and the list says so
+        return {"kube_version": version}
+    report_path.touch(mode=0o600)
+    report_path.write_text(json.dumps(document(list(reports.values()))))
+    return {"kube_version": version, "preflight_report": report_path}
+
+
+def _rendered_documents(render: Path) -> tuple[dict, dict]:
+    """step id -> [(file name, document)] of a render dir, and step id -> why its chart was not rendered."""
+    import yaml
+    documents: dict[str, list] = {}
+    not_rendered: dict[str, str] = {}
+    for folder in sorted(p for p in render.iterdir() if p.is_dir()):
+        step = folder.name.split("-", 1)[1]
+        for path in sorted(folder.glob("*.yaml")):
+            if path.name in ("values.yaml", "release.yaml"):
+                continue
+            documents.setdefault(step, []).extend((path.name, doc) for doc in yaml.safe_load_all(path.read_text()))
+        missing = folder / "manifests-not-rendered.txt"
+        if missing.exists():
+            not_rendered[step] = missing.read_text().splitlines()[0]
+    return documents, not_rendered
+
+
+def mirror_check(options: Options, version: str, reports: dict):
+    """doctor with registry.mirror set: is every image of `images` in the mirror? (the same check as --check)"""
+    from gpu_bootstrap.pipeline.step import Check
+    try:
+        found = images(options, (version, reports))
+        present = check_images(found)
+    except GpuBootstrapError as error:
+        return Check(FAIL, error.one_line(), facts={"id": "registry"})
+    missing = sorted(ref for ref, there in present.items() if not there)
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return Check(FAIL, f"{len(missing)} of {len(present)} images missing from {found.mirror}: {shown}; "
+                           f"gpu-bootstrap images --check lists them", facts={"id": "registry", "missing": missing})
+    if found.incomplete:
+        return Check(WARN, f"all {len(present)} listed images are in {found.mirror}, but the list is incomplete: "
+                           f"{'; '.join(found.incomplete)}", facts={"id": "registry"})
+    return Check(PASS, f"all {len(present)} images are in {found.mirror}", facts={"id": "registry"})
+
+
+def check_images(found, environ: dict | None = None) -> dict[str, bool]:
+    """`images --check` and doctor: reference -> present in registry.mirror (the OCI distribution API)."""
+    from gpu_bootstrap.adapters.registry import check
+    if not found.mirror:
+        raise UsageError("images --check asks registry.mirror, and none is set",
+                         "set registry.mirror: HOST[:PORT][/PREFIX] in the config")
+    return check([image.reference for image in found.sorted()], found.plain_http, environ)
+
+
+def simulate(sim_options, options: Options, progress=None) -> dict:
+    """`simulate` with the config, environment and flags taken as `up` takes them (one precedence)."""
+    from gpu_bootstrap.sim.command import simulate as run, validate
+    validate(sim_options)  # flag mistakes first: a bad --track needs no cluster to be refused
+    settings, cluster = config_module.load_sections(options.config, overrides={
+        ("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
+        ("cluster", "context"): options.context})
+    kube = None
+    if sim_options.from_cluster:
+        from gpu_bootstrap.adapters.kube import Kube
+        kube = Kube(check_kubeconfig(cluster.kubeconfig, cluster.context), cluster.context)
+    return run(sim_options, settings, kube, progress)
+
+
+# --- doctor: the cluster itself ----------------------------------------------------------------------------------------
+NEEDED_ACCESS = (
+    ("patch", "", "nodes"), ("get", "", "nodes"), ("create", "", "namespaces"),
+    ("create", "coordination.k8s.io", "leases"), ("update", "coordination.k8s.io", "leases"),
+    ("create", "", "configmaps"), ("patch", "", "configmaps"),
+)
+
+
+def cluster_checks(ctx: Context) -> list:
+    """Can we reach the API, which version is it, and may we do what `up` needs?"""
+    from gpu_bootstrap.pipeline.step import Check
+    try:
+        version = ctx.server_version()
+    except GpuBootstrapError as error:
+        return [Check(FAIL, error.one_line(), facts={"id": "api"})]
+    checks = [Check(PASS, f"Kubernetes v{version} at {ctx.kube.host}", facts={"id": "api", "version": version})]
+    denied = []
+    for verb, group, resource in NEEDED_ACCESS:
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                  "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                                  "namespace": "gpu-bootstrap" if resource in ("leases", "configmaps")
+                                                  else ""}}}
+        try:
+            answer = ctx.kube.create(review)
+        except GpuBootstrapError as error:
+            return checks + [Check(WARN, f"could not check permissions: {error.message}", facts={"id": "rbac"})]
+        if not (answer.get("status") or {}).get("allowed"):
+            denied.append(f"{verb} {resource}{'.' + group if group else ''}")
+    if denied:  # a warning: an identity made for doctor or dry runs (gpu-bootstrap rbac) may rightly lack them
+        checks.append(Check(WARN, f"missing permissions: {', '.join(denied)}: this identity can check and plan but "
+                                  f"not run `up`; run up as a cluster admin, or grant what `gpu-bootstrap rbac --for "
+                                  f"up` prints", facts={"id": "rbac"}))
+    else:
+        checks.append(Check(PASS, "permissions for every change `up` makes", facts={"id": "rbac"}))
+    return checks
+
+
+def select_nodes(config, text: str | None) -> list[str]:
+    """--nodes a,b: the configured nodes to check (all when not given); unknown names are an error."""
+    names = [n.name for n in config.nodes]
+    if not text:
+        return names
+    wanted = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise UsageError(f"--nodes: {', '.join(unknown)} not in the config", f"configured: {', '.join(names)}")
+    return wanted
+
+
+def write_example(path: Path, force: bool) -> Path:
+    """The commented example config, its first line pointing editors at the JSON Schema written beside it (so they
+    complete and check every key, offline too)."""
+    if path.exists() and not force:
+        raise ConfigError(f"{path} already exists", "pass --force to overwrite it")
+    import json
+    schema = path.parent / config_module.SCHEMA_FILE
+    schema.write_text(json.dumps(config_module.json_schema(), indent=1) + "\n")
+    path.write_text(f"# yaml-language-server: $schema=./{config_module.SCHEMA_FILE}\n" + config_module.EXAMPLE)
+    return path
+
+
+def status(options: Options, status_options):
+    """`status`: a function that reads the cluster once more each time it is called (--watch calls it again)."""
+    from gpu_bootstrap.app import status as cluster_status
+    cluster_status.validate(status_options)
+    sections = config_module.load_node_free_sections(options.config, overrides={
+        ("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
+        ("cluster", "context"): options.context})
+    from gpu_bootstrap.adapters.kube import Kube
+    kube = Kube(check_kubeconfig(sections.cluster.kubeconfig, sections.cluster.context), sections.cluster.context)
+    return lambda: cluster_status.collect(kube, status_options, sections)
+
+
+# --- rbac: the least a command needs ------------------------------------------------------------------------------------
+def rbac(options: Options, command: str, service_account: str | None = None) -> str:
+    """YAML: the ClusterRole (and Roles) `command` needs for the configured steps of the playbook, with bindings to
+    `service_account` (namespace/name) when given."""
+    import re
+
+    import yaml
+
+    from gpu_bootstrap.security import rbac as rbac_module
+    from gpu_bootstrap.security import pod_security
+    if service_account is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?",
+                                                        service_account):
+        raise UsageError(f"--service-account {service_account!r} is not NAMESPACE/NAME of a ServiceAccount",
+                         "e.g. --service-account ci/gpu-bootstrap")
+    if command == "status":
+        config, steps = None, []
+    else:
+        config = load_config(options)
+        steps = rbac_module.enabled_steps(config, list(load_playbook(options.playbook).steps))
+    docs = rbac_module.manifests(command, config, steps, service_account)
+    header = [f"# gpu-bootstrap rbac --for {command}: the least `{_command_line(command)}` needs"
+              + (f" for the steps {', '.join(steps)}" if steps else ""),
+              "# (generated; no `*` anywhere). Apply as a cluster admin: kubectl apply -f FILE",
+              *ROLE_WARNINGS.get(command, [])]
+    missing = [d["metadata"]["namespace"] for d in docs if d["kind"] == "Role" and
+               d["metadata"]["namespace"] not in ("default", "kube-system")]
+    if missing:
+        privileged = {config.gpu_operator.namespace} | (
+            {config.monitoring.namespace} if config.monitoring.mode != "attach" else set())
+        header.append("# The Roles live in namespaces `up` creates. Before the first run, create those as "
+                      "gpu-bootstrap's (so that up adopts and labels them):")
+        for namespace in missing:
+            level = pod_security.PRIVILEGED if namespace in privileged else pod_security.RESTRICTED
+            header.append(f"#   kubectl create namespace {namespace} && kubectl label namespace {namespace} "
+                          f"app.kubernetes.io/managed-by=gpu-bootstrap {pod_security.ENFORCE}={level}")
+    return "\n".join(header) + "\n" + yaml.safe_dump_all(docs, sort_keys=False)
+
+
+# What each pipeline role is for, printed at the top of its YAML (docs/security.md says the same)
+ROLE_WARNINGS = {
+    "plan": ["# Read-only: get/list/watch, no Secrets, no bind/escalate/impersonate. For a pull request's CI (code "
+             "anyone may propose):",
+             "# `gpu-bootstrap up --dry-run=client` plans from the objects it can read and reports what it cannot "
+             "read (a helm release's record is a Secret) as unknown."],
+    "dry-run": ["# WRITE-EQUIVALENT for the resources it names: the API server authorizes a server-side dry run of a "
+                "write exactly like the write,",
+                "# so a token bound to this role can make those writes for real. Give it only to a trusted job (a "
+                "main-branch pipeline), never",
+                "# to a pull request's CI (use --for plan there). bind and escalate are limited to the roles our "
+                "manifests and charts bind",
+                "# or create (resourceNames); no delete, deletecollection or impersonate."],
+    "up": ["# Applies everything: give it to the identity that runs `gpu-bootstrap up` (an admin, or a protected "
+           "deploy job)."],
+}
+
+
+def _command_line(command: str) -> str:
+    return {"dry-run": "gpu-bootstrap up --dry-run", "plan": "gpu-bootstrap up --dry-run=client"}.get(
+        command, f"gpu-bootstrap {command}")

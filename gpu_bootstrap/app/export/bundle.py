@@ -1,0 +1,183 @@
+"""A fresh-install plan as ordered units for a GitOps engine. Pure.
+
+The input is what the gate recorded in an offline run of the playbook: (step id, Change) in order. Consecutive
+object changes of a step form one unit of plain manifests; each Helm release is a unit of its own; so a step such
+as monitoring (its namespace, then the kube-prometheus-stack chart, then our alert rules and dashboards, which need
+the chart's CRDs) becomes three units, and the engine applies them in that order (sync waves, dependsOn, needs).
+What is not declarative (node taints and labels, the validation pods, the tool's own bookkeeping) is kept as the
+lines of the plan that name it, for the export's README.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_bootstrap.security import redact
+from gpu_bootstrap.core.objects import GITOPS_ANNOTATION
+from gpu_bootstrap.core.refs import Verb
+
+NO_FACTS = "no node facts"  # render/gpu_operator_values.py: a value the chart's default decided, no fact
+
+
+@dataclass
+class Release:
+    name: str
+    namespace: str
+    chart: str  # the chart's name in its repository, an oci:// reference, or a local path
+    repo: str | None
+    version: str | None
+    values: dict  # without the values that are secrets (secret_paths)
+    derived: list[str]  # "path=value  ← why", as the plan says them
+    secret_paths: list[str] = field(default_factory=list)  # helm --set style paths (a.b[0].c)
+
+
+@dataclass
+class Unit:
+    id: str  # "04b-monitoring": the step's place in the playbook, a letter when it has several units
+    step: str
+    wave: int  # 0, 1, 2, ... in playbook order
+    objects: list[dict] = field(default_factory=list)
+    release: Release | None = None
+
+    @property
+    def namespace(self) -> str | None:
+        """Where the unit's namespaced objects go: the release's, else its first namespaced object's, else the
+        first namespace it creates."""
+        if self.release is not None:
+            return self.release.namespace
+        for obj in self.objects:
+            if obj["metadata"].get("namespace"):
+                return obj["metadata"]["namespace"]
+        return next((o["metadata"]["name"] for o in self.objects if o["kind"] == "Namespace"), None)
+
+
+@dataclass
+class Bundle:
+    units: list[Unit]
+    imperative: dict[str, list[str]]  # step id -> the plan's lines for what stays a command
+    redacted: list[str]  # "Kind ns/name" of our objects with a secret-looking value replaced
+    kube_version: str
+    withheld: list[str] = field(default_factory=list)  # Secrets a rendered chart holds, left out (manifests)
+
+
+KIND_ORDER = {"CustomResourceDefinition": 0, "Namespace": 1}
+# Steps that are runs, not state: validation pods (and their namespace) prove a node works once; they stay commands
+RUN_STEPS = {"validate"}
+
+
+def build(submitted: list[tuple[str, Any]], order: list[str], kube_version: str, engine: str) -> Bundle:
+    """Group the recorded changes into units; `engine` is written on each object of ours (GITOPS_ANNOTATION), so
+    that teardown knows a GitOps engine owns it."""
+    groups: list[tuple[str, str, list]] = []  # (step, "objects" | "release", changes)
+    imperative: dict[str, list[str]] = {}
+    for step, change in submitted:
+        verb = Verb(change.verb)
+        if step in RUN_STEPS:
+            imperative.setdefault(step, []).append(change.describe())
+        elif verb == Verb.APPLY:
+            if groups and groups[-1][:2] == (step, "objects"):
+                groups[-1][2].append(change)
+            else:
+                groups.append((step, "objects", [change]))
+        elif verb == Verb.HELM_UPGRADE:
+            groups.append((step, "release", [change]))
+        elif not _bookkeeping(change):
+            imperative.setdefault(step, []).append(change.describe())
+    units, redacted = [], []
+    for wave, (step, kind, changes) in enumerate(groups):
+        number = order.index(step) + 1 if step in order else 0
+        siblings = [g for g in groups if g[0] == step]
+        letter = "abcdefghij"[siblings.index((step, kind, changes))] if len(siblings) > 1 else ""
+        unit = Unit(f"{number:02d}{letter}-{step}", step, wave)
+        if kind == "release":
+            unit.release = _release(changes[0].body)
+        else:
+            for change in changes:
+                obj = _marked(change.body, engine)
+                clean = redact.tree(obj)
+                if clean != obj:
+                    redacted.append(f"{obj['kind']} {_where(obj)}")
+                unit.objects.append(clean)
+            unit.objects.sort(key=lambda o: KIND_ORDER.get(o["kind"], 2))  # stable: CRDs, namespaces, the rest
+        units.append(unit)
+    return Bundle(units, imperative, redacted, kube_version)
+
+
+def _bookkeeping(change) -> bool:
+    """A patch that only writes our own annotations (the gpu-operator step's record of a node's labels before the
+    first install, kept for teardown): up's memory, not part of the platform."""
+    body = change.body if isinstance(change.body, dict) else {}
+    meta = body.get("metadata") or {}
+    return Verb(change.verb) == Verb.PATCH and set(body) == {"metadata"} and set(meta) == {"annotations"} and \
+        all(key.startswith("gpu-bootstrap.io/") for key in meta["annotations"])
+
+
+def _marked(obj: dict, engine: str) -> dict:
+    obj = copy.deepcopy(obj)
+    obj.setdefault("metadata", {}).setdefault("annotations", {})[GITOPS_ANNOTATION] = engine
+    return obj
+
+
+def _where(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta['namespace']}/{meta.get('name', '')}" if meta.get("namespace") else meta.get("name", "")
+
+
+def _release(body: dict) -> Release:
+    values, secrets = split_secrets(body["values"])
+    chart = body["chart"]
+    return Release(body["release"], body["namespace"], chart["ref"], chart.get("repo"), chart.get("version"),
+                   values, list(body.get("derived") or []), secrets)
+
+
+# --- facts and secrets -----------------------------------------------------------------------------------------------
+def values_without_facts(bundle: Bundle) -> list[str]:
+    """'release: path' of every value the plan decided without node facts (the chart's default stood in)."""
+    found = []
+    for unit in bundle.units:
+        if unit.release is None:
+            continue
+        for line in unit.release.derived:
+            path, _, why = line.partition("=")
+            if why.partition("← ")[2].startswith(NO_FACTS):
+                found.append(f"{unit.release.name}: {path}")
+    return found
+
+
+def split_secrets(values: dict) -> tuple[dict, list[str]]:
+    """(the values without the secret ones, their paths). A value is secret when security/redact.py would hide
+    it (a secret-looking key, a URL's password, a webhook URL, a private key, a token)."""
+    hidden = redact.tree(values)
+    paths: list[str] = []
+    return _drop_differing(values, hidden, "", paths), paths
+
+
+def _drop_differing(value, hidden, path: str, paths: list[str]):
+    if isinstance(value, dict) and isinstance(hidden, dict):
+        out = {}
+        for key, item in value.items():
+            sub = f"{path}.{_escape(key)}" if path else _escape(key)
+            kept = _drop_differing(item, hidden.get(key), sub, paths)
+            if kept is not _DROPPED:
+                out[key] = kept
+        return out
+    if isinstance(value, list) and isinstance(hidden, list) and len(value) == len(hidden):
+        out = []
+        for index, (item, other) in enumerate(zip(value, hidden)):
+            kept = _drop_differing(item, other, f"{path}[{index}]", paths)
+            out.append(None if kept is _DROPPED else kept)
+        return out
+    if value != hidden:
+        paths.append(path)
+        return _DROPPED
+    return value
+
+
+_DROPPED = object()
+
+
+def _escape(key) -> str:
+    """A key in helm's --set path syntax (a dot inside a key is escaped)."""
+    return re.sub(r"([.\[\]])", r"\\\1", str(key))

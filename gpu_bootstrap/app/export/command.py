@@ -1,0 +1,270 @@
+"""The application layer of `gpu-bootstrap export`: plan a fresh install offline, with this cluster's Kubernetes
+version and its GPU nodes' facts (read as `up` reads them: --preflight-report, SSH or the in-cluster probe), group
+what the gate recorded into units (bundle.py), refuse what cannot live in Git, and write the engine's files
+(formats.py) into DIR. Nothing is changed on the cluster; online, only reads are made.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_bootstrap.security import redact
+from gpu_bootstrap.core.errors import ConfigError, GpuBootstrapError, UsageError
+from gpu_bootstrap.app.export import bundle as bundle_module
+from gpu_bootstrap.app.export import formats
+from gpu_bootstrap.app.export.formats import Target
+
+MARKER = ".gpu-bootstrap-export.json"  # in DIR: the files the last export wrote (removed before the next one)
+
+
+@dataclass
+class Exported:
+    folder: Path
+    engine: str
+    files: list[str]
+    bundle: bundle_module.Bundle
+    secrets: dict[str, list[str]]  # release -> secret value paths left out
+
+
+def export(options, engine: str, folder: Path, target: Target) -> Exported:
+    from gpu_bootstrap.app import commands as app
+    if engine not in formats.FORMATS:
+        raise UsageError(f"--format {engine!r} is not one of {', '.join(formats.FORMATS)}")
+    if engine == "argocd" and not target.repo_url:
+        raise UsageError("--format argocd needs --repo-url: the Git repository the export is committed to (Argo CD's "
+                         "Applications point at its folders)", "add --repo-url https://git.example.com/fleet.git")
+    check_folder(folder)
+    config = app.load_config(options)
+    _refuse_generated_certificates(config, options)
+    from gpu_bootstrap.security.tempfiles import run_folder_or_none
+    # inside the run folder: a run killed with -9 leaves it (and the facts in it) to the next run's sweep
+    with tempfile.TemporaryDirectory(prefix="gpu-bootstrap-export-", dir=run_folder_or_none()) as scratch:
+        offline = dataclasses.replace(options, dry_run=True, offline=True, render_dir=None)
+        if not options.offline:  # the cluster's version and its nodes' facts, read once; the plan itself is offline
+            facts, config = cluster_facts(options, config, Path(scratch) / "facts.json")
+            offline = dataclasses.replace(offline, **facts)
+        ctx, runner, playbook = app.build(offline, app.LogReporter(), config=config)
+        try:
+            results = runner.up()
+            failed = [r for r in results if r.status == "failed"]
+            if failed:
+                raise GpuBootstrapError(f"the plan the export is made from failed at {failed[0].id}: "
+                                        f"{failed[0].message}", "gpu-bootstrap up --dry-run shows the same plan")
+            made = bundle_module.build(ctx.gate.submitted, list(playbook.steps), ctx.server_version(), engine)
+            _refuse_unknown_facts(made)
+            _refuse_local_charts(made, engine)
+            rendered = _render_charts(ctx, made) if engine == "manifests" else None
+        finally:
+            ctx.close()
+    files = formats.render(made, engine, target, rendered)
+    secrets = {u.release.name: u.release.secret_paths for u in made.units if u.release and u.release.secret_paths}
+    files["README.md"] = readme(made, engine, target, secrets, options)
+    written = write(folder, files)
+    return Exported(folder, engine, written, made, secrets)
+
+
+def cluster_facts(options, config, report_path: Path) -> tuple[dict, object]:
+    """Online: the API server's version, the listed GPU nodes' facts (SSH, the in-cluster probe or the report) saved
+    for the offline plan, and the config with the nodes its `nodes` selector matches (Karpenter's), whose facts
+    come from their pool. Reads only."""
+    from gpu_bootstrap.app import commands as app
+    ctx, _runner, _playbook = app.build(dataclasses.replace(options, dry_run=True, only=[], skip=[]),
+                                        app.LogReporter(), config=config)
+    try:
+        version = ctx.server_version()
+        pooled = set(ctx.config.selected_nodes)
+        reports = {name: r for name, r in ctx.node_facts.reports().items() if name not in pooled}
+        resolved = ctx.config
+    finally:
+        ctx.close()
+    return app._saved_facts(version, reports, report_path), resolved
+
+
+# --- refusals --------------------------------------------------------------------------------------------------------
+def _refuse_generated_certificates(config, options) -> None:
+    """A generated CA's private key is a secret: it cannot be committed, and a CA made anew on each export would
+    not be the one the webhook's clients trust."""
+    admission = config.admission
+    skipped = set(options.skip)
+    steps = set(options.only) if options.only else {"admission-opa", "admission"} - skipped
+    if admission.enabled and admission.engine == "opa" and admission.certificates == "generated" and \
+            steps & {"admission-opa", "admission"}:
+        raise ConfigError("admission.certificates: generated: the webhook's CA is generated by `up` and its private "
+                          "key lives only in a Secret of the cluster, so it cannot live in Git",
+                          "set admission.certificates: cert-manager (the export then carries the Issuer, the "
+                          "Certificate and the CA-injector annotation, and no key), or admission.engine: vap (no "
+                          "webhook), or leave the webhook out: --skip admission-opa,admission")
+
+
+def _refuse_unknown_facts(made) -> None:
+    unknown = bundle_module.values_without_facts(made)
+    if unknown:
+        raise UsageError(f"the GPU nodes' facts were not read, and they decide {', '.join(unknown)} (unknown is not "
+                         f"absent: the export does not guess them)",
+                         "pass --preflight-report FILE (a saved `gpu-bootstrap doctor -o json`), or export online so "
+                         "the facts are read over SSH or by the in-cluster probe (--via)")
+
+
+def _refuse_local_charts(made, engine: str) -> None:
+    if engine not in ("argocd", "flux"):
+        return
+    for unit in made.units:
+        release = unit.release
+        if release is not None and release.repo is None and not release.chart.startswith("oci://"):
+            key = "gpu_operator.chart" if unit.step == "gpu-operator" else f"{unit.step.replace('-', '_')}.chart"
+            raise UsageError(f"{release.name}: the chart is a local file ({release.chart}), which {engine} cannot "
+                             f"fetch", f"set {key} to a chart in a repository the engine reaches (an oci:// "
+                                       f"reference on your mirror, or the chart repository), or use --format "
+                                       f"helmfile|manifests")
+
+
+def _render_charts(ctx, made) -> dict[str, str]:
+    from gpu_bootstrap.core.refs import Chart
+    rendered = {}
+    for unit in made.units:
+        release = unit.release
+        if release is None:
+            continue
+        try:
+            text = ctx.helm.template(release.name, Chart(release.chart, release.repo, release.version),
+                                     release.values, release.namespace, made.kube_version,
+                                     include_crds=True)
+        except GpuBootstrapError as error:
+            raise GpuBootstrapError(f"{release.name}: helm template could not render {release.chart}: "
+                                    f"{error.one_line()}", "--format manifests renders the charts here: set the "
+                                                           "chart to a local .tgz (helm pull) for an offline "
+                                                           "export") from None
+        kept, secrets = without_secrets(text)
+        made.withheld += [f"Secret {release.namespace}/{name} (chart {release.chart})" for name in secrets]
+        rendered[unit.id] = redact.manifests(kept)
+    return rendered
+
+
+def without_secrets(stream: str) -> tuple[str, list[str]]:
+    """A chart's rendered documents without its Secrets (their values do not go to Git), and their names."""
+    import re
+
+    import yaml
+    from gpu_bootstrap.adapters.helm import _CrdLoader
+    kept, names = [], []
+    for document in re.split(r"(?m)^---[ \t]*$", stream):
+        try:
+            loaded = yaml.load(document, Loader=_CrdLoader)
+        except yaml.YAMLError:
+            loaded = None
+        if isinstance(loaded, dict) and loaded.get("kind") == "Secret" and loaded.get("apiVersion") == "v1":
+            names.append((loaded.get("metadata") or {}).get("name", ""))
+            continue
+        kept.append(document)
+    return "---".join(kept), names
+
+
+# --- the folder ------------------------------------------------------------------------------------------------------
+def check_folder(folder: Path) -> None:
+    """DIR is new, empty, or a previous export (its marker lists what it wrote); anything else is refused, so an
+    export never mixes with or removes files it did not write."""
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"-o {folder} exists and is not a directory")
+    if folder.is_dir() and not (folder / MARKER).is_file():
+        others = [p.name for p in folder.iterdir() if p.name not in (".git",)]
+        if others:
+            raise UsageError(f"-o {folder} is not empty and holds no earlier export ({', '.join(sorted(others)[:4])})",
+                             "give a new or empty folder")
+
+
+def write(folder: Path, files: dict[str, str]) -> list[str]:
+    """Remove what the last export wrote, then write these files: folders 0700, files 0600 (as --render-dir)."""
+    from gpu_bootstrap.pipeline.render_dir import _write_private
+    marker = folder / MARKER
+    if marker.is_file():
+        for name in json.loads(marker.read_text()).get("files", []):
+            path = (folder / name).resolve()
+            if folder.resolve() in path.parents and path.is_file():
+                path.unlink()
+        for path in sorted(folder.rglob("*"), reverse=True):  # folders the last export left empty
+            if path.is_dir() and path.name != ".git" and ".git" not in path.parts and not any(path.iterdir()):
+                shutil.rmtree(path)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for name, text in sorted(files.items()):
+        path = folder / name
+        for parent in reversed(path.relative_to(folder).parents[:-1]):
+            (folder / parent).mkdir(exist_ok=True, mode=0o700)
+        _write_private(path, text if text.endswith("\n") else text + "\n")
+    _write_private(marker, json.dumps({"files": sorted(files)}, indent=1) + "\n")
+    return sorted(files)
+
+
+# --- README ----------------------------------------------------------------------------------------------------------
+HOW = {
+    "argocd": "Commit this folder, then `kubectl apply -n {ns} -f {path}/argocd/app-of-apps.yaml` once: the "
+              "app-of-apps creates one Application per unit below, each in its sync wave (Argo CD syncs a wave "
+              "only once the one before is healthy).",
+    "flux": "Commit this folder to the repository Flux syncs (GitRepository {source}), and add `{path}/flux` to "
+            "what it reconciles (or `kubectl apply -k {path}/flux`): one Kustomization per unit below, each "
+            "dependsOn the one before, with wait: true.",
+    "helmfile": "`helmfile apply` in this folder installs the units below in order (`needs`); our own objects are "
+                "local charts made from their folders' manifests.",
+    "manifests": "`kubectl apply --server-side -k <unit>` for each unit below, in order (wait for each to be ready); "
+                 "the charts are rendered here with `helm template` (CRDs included).",
+}
+
+
+def readme(made, engine: str, target: Target, secrets: dict[str, list[str]], options) -> str:
+    lines = [f"# gpu-bootstrap export ({engine})", "",
+             f"What `gpu-bootstrap up` would apply to a fresh cluster of Kubernetes {made.kube_version} with these "
+             f"GPU nodes, for {engine}. Written by `gpu-bootstrap export`; export again to update it (the files of "
+             f"the last export are replaced, others kept).", "",
+             HOW[engine].format(ns=target.argocd_namespace, path=target.path.strip("/") or ".",
+                                source=f"{target.flux_namespace}/{target.flux_source}"), "",
+             "## Units, in order", "", "| unit | step | what |", "|---|---|---|"]
+    for unit in made.units:
+        if unit.release:
+            what = f"chart {unit.release.chart} {unit.release.version or ''} as release " \
+                   f"{unit.release.namespace}/{unit.release.name}"
+        else:
+            what = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in unit.objects[:4]) + \
+                (f" and {len(unit.objects) - 4} more" if len(unit.objects) > 4 else "")
+        lines.append(f"| {unit.id} | {unit.step} | {what} |")
+    config = f" -c {options.config}" if options.config else ""
+    lines += ["", "## What stays imperative", ""]
+    if made.imperative:
+        lines.append("These are not objects a GitOps engine can own; run them once per cluster (and when nodes "
+                     "join), after the engine synced:")
+        lines += ["", "```", f"gpu-bootstrap up --only {','.join(made.imperative)}{config}", "```", ""]
+        for step, planned in made.imperative.items():
+            lines += [f"- {step}:"] + [f"  - {line}" for line in planned[:6]] + \
+                ([f"  - ... and {len(planned) - 6} more"] if len(planned) > 6 else [])
+        lines += ["", "Karpenter pools (`pools` in the config) carry the taint and labels for the nodes they "
+                      "launch, so those need no command."]
+    else:
+        lines.append("Nothing: every change of the plan is an object here.")
+    lines += ["", "## Secrets", ""]
+    if secrets:
+        lines.append("Secret values of the config were left out of this folder. Create them in the cluster:")
+        for release, paths in secrets.items():
+            if engine == "flux":
+                lines.append(f"- `{release}`: a Secret `{formats.secret_name(release)}` in {target.flux_namespace}, one key "
+                             f"per value (the HelmRelease's valuesFrom reads them): {', '.join(paths)}")
+            else:
+                lines.append(f"- `{release}`: {', '.join(paths)}: encrypt them with SOPS (or your secret manager) "
+                             f"and merge them into the release's values")
+    elif not made.withheld:
+        lines.append("No secret value is in this folder, and none was left out.")
+    if made.withheld:
+        lines.append("Secrets the charts render were left out (their values do not go to Git): "
+                     + ", ".join(made.withheld) + ". Create them in the cluster (sealed-secrets, SOPS or your secret "
+                     "manager) before the units that use them, or let the chart make them: --format flux|argocd|"
+                     "helmfile install the chart itself.")
+    if made.redacted:
+        lines.append("Objects with a secret-looking value replaced by `<redacted>` (keep it in a Secret): "
+                     + ", ".join(made.redacted))
+    lines += ["", "## Ownership and teardown", "",
+              f"Every object of ours here carries the label app.kubernetes.io/managed-by=gpu-bootstrap (so "
+              f"`gpu-bootstrap status` and `doctor` keep working) and the annotation "
+              f"gpu-bootstrap.io/exported-to={engine}. `gpu-bootstrap teardown` refuses to delete what a GitOps "
+              f"engine owns: remove the unit from Git and let the engine prune it."]
+    return "\n".join(lines) + "\n"

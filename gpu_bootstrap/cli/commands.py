@@ -1,0 +1,469 @@
+"""The `gpu-bootstrap` command line: flags in, calls to app/ out, results to ui.py; errors are caught once, here.
+
+The options every command shares are declared once (SHARED) and added to each command by @command. Heavy modules
+(pydantic, rich, kubernetes, paramiko, cryptography) are imported inside the commands so `--help` starts fast.
+"""
+import re
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from typer import Option
+from typer.core import TyperGroup
+
+from gpu_bootstrap import __version__
+from gpu_bootstrap.cli.common import CLUSTER, PIPELINE, Output, options_from, run
+from gpu_bootstrap.cli.common import command as _command
+from gpu_bootstrap.cli.status import register as register_status
+from gpu_bootstrap.core.errors import EXIT_FAILED, GpuBootstrapError
+
+class _Group(TyperGroup):
+    """`up --dry-run` alone means `--dry-run=server`; `--dry-run=client` is kubectl's other spelling. Click cannot
+    give an option a value that may be left out, so the bare flag gets its value here, before parsing."""
+
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, dry_run_default(list(args)))
+
+
+def dry_run_default(args: list[str]) -> list[str]:
+    """`up ... --dry-run ...` -> `up ... --dry-run=server ...` (only for `up`, only before a `--`)."""
+    command = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if command is None or args[command] != "up":
+        return args
+    out = list(args)
+    for index in range(command + 1, len(out)):
+        if out[index] == "--":
+            break
+        if out[index] == "--dry-run":
+            out[index] = "--dry-run=server"
+    return out
+
+
+app = typer.Typer(
+    name="gpu-bootstrap", cls=_Group,
+    help="Turn a Kubernetes cluster with NVIDIA GPU nodes into a GPU platform, in one resumable command.\n\n"
+         "Start with [bold]gpu-bootstrap init[/] to write a config, [bold]gpu-bootstrap doctor[/] to check the "
+         "cluster and nodes, then [bold]gpu-bootstrap up --dry-run[/] to see the plan and [bold]gpu-bootstrap up"
+         "[/] to apply it. Interrupted runs resume where they stopped.",
+    no_args_is_help=True, rich_markup_mode="rich", pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]})
+
+
+class DryRun(str, Enum):
+    server = "server"
+    client = "client"
+
+
+class Via(str, Enum):
+    ssh = "ssh"
+    cluster = "cluster"
+    auto = "auto"
+
+
+VIA_HELP = ("How to read the node facts: ssh (from this machine), cluster (a short-lived read-only probe pod on each "
+            "node, no SSH keys), or auto (ssh when the config has an `ssh` section or node addresses, else cluster). "
+            "Default: the config's preflight.via.")
+
+
+def command(*shared: str):
+    return _command(app, *shared)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpu-bootstrap {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, Option("--version", callback=_version, is_eager=True,
+                                        help="Print the version and exit.")] = False) -> None:
+    """Turn a Kubernetes cluster with NVIDIA GPU nodes into a GPU platform, in one resumable command."""
+
+
+@command(*PIPELINE)
+def up(common, dry_run: Annotated[Optional[DryRun], Option("--dry-run", metavar="[=server|=client]", help=(
+        "Plan every step and apply nothing. --dry-run (=server): the plan reads real state and the API validates "
+        "each change (a server-side dry run, authorized like the write: the dry-run role). --dry-run=client: the "
+        "plan is made from what can be read with get/list/watch, without Secrets (the plan role), and sends "
+        "nothing; what it cannot read it reports as unknown."))] = None,
+       offline: Annotated[bool, Option("--offline", help=(
+           "With --dry-run: no cluster and no SSH needed; plans against fresh nodes (the CI mode)."))] = False,
+       kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y[.Z]", help=(
+           "With --offline: the Kubernetes version to plan for (default 1.33.0)."))] = None,
+       preflight_report: Annotated[Optional[Path], Option("--preflight-report", metavar="FILE", help=(
+           "Node facts from a saved 'gpu-bootstrap doctor -o json' instead of SSH."))] = None,
+       render_dir: Annotated[Optional[Path], Option("--render-dir", metavar="DIR", help=(
+           "Write each step's exact manifests and patches to DIR/NN-STEP/."))] = None,
+       allow_operand_restart: Annotated[bool, Option("--allow-operand-restart", help=(
+           "Let a plan change the driver, toolkit or runtime values of a running gpu-operator (it restarts the "
+           "operands on every GPU node)."))] = False,
+       via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None) -> None:
+    """Bring the cluster to the configured state, step by step; resumes where a previous run stopped.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap up                        # apply
+      gpu-bootstrap up --dry-run              # the plan, checked by the API
+      gpu-bootstrap up --dry-run=client       # read-only plan (pull requests' CI)
+      gpu-bootstrap up --dry-run --offline --render-dir out/
+      gpu-bootstrap up --only node-prep -o json
+    """
+    mode = dry_run.value if dry_run else None
+    options = options_from(common, dry_run=mode is not None, dry_run_mode=mode or "server", offline=offline,
+                           kube_version=kube_version,
+                       preflight_report=preflight_report, render_dir=render_dir,
+                       allow_operand_restart=allow_operand_restart, via=via.value if via else None)
+
+    def body():
+        from gpu_bootstrap.app import commands as application
+        from gpu_bootstrap.cli.ui import JsonReporter, RichReporter, show_results
+        reporter = JsonReporter() if options.json else RichReporter(mode is not None)
+        results, playbook = application.up(options, reporter)
+        note = f"rendered manifests: {render_dir}/" if render_dir else None
+        flag = {None: "", "server": " --dry-run", "client": " --dry-run=client"}[mode]
+        if not show_results(results, reporter, options.json, f"gpu-bootstrap up{flag} ({playbook.name})", note,
+                            plan=mode is not None):
+            raise typer.Exit(EXIT_FAILED)
+
+    run("up", common, body)
+
+
+@command("playbook", *CLUSTER)
+def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,B", help=(
+        "Check only these nodes."))] = None,
+           no_cluster: Annotated[bool, Option("--no-cluster", help=(
+               "Check the nodes only (no Kubernetes API needed), e.g. before they join."))] = False,
+           no_nodes: Annotated[bool, Option("--no-nodes", help="Check the cluster and steps only (no SSH).")] = False,
+           via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None,
+           ) -> None:
+    """Check the cluster, every GPU node (over SSH, or with --via cluster a probe pod per node) and every step,
+    without changing anything.
+
+    Exit 0 when no check failed, 1 otherwise. Node checks: ssh, nvidia-driver, nouveau, container-runtime,
+    nvidia-container-toolkit — each pass, warn, fail or skip, with what to do about it.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap doctor
+      gpu-bootstrap doctor --nodes node5,node6 --no-cluster
+      gpu-bootstrap doctor -o json > report.json  # up --preflight-report
+      gpu-bootstrap doctor --via cluster      # no SSH: a probe pod per node
+    """
+    options = options_from(common, no_nodes=no_nodes, no_cluster=no_cluster, via=via.value if via else None)
+
+    def body():
+        from gpu_bootstrap.app import commands as application
+        from gpu_bootstrap.cli.ui import doctor_document, doctor_tables, print_json
+        report = application.doctor(options, nodes)
+        if options.json:
+            print_json(doctor_document(report))
+        else:
+            doctor_tables(report.rows, report.nodes)
+        if not report.ok:
+            raise typer.Exit(EXIT_FAILED)
+
+    run("doctor", common, body)
+
+
+register_status(app)  # `status` (its flags live in status.py), listed after doctor
+
+
+class ImagesOutput(str, Enum):
+    text = "text"
+    json = "json"
+    hauler = "hauler"
+    zarf = "zarf"
+    skopeo = "skopeo"
+
+
+@command("playbook", "config", "kubeconfig", "context", "verbose", "log_file")
+def images(common, offline: Annotated[bool, Option("--offline", help=(
+        "No cluster and no SSH: list for --kube-version and the nodes in --preflight-report."))] = False,
+           kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y[.Z]", help=(
+               "With --offline: the Kubernetes version to list for (default 1.33.0)."))] = None,
+           preflight_report: Annotated[Optional[Path], Option("--preflight-report", metavar="FILE", help=(
+               "Node facts (the GPU nodes' OS) from a saved 'gpu-bootstrap doctor -o json' instead of SSH."))] = None,
+           check: Annotated[bool, Option("--check", help=(
+               "Ask registry.mirror for each image (a HEAD on its manifest, OCI distribution API); exit 1 when any "
+               "is missing. Credentials come from your docker config file."))] = False,
+           output: Annotated[ImagesOutput, Option("-o", "--output", help=(
+               "text for people, json for machines, or a mirroring tool's file on stdout: hauler (an Images "
+               "manifest), zarf (a package's zarf.yaml), skopeo (a `skopeo sync --src yaml` file)."))
+                             ] = ImagesOutput.text) -> None:
+    """List every image the configured platform pulls on this cluster: our own, the charts' (hooks included) and the
+    gpu-operator's operands (the driver per GPU node OS), sorted, each once, with who pulls it.
+
+    With registry.mirror set, each line shows the image on the mirror and where to copy it from. Nothing is changed.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap images
+      gpu-bootstrap images --offline --kube-version 1.31 --preflight-report report.json -o json
+      gpu-bootstrap images --check            # is every image in registry.mirror?
+      gpu-bootstrap images -o hauler > images.yaml && hauler store sync -f images.yaml
+      gpu-bootstrap images -o skopeo > sync.yaml && skopeo sync --src yaml --dest docker sync.yaml MIRROR
+    """
+    common["output"] = Output.json if output == ImagesOutput.json else Output.text
+    options = options_from(common, offline=offline, kube_version=kube_version, preflight_report=preflight_report)
+
+    def body():
+        from gpu_bootstrap.app import commands as application
+        found = application.images(options)
+        if output.value in ("hauler", "zarf", "skopeo"):
+            from gpu_bootstrap.app.export import mirror
+            if found.incomplete:
+                from gpu_bootstrap.core.errors import GpuBootstrapError
+                raise GpuBootstrapError(f"the image list is incomplete: {'; '.join(found.incomplete)}",
+                                        "gpu-bootstrap images says which chart could not be rendered")
+            text = {"hauler": mirror.hauler, "skopeo": mirror.skopeo,
+                    "zarf": lambda f: mirror.zarf(f, __version__)}[output.value](found)
+            typer.echo(text, nl=False)
+            return
+        from gpu_bootstrap.cli.images_view import show_images
+        present = application.check_images(found) if check else None
+        if not show_images(found, present, options.json):
+            raise typer.Exit(EXIT_FAILED)
+
+    run("images", common, body)
+
+
+class ExportFormat(str, Enum):
+    argocd = "argocd"
+    flux = "flux"
+    helmfile = "helmfile"
+    manifests = "manifests"
+
+
+@command("playbook", "only", "skip", "config", "kubeconfig", "context", "verbose", "log_file")
+def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
+        "argocd: an app-of-apps of Applications in sync waves; flux: Kustomizations (dependsOn) and HelmReleases; "
+        "helmfile: a helmfile.yaml with needs; manifests: plain YAML with the charts rendered."))],
+           out: Annotated[Path, Option("-o", "--out", metavar="DIR", help=(
+               "Where to write (new, empty, or an earlier export, whose files are replaced)."))],
+           repo_url: Annotated[Optional[str], Option("--repo-url", metavar="URL", help=(
+               "argocd: the Git repository DIR is committed to."))] = None,
+           repo_path: Annotated[Optional[str], Option("--repo-path", metavar="PATH", help=(
+               "DIR's path inside that repository (default: DIR as given, relative)."))] = None,
+           revision: Annotated[str, Option("--revision", metavar="REF", help=(
+               "argocd: the branch, tag or commit to sync."))] = "HEAD",
+           flux_source: Annotated[str, Option("--flux-source", metavar="NAMESPACE/NAME", help=(
+               "flux: the GitRepository that holds DIR."))] = "flux-system/flux-system",
+           offline: Annotated[bool, Option("--offline", help=(
+               "No cluster and no SSH: export for --kube-version and the nodes in --preflight-report."))] = False,
+           kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y[.Z]", help=(
+               "With --offline: the Kubernetes version to export for (default 1.33)."))] = None,
+           preflight_report: Annotated[Optional[Path], Option("--preflight-report", metavar="FILE", help=(
+               "The GPU nodes' facts from a saved 'gpu-bootstrap doctor -o json'."))] = None,
+           via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None) -> None:
+    """Write what `up` would apply to this cluster as a GitOps engine's objects: the charts with the values derived
+    from your GPU nodes' facts (each with its reason), our own objects as plain manifests, in the playbook's order.
+    Nothing is changed on the cluster.
+
+    Taints and labels on existing nodes and the validation run stay commands (DIR/README.md names them). A
+    generated webhook CA cannot live in Git: use admission.certificates: cert-manager. No secret is written.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap export --format flux -o clusters/prod/gpu
+      gpu-bootstrap export --format argocd -o gpu --repo-url https://git.example.com/fleet.git
+      gpu-bootstrap export --format helmfile -o gpu --offline --kube-version 1.31 --preflight-report report.json
+    """
+    options = options_from(common, offline=offline, kube_version=kube_version, preflight_report=preflight_report,
+                           via=via.value if via else None)
+    namespace, _, name = flux_source.rpartition("/")
+
+    def body():
+        from gpu_bootstrap.app.export.command import export as run_export
+        from gpu_bootstrap.app.export.formats import Target
+        target = Target(repo_url=repo_url, revision=revision, path=repo_path or _relative(out),
+                        flux_namespace=namespace or "flux-system", flux_source=name)
+        done = run_export(options, format_.value, out, target)
+        typer.echo(f"wrote {len(done.files)} files to {out}/ ({format_.value}): {len(done.bundle.units)} units, "
+                   f"in order: {', '.join(u.id for u in done.bundle.units)}")
+        if done.bundle.imperative:
+            typer.echo(f"not declarative (see {out}/README.md): gpu-bootstrap up --only "
+                       f"{','.join(done.bundle.imperative)}")
+        for release, paths in done.secrets.items():
+            typer.echo(f"secret values left out of {release}: {', '.join(paths)} (see {out}/README.md)")
+
+    run("export", common, body)
+
+
+def _relative(path: Path) -> str:
+    return path.as_posix() if not path.is_absolute() else path.name
+
+
+@command(*PIPELINE)
+def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
+        "Show what would be removed; change nothing."))] = False,
+             yes: Annotated[bool, Option("-y", "--yes", help="Do not ask for confirmation.")] = False,
+             purge_crds: Annotated[bool, Option("--purge-crds", help=(
+                 "Also delete the gpu-operator's CRDs (and every object of them); kept by default."))] = False,
+             ) -> None:
+    """Undo what `up` did, last step first: removes exactly what gpu-bootstrap added, keeps what you added.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap teardown --dry-run
+      gpu-bootstrap teardown --yes
+    """
+    options = options_from(common, dry_run=dry_run, purge_crds=purge_crds)
+
+    def body():
+        from gpu_bootstrap.app import commands as application
+        from gpu_bootstrap.cli.ui import JsonReporter, RichReporter, confirm_teardown, show_results
+        reporter = JsonReporter() if options.json else RichReporter(dry_run)
+        results = application.teardown(options, reporter, None if yes else confirm_teardown, interactive())
+        show_results(results, reporter, options.json, f"gpu-bootstrap teardown{' --dry-run' if dry_run else ''}")
+
+    run("teardown", common, body)
+
+
+class Track(str, Enum):
+    A = "A"
+    B = "B"
+
+
+@command("config", "kubeconfig", "context", "output", "verbose", "log_file")
+def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=(
+        "Pod list in the Alibaba openb format (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...); an optional "
+        "node_affinity column holds a pod's required node affinity, e.g. \"nvidia.com/gpu.memory>40000\"."))],
+             nodes: Annotated[Optional[Path], Option("--nodes", metavar="CSV", help=(
+                 "Node inventory in the openb format (sn,cpu_milli,memory_mib,gpu,model); an optional labels column "
+                 "holds node labels (key=value,...)."))] = None,
+             from_cluster: Annotated[bool, Option("--from-cluster", help=(
+                 "Use the live cluster's schedulable nodes and what their pods already request, instead of "
+                 "--nodes."))] = False,
+             set_: Annotated[Optional[list[str]], Option("--set", metavar="KEY=VALUE", help=(
+                 "Try a scheduler setting without editing the config, e.g. --set strategy=RequestedToCapacityRatio "
+                 "(repeatable)."))] = None,
+             track: Annotated[Track, Option("--track", help=(
+                 "A: whole-GPU pods only (what kube-scheduler sees exactly). B: every pod, fractional GPUs rounded "
+                 "up to one."))] = Track.A,
+             seeds: Annotated[int, Option("--seeds", min=1, max=100, help="Random seeds (42, 43, ...); medians are "
+                                                                         "reported.")] = 5,
+             tune: Annotated[float, Option("--tune", help="Arrivals stop at this multiple of the GPU capacity.")] = 1.3,
+             policy: Annotated[Optional[list[str]], Option("--policy", metavar="NAME", help=(
+                 "Also compare a built-in policy: random, blog-recipe (repeatable)."))] = None,
+             default_nodes_to_score: Annotated[int, Option("--default-nodes-to-score", metavar="PCT", help=(
+                 "percentageOfNodesToScore for the default profile (100: every node; 0: adaptive)."))] = 100,
+             departures: Annotated[float, Option("--departures", metavar="P", help=(
+                 "Churn: after each arrival a random running pod leaves with this probability."))] = 0.0,
+             workers: Annotated[Optional[int], Option("--workers", min=1, help=(
+                 "Processes (default: one per core)."))] = None,
+             plot_file: Annotated[Optional[Path], Option("--plot", metavar="FILE.png", help=(
+                 "Draw GPU allocation against arrived demand for each policy (needs matplotlib)."))] = None,
+             sharing: Annotated[bool, Option("--sharing", help=(
+                 "GPUs the trace's GPU pods need: whole GPUs, shared (milli-GPU) under each FGD-paper policy, and "
+                 "time-slicing with --replicas per GPU and the device plugin's distributed/packed allocation."))] = False,
+             replicas: Annotated[int, Option("--replicas", metavar="N", help=(
+                 "Time-slicing replicas per GPU for --sharing (as gpu_operator.sharing.replicas).")
+             )] = 4,
+             kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y", help=(
+                 "The kube-scheduler version to model (its scoring changed in 1.36: BalancedAllocation scores the "
+                 "change a pod makes to a node's balance). Default: the cluster's with --from-cluster, else 1.33."
+             ))] = None) -> None:
+    """Replay a GPU workload trace onto nodes with kube-scheduler's scoring: the default profile against the
+    bin-packing profile `up` deploys (from your config's `scheduler` section), before you deploy it.
+
+    Pods are drawn at random from --pods until their GPU requests reach --tune x the GPUs, then placed one by one.
+    Reported per policy (medians over seeds): GPUs allocated at 100% and 130% arrived, fragmentation failures
+    (a pod rejected although enough GPUs were free in total), when the first one came, stranded GPUs, and free
+    8-GPU nodes; with an offline first-fit-decreasing reference.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap simulate --nodes N.csv --pods P.csv
+      gpu-bootstrap simulate --nodes N.csv --pods P.csv --track B --plot p.png
+      gpu-bootstrap simulate --from-cluster --pods P.csv --set fit_weight=2
+      gpu-bootstrap simulate --nodes N.csv --pods P.csv --sharing --replicas 4
+    """
+    from gpu_bootstrap.sim.command import SimOptions
+    if kube_version is not None and not re.fullmatch(r"v?1\.\d+(\.\d+)?", kube_version):
+        raise typer.BadParameter(f"{kube_version!r} is not a Kubernetes version (e.g. 1.36 or 1.37.2)",
+                                 param_hint="--kube-version")
+    sim_options = SimOptions(pods, nodes, from_cluster, list(set_ or []), track.value, seeds, tune, list(policy or []),
+                             default_nodes_to_score, departures, workers, sharing, replicas,
+                             kube_version.removeprefix("v") if kube_version else None)
+
+    def body():
+        from gpu_bootstrap.app import commands as application
+        from gpu_bootstrap.cli.ui import show_simulation
+        show_simulation(lambda progress=None: application.simulate(sim_options, options_from(common), progress),
+                        common["output"] == Output.json, plot_file)
+
+    run("simulate", common, body)
+
+
+class RbacFor(str, Enum):
+    plan = "plan"
+    dry_run = "dry-run"
+    up = "up"
+    status = "status"
+    doctor = "doctor"
+
+
+@command("config", "playbook", "verbose", "log_file")
+def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
+        "The command to grant: plan (up --dry-run=client: read-only, no Secrets; for pull requests' CI), dry-run "
+        "(up --dry-run: write-equivalent for what up writes; for a trusted main-branch job), up (applies), status "
+        "or doctor."))],
+         service_account: Annotated[Optional[str], Option("--service-account", metavar="NAMESPACE/NAME", help=(
+             "Also bind the roles to this ServiceAccount."))] = None) -> None:
+    """Print the least-privilege RBAC a command needs for the configured steps: a ClusterRole, plus a Role in each
+    namespace where namespaced access suffices. No `*` verb or resource.
+
+    [bold]Examples[/]
+
+      gpu-bootstrap rbac --for plan --service-account ci/pr-plan > rbac.yaml
+      gpu-bootstrap rbac --for dry-run --service-account ci/main > rbac.yaml
+      gpu-bootstrap rbac --for status | kubectl apply -f -
+    """
+    def body():
+        from gpu_bootstrap.app import commands as application
+        typer.echo(application.rbac(options_from(common), for_.value, service_account), nl=False)
+
+    run("rbac", common, body)
+
+
+@app.command()
+def init(path: Annotated[Path, typer.Argument(help="Where to write the example config.")] = Path("gpu-bootstrap.yaml"),
+         force: Annotated[bool, Option("--force", help="Overwrite an existing file.")] = False) -> None:
+    """Write a commented example config (every section, with its defaults) to start from, and beside it
+    gpu-bootstrap.schema.json, which the config's first line names so that editors (the YAML language server)
+    complete and check every key."""
+    from gpu_bootstrap.app.commands import write_example
+    try:
+        written = write_example(path, force)
+    except GpuBootstrapError as error:
+        from gpu_bootstrap.cli.ui import print_error
+        print_error(error.one_line(), None)
+        raise typer.Exit(error.exit_code)
+    typer.echo(f"wrote {written} (and {written.parent / 'gpu-bootstrap.schema.json'} for your editor); edit `nodes`, "
+               f"then run: gpu-bootstrap doctor -c {written}")
+
+
+@app.command()
+def version() -> None:
+    """Print the gpu-bootstrap version."""
+    typer.echo(f"gpu-bootstrap {__version__}")
+
+
+def interactive() -> bool:
+    """Can we ask a question? (a terminal on stdin)"""
+    return sys.stdin.isatty()
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        from gpu_bootstrap.core import interrupts
+        sys.exit(interrupts.exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

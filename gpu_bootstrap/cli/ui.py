@@ -1,0 +1,445 @@
+"""Everything people see: progress and tables (rich), the JSON document for machines, and the log file.
+
+The pipeline reports through a Reporter and never touches the screen itself.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from gpu_bootstrap.pipeline.context import LogReporter
+from gpu_bootstrap.core.errors import UsageError
+from gpu_bootstrap.core.paths import state_dir
+
+STATUS_STYLE = {"applied": "green", "unchanged": "dim", "probed": "green", "skipped": "dim", "planned": "cyan",
+                "incomplete": "yellow", "unknown": "yellow", "failed": "bold red", "interrupted": "yellow",
+                "undone": "green", "pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+STATUS_ICON = {"applied": "✔", "unchanged": "·", "probed": "✔", "skipped": "-", "planned": "→", "incomplete": "!",
+               "unknown": "?", "failed": "✘", "interrupted": "!", "undone": "✔", "pass": "✔", "warn": "!", "fail": "✘", "skip": "-"}
+WIDTH_WHEN_NOT_A_TERMINAL = 200  # logs and pipes: never fold a table at 80 columns
+KEEP_LOGS = 30
+
+
+# --- log file ----------------------------------------------------------------------------------------------------------
+def setup_logging(command: str, log_file: Path | None, verbose: int) -> Path:
+    """Log everything to a 0600 file (default under the user's state dir) and, with -v, to stderr."""
+    if log_file is None:
+        folder = state_dir() / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        log_file = folder / f"{command}-{stamp}-{os.getpid()}.log"
+        _prune(folder)
+    else:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(log_file, LOG_FLAGS, 0o600)
+    except OSError as error:
+        from gpu_bootstrap.core.errors import UsageError
+        if error.errno == errno.ELOOP:  # O_NOFOLLOW: the last part of the path is a symbolic link
+            raise UsageError(f"--log-file {log_file}: is a symbolic link; gpu-bootstrap does not write its log "
+                             f"through one (it could point anywhere)", "name the file itself") from None
+        raise UsageError(f"--log-file {log_file}: cannot open it: {error.strerror}",
+                         "use a file you can write, or leave --log-file out") from None
+    try:  # the mode above applies only to a new file: an existing one is made private too
+        import stat
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode) and stat.S_IMODE(mode) != 0o600:  # never /dev/null or a pipe
+            os.fchmod(fd, 0o600)
+    except PermissionError as error:
+        from gpu_bootstrap.core.errors import UsageError
+        raise UsageError(f"--log-file {log_file}: cannot make it private (0600): {error.strerror}",
+                         "use a file you own, or leave --log-file out") from None
+    finally:
+        os.close(fd)
+    root = logging.getLogger("gpu_bootstrap")
+    root.setLevel(logging.DEBUG)
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        if isinstance(handler, logging.FileHandler):  # an earlier run in this process: close its file
+            handler.close()
+    file_handler = PrivateFileHandler(log_file)
+    file_handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(file_handler)
+    if verbose:
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+        stream.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(stream)
+    root.propagate = False
+    return log_file
+
+
+# Opening the log: never through a symbolic link (O_NOFOLLOW), created 0600
+LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class PrivateFileHandler(logging.FileHandler):
+    """A FileHandler that opens its file with LOG_FLAGS: a link put in the file's place after the check in
+    setup_logging is refused (ELOOP) instead of followed."""
+
+    def _open(self):
+        return open(os.open(self.baseFilename, LOG_FLAGS, 0o600), "a", encoding=self.encoding or "utf-8",
+                    errors=self.errors)
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log line with secret-looking text redacted (gpu_bootstrap.security.redact): a helm error or an API answer that
+    quotes a value must not carry it into the log file."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from gpu_bootstrap.security import redact
+        return redact.text(super().format(record))
+
+
+def _prune(folder: Path) -> None:
+    logs = sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    for old in logs[:-KEEP_LOGS]:
+        try:
+            old.unlink()
+        except OSError:
+            pass
+
+
+def escape(text: str) -> str:
+    """Text for the screen: rich markup escaped, and secret-looking parts redacted (security/redact.py), since a
+    message may quote what an API server or helm said about a value."""
+    from rich.markup import escape as rich_escape
+
+    from gpu_bootstrap.security.redact import text as redacted
+    return rich_escape(redacted(text))
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else WIDTH_WHEN_NOT_A_TERMINAL
+    # soft_wrap: never split a path or message in logs
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+
+
+# --- reporters ------------------------------------------------------------------------------------------------------------
+Reporter = LogReporter  # silent: logs what happens
+
+
+class RichReporter(Reporter):
+    """Progress per step and each change as it happens, for people at a terminal."""
+
+    def __init__(self, dry_run: bool = False):
+        self.out = console()
+        self.dry_run = dry_run
+        self._status = None
+
+    def step_started(self, step) -> None:
+        super().step_started(step)
+        if self.out.is_terminal:
+            self._status = self.out.status(f"[bold]{step.id}[/] {escape(step.title)} …")
+            self._status.start()
+        else:
+            self.out.print(f"[bold]{step.id}[/] {step.title} …")
+
+    def _stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def step_finished(self, result) -> None:
+        super().step_finished(result)
+        self._stop()
+        style = STATUS_STYLE.get(result.status, "")
+        count = f" ({result.changes} change{'s' if result.changes != 1 else ''})" if result.changes else ""
+        message = f" — {escape(result.message)}" if result.message else ""
+        self.out.print(f"[{style}]{STATUS_ICON.get(result.status, ' ')} {result.id}: {result.status}{count}[/]"
+                       f"[dim]{message}[/]")
+
+    def change(self, step_id: str, change, applied: bool) -> None:
+        super().change(step_id, change, applied)
+        verb = "[green]changed[/]" if applied else "[cyan]would change[/]"
+        reason = f" [dim]← {escape(change.reason)}[/]" if change.reason else ""
+        self.out.print(f"    {verb} {escape(str(change.target))}: {escape(change.summary)}{reason}")
+        for line in change.details:  # the paths of the user's values, never the values; escape() redacts the rest
+            self.out.print(f"        [dim]{escape(line)}[/]")
+
+    def warn(self, message: str) -> None:
+        super().warn(message)
+        console(stderr=True).print(f"[yellow]warning:[/] {escape(message)}")
+
+    def note(self, message: str) -> None:
+        super().note(message)
+        self.out.print(f"[dim]{escape(message)}[/]")
+
+    def summary(self, results, title: str) -> None:
+        from rich.table import Table
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for column in ("step", "status", "changes", "message"):
+            table.add_column(column, overflow="fold")
+        for result in results:
+            style = STATUS_STYLE.get(result.status, "")
+            table.add_row(result.id, f"[{style}]{result.status}[/]", str(result.changes), escape(result.message))
+        self.out.print(table)
+
+
+class JsonReporter(Reporter):
+    """Nothing on stdout until the end; then one JSON document."""
+
+    def summary(self, results, title: str) -> None:
+        pass
+
+
+def results_document(results, ok: bool, error: str | None = None, exit_code: int | None = None) -> dict:
+    """The -o json contract of up and teardown: every step's outcome, ok, and the error when there was one."""
+    from gpu_bootstrap.security.redact import text as redacted
+    document = {"steps": [{**r.to_json(), "message": redacted(r.message)} for r in results], "ok": ok}
+    if error is not None:
+        document.update(error=redacted(error), exit_code=exit_code)
+    return document
+
+
+def plan_verdict(results) -> str:
+    """One line for a dry run: the changes it would make, or "no changes", and the steps it could not judge."""
+    planned = [r.id for r in results if r.status in ("planned", "incomplete")]
+    unknown = [r.id for r in results if r.status == "unknown"]
+    total = sum(r.changes for r in results if r.status in ("planned", "incomplete"))
+    text = f"{total} change(s) planned in {', '.join(planned)}" if planned else "no changes"
+    if unknown:
+        text += (f"; unknown: {', '.join(unknown)} (their state is in Secrets this identity may not read, so "
+                 f"neither changes nor their absence can be said)")
+    return text
+
+
+def show_results(results, reporter, as_json: bool, title: str, note: str | None = None, plan: bool = False) -> bool:
+    """The summary of up or teardown (a table, or the JSON document); a failed step is also named on stderr.
+    `plan`: a dry run, summed up in one line (plan_verdict; "plan" in the JSON). Returns whether every step
+    succeeded."""
+    failed = next((f"[{r.id}] {r.message}" for r in results if r.status in ("failed", "interrupted")), None)
+    if as_json:
+        document = results_document(results, not failed, failed, 1 if failed else None)
+        if plan:
+            document["plan"] = plan_verdict(results)
+        print_json(document)
+    else:
+        reporter.summary(results, title)
+        if plan:
+            reporter.note(f"plan: {plan_verdict(results)}")
+        if note:
+            reporter.note(note)
+    if failed:
+        print_error(failed, None)
+    return not failed
+
+
+def doctor_document(report) -> dict:
+    from gpu_bootstrap.security.redact import text as redacted
+    return {"checks": [{"id": name, "status": c.status, "message": redacted(c.message)} for name, c in report.rows],
+            "nodes": [r.to_json() for r in report.nodes], "ok": report.ok}
+
+
+def confirm_teardown(plans) -> bool:
+    """Show what teardown will change and ask; only ever called with a terminal on stdin."""
+    from rich.prompt import Confirm
+    out = console()
+    total = sum(len(changes) for _step, changes in plans)
+    out.print(f"teardown will make {total} change(s):")
+    for step, changes in plans:
+        for change in changes:
+            out.print(f"  {step.id}: {change.describe()}", markup=False)
+    return Confirm.ask("Proceed?", default=False, console=out)
+
+
+def show_simulation(run, as_json: bool, plot_file: Path | None) -> None:
+    """Run a simulation (with a progress bar for people) and show its table, notes and plot, or its JSON."""
+    if as_json:
+        document = run()
+    else:
+        from rich.progress import Progress
+        with Progress(transient=True, console=console(stderr=True)) as bar:
+            task = bar.add_task("simulating", total=None)
+            document = run(progress=lambda: bar.advance(task))
+    if plot_file:
+        plot(document, plot_file)
+    if as_json:
+        print_json(document if "sharing" in document else
+                   document | {"policies": [{k: v for k, v in p.items() if k != "curve"}
+                                            for p in document["policies"]]})
+        return
+    out = console()
+    if "sharing" in document:
+        out.print(sharing_table(document))
+        for line in sharing_notes(document):
+            out.print(escape(line))
+        return
+    out.print(table(document))
+    for line in notes(document):
+        out.print(escape(line))
+    if plot_file:
+        out.print(f"plot: {escape(str(plot_file))}")
+
+
+def print_json(document: dict) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def print_error(message: str, log_file: Path | None) -> None:
+    err = console(stderr=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # escape() redacts: it may quote a value
+    if log_file is not None:
+        err.print(f"[dim]details: {escape(str(log_file))}[/]")
+
+
+# --- doctor -------------------------------------------------------------------------------------------------------------
+def _cell(check) -> str:
+    """Status icon plus the one fact that matters, for the node table."""
+    data = check.data or {}
+    summary = ""
+    if check.status in ("pass", "warn"):
+        if check.id == "ssh":
+            summary = f"{data.get('os_id', '')} {data.get('os_version', '')}"
+        elif check.id == "nvidia-driver":
+            gpus = data.get("gpus") or []
+            summary = data.get("driver_version") or "no driver"
+            if gpus:
+                summary += f" {len(gpus)}×{gpus[0]['name'].replace('NVIDIA ', '')[:18]}"
+        elif check.id == "container-runtime":
+            distro = data.get("distribution")
+            summary = f"{data.get('runtime')} {data.get('version') or ''}".strip()
+            summary += f" ({distro})" if distro and distro != "standard" else ""
+        elif check.id == "nvidia-container-toolkit":
+            state = ("default" if data.get("default_runtime") else "configured" if data.get("runtime_configured")
+                     else "not configured" if data.get("installed") else "absent")
+            summary = f"{data.get('version') or ''} {state}"
+        elif check.id == "nouveau":
+            summary = "loaded" if data.get("loaded") else "no"
+    style = STATUS_STYLE.get(check.status, "")
+    return f"[{style}]{STATUS_ICON.get(check.status, '')}[/] {escape(summary.strip() or check.status)}"
+
+
+def doctor_tables(rows, reports) -> None:
+    """The cluster/step checks, the node × check table, then every warning and failure in full."""
+    from rich.table import Table
+    out = console()
+    if rows:
+        table = Table(title="cluster and steps", title_justify="left")
+        for column in ("check", "status", "message"):
+            table.add_column(column, overflow="fold")
+        for name, check in rows:
+            style = STATUS_STYLE.get(check.status, "")
+            table.add_row(name, f"[{style}]{STATUS_ICON.get(check.status, '')} {check.status}[/]",
+                          escape(check.message))
+        out.print(table)
+    if not reports:
+        return
+    table = Table(title="GPU nodes", title_justify="left")
+    table.add_column("node")
+    for check in reports[0].checks:
+        table.add_column(check.id, overflow="fold")
+    for report in reports:
+        table.add_row(escape(report.name), *[_cell(c) for c in report.checks])
+    out.print(table)
+    for report in reports:
+        for check in report.checks:
+            if check.status in ("warn", "fail"):
+                style = STATUS_STYLE[check.status]
+                out.print(f"[{style}]{STATUS_ICON[check.status]} {escape(report.name)} {check.id}:[/] "
+                          f"{escape(check.message)}")
+
+
+# --- simulate -------------------------------------------------------------------------------------------------------
+def _pct(value) -> str:
+    return "never" if value is None else f"{value:.2f}"
+
+
+def table(document: dict):
+    from rich.table import Table
+    sizes = ("1", "2", "4", "8")
+    grid = Table(title=f"GPU packing, track {document['track']}, median of {document['seeds']} seed(s) "
+                       f"({document['inventory']['gpus']} GPUs on {document['inventory']['gpu_nodes']} nodes)",
+                 title_justify="left")
+    for column in ("policy", "alloc %\n@100", "alloc %\n@130", "1st frag\narrived %", "frag fails\n1/2/4/8",
+                   "stranded\nGPUs", "free GPUs\nused nodes", "free\n8-GPU nodes"):
+        grid.add_column(column, justify="left" if column == "policy" else "right",
+                        overflow="fold" if column == "policy" else "ellipsis")
+    for policy in document["policies"]:
+        frag = "/".join(f"{policy['frag_failures'].get(s, 0):g}" for s in sizes)
+        grid.add_row(escape(policy["name"]), _pct(policy["alloc_pct_at_100"]), _pct(policy["alloc_pct_at_130"]),
+                     _pct(policy["first_frag_failure_pct"]), frag, f"{policy['stranded_gpus']:g}",
+                     f"{policy['partial_free_gpus']:g}", f"{policy['free_8gpu_nodes']:g}")
+    offline = document["bounds"]["offline_ffd"]
+    grid.add_row("offline reference (FFD)", _pct(offline["alloc_pct_at_100"]), _pct(offline["alloc_pct_at_130"]),
+                 "", "", "", "", "", style="dim")
+    grid.add_row("aggregate bound", "100.00", "100.00", "", "", "", "", "", style="dim")
+    return grid
+
+
+def sharing_table(document: dict):
+    from rich.table import Table
+    pods = document["pods"]
+    grid = Table(title=f"GPUs needed by {pods['gpu_pods']} GPU pods ({pods['fractional_pods']} fractional, "
+                       f"{pods['gpu_equivalents']:g} GPU-equivalents), median of {document['seeds']} seed(s), on "
+                       f"{document['inventory']['gpus']} GPUs", title_justify="left")
+    for column in ("setup", "GPUs in use", "saved vs whole", "unplaced pods", "split pods"):
+        grid.add_column(column, justify="left" if column == "setup" else "right")
+    whole = document["sharing"][0]["gpus_in_use"]
+    for row in document["sharing"]:
+        grid.add_row(escape(row["setup"]), f"{row['gpus_in_use']:g}", f"{whole - row['gpus_in_use']:g}",
+                     f"{row['unplaced_pods']:g}", f"{row['split_pods']:g}")
+    return grid
+
+
+def sharing_notes(document: dict) -> list[str]:
+    return [f"whole GPUs: a fractional pod takes a whole GPU, placed by {document['scheduler']} "
+            f"({document['profile']}); {document['pods']['gpus_if_whole']} GPUs if every pod is placed.",
+            "shared: the FGD paper's milli-GPU model (a share of one GPU, GPU memory not modelled) under each policy; "
+            "only FGD-style schedulers (a custom scheduler or extender) can place pods this way.",
+            f"time-slicing x{document['replicas']}: the device plugin advertises {document['replicas']} replicas per "
+            f"GPU, a pod asks ceil(share x {document['replicas']}) of them, {document['scheduler']} places them; "
+            "distributed (default) or packed (device plugin v0.20.0+, gpu-operator v26.7.0+) picks the GPUs. "
+            "split pods: replicas on more GPUs than the pod asked for (it sees several GPUs, a share of each)."]
+
+
+def notes(document: dict) -> list[str]:
+    lines = ["alloc % @N: GPUs allocated, % of capacity, when N% of it had arrived. 1st frag: arrived % at the first "
+             "pod rejected although enough GPUs were free in total; frag 1/2/4/8: such rejections by pod size up to "
+             "100%. At 100%: stranded = free GPUs on nodes whose cpu or memory cannot take the smallest GPU pod, "
+             "free/used = free GPUs on partly used nodes, free 8-GPU = untouched 8-GPU nodes."]
+    lines += [f"{p['name']}: {p['profile']}" for p in document["policies"]]
+    if document.get("gap_closed_pct") is not None:
+        lines.append(f"{document['scheduler']} closes {document['gap_closed_pct']:.1f}% of the gap between the "
+                     f"default profile and the offline reference at 100% arrived")
+    speed = document["speed"]
+    lines.append(f"{document['arrivals_per_seed']:g} arrivals per seed; {speed['pods_per_second']} pods placed per "
+                 f"second per worker; {speed['seconds']}s on {speed['workers']} worker(s)")
+    return lines
+
+
+def plot(document: dict, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib", "pip install 'gpu-bootstrap[plot]'") from None
+    figure, axes = plt.subplots(figsize=(8, 5))
+    top = 100.0 * document["tune"]
+    axes.plot([0, 100, top], [0, 100, 100], color="grey", linestyle=":", label="aggregate bound")
+    for policy in document["policies"]:
+        arrived, allocated = zip(*policy["curve"]) if policy["curve"] else ((), ())
+        axes.plot(arrived, allocated, label=policy["name"])
+    axes.set_xlabel("arrived GPU demand, % of capacity")
+    axes.set_ylabel("GPUs allocated, % of capacity")
+    axes.set_title(f"GPU packing, track {document['track']} (first seed)")
+    axes.set_xlim(0, top)
+    axes.set_ylim(0, 102)
+    axes.legend(loc="lower right")
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    try:
+        figure.savefig(path, dpi=120)
+    except OSError as error:
+        raise UsageError(f"--plot {path}: {error.strerror}") from None
+    finally:
+        plt.close(figure)

@@ -1,0 +1,374 @@
+"""Least-privilege RBAC for each command: `gpu-bootstrap rbac --for plan|dry-run|up|status|doctor`.
+
+Three roles for the pipeline, from the least to the most:
+  plan     `up --dry-run=client`: get/list/watch only, and no Secrets at all (a helm release's record is a Secret
+           holding its values); for a pull request's CI, which runs code anyone may propose.
+  dry-run  `up --dry-run`: a server-side dry run of a write is authorized exactly like the write, so this role holds
+           create/patch on what `up` writes: it is write-equivalent for those resources, and for a trusted job only
+           (a main-branch pipeline). RBAC's escalation checks make it name the roles it may `bind` and `escalate`
+           (resourceNames: the roles our manifests and the charts bind or create, ROLE_NAMES), never all of them,
+           so a token bound to it cannot bind cluster-admin to itself. No delete, deletecollection or impersonate.
+  up       `up` itself: dry-run's rules plus what only a real run does (helm's installs, verify, removals).
+
+The table below says which API requests each step (and the pipeline around the steps) makes, by phase:
+  READ   what check/doctor read (every pipeline command),
+  WRITE  the changes its plan makes: `up --dry-run` sends the same requests with dryRun=All, which the API server
+         authorizes exactly like real ones (server-side apply of a new object needs `create` as well as `patch`),
+  RUN    what only a real `up` adds: verify's reads, helm's install (watches, hooks, its release Secrets),
+         removals of leftovers,
+  DOCTOR what only doctor adds (its probes).
+It was derived by recording the requests each command makes on the test emulator, and the tests keep it honest:
+`up --dry-run`, `doctor` and `status` run on the emulator as a token bound to their generated roles (the emulator
+enforces RBAC) and succeed with no request refused, and fail with a 403 naming the rule when one is removed
+(tests/test_rbac.py); every request of whole `up` runs (helm's included) and of doctor on a running stack is checked
+against the generated `up` and `doctor` roles (tests/test_monitoring_emulator.py, tests/test_gpu_operator_emulator.py). Namespaced needs become Roles in their namespace; needs that span namespaces (lists across the cluster,
+cluster-scoped objects) go into the ClusterRole. No rule uses `*`.
+
+The charts' own objects (kube-prometheus-stack, gpu-operator) are listed by kind in CHART_KINDS, from the charts the
+version catalogue picks (a test renders the local charts and checks every kind is there).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from gpu_bootstrap.core.objects import STATE_NAMESPACE
+
+COMMANDS = ("plan", "dry-run", "up", "status", "doctor")
+PLAN_VERBS = ("get", "list", "watch")  # all the plan role may do
+READ, WRITE, RUN, DOCTOR = "read", "write", "run", "doctor"
+CLUSTER = None  # a need's scope: cluster-wide (ClusterRole); else the key of a namespace in `namespaces()`
+APPLY = ("get", "patch", "create")  # server-side apply: patch, plus create when the object is new
+HELM = ("get", "list", "watch", "create", "update", "patch", "delete")  # helm install/upgrade --wait, hooks
+
+
+@dataclass(frozen=True)
+class Need:
+    group: str
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    scope: str | None = CLUSTER  # None: every namespace / cluster-scoped; else a key of namespaces(config)
+    names: tuple[str, ...] = ()  # resourceNames: only these objects (bind, escalate)
+
+
+def need(group: str, resources: str, verbs: tuple[str, ...] | str, scope: str | None = CLUSTER,
+         names=()) -> Need:
+    return Need(group, tuple(resources.split()), tuple(verbs.split()) if isinstance(verbs, str) else verbs, scope,
+                tuple(sorted(names)))
+
+
+# The charts' objects: (group, resource, namespaced?) of every kind they render (and their CRDs).
+CHART_KINDS = {
+    "gpu-operator": [("", "configmaps", True), ("", "serviceaccounts", True), ("apps", "daemonsets", True),
+                     ("apps", "deployments", True), ("batch", "jobs", True), ("nvidia.com", "clusterpolicies", False),
+                     ("rbac.authorization.k8s.io", "clusterroles", False),
+                     ("rbac.authorization.k8s.io", "clusterrolebindings", False),
+                     ("rbac.authorization.k8s.io", "roles", True), ("rbac.authorization.k8s.io", "rolebindings", True),
+                     ("apiextensions.k8s.io", "customresourcedefinitions", False)],
+    "monitoring": [("", "configmaps", True), ("", "secrets", True), ("", "services", True),
+                   ("", "serviceaccounts", True), ("apps", "daemonsets", True), ("apps", "deployments", True),
+                   ("batch", "jobs", True), ("monitoring.coreos.com", "alertmanagers", True),
+                   ("monitoring.coreos.com", "prometheuses", True), ("monitoring.coreos.com", "prometheusrules", True),
+                   ("monitoring.coreos.com", "servicemonitors", True),
+                   ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", False),
+                   ("admissionregistration.k8s.io", "validatingwebhookconfigurations", False),
+                   ("rbac.authorization.k8s.io", "clusterroles", False),
+                   ("rbac.authorization.k8s.io", "clusterrolebindings", False),
+                   ("rbac.authorization.k8s.io", "roles", True), ("rbac.authorization.k8s.io", "rolebindings", True),
+                   ("apiextensions.k8s.io", "customresourcedefinitions", False)],
+}
+
+
+def _fullname(release: str, name: str, limit: int = 63) -> str:
+    """helm's usual fullname: the release name when it contains the chart's name, else release-name; cut to
+    `limit` characters, no trailing '-'."""
+    full = release if name in release else f"{release}-{name}"
+    return full[:limit].rstrip("-")
+
+
+def chart_roles(step: str, release: str) -> tuple[set[str], set[str]]:
+    """(ClusterRoles, Roles in the release's namespace) the chart creates and binds, by the chart's own naming rules;
+    tests/test_rbac.py renders the catalogue's charts with our values and several release names and compares."""
+    if step == "gpu-operator":
+        nfd = _fullname(release, "node-feature-discovery")
+        return ({"gpu-operator", "gpu-operator-upgrade-crd-hook-role", nfd, f"{nfd}-gc", f"{nfd}-prune"},
+                {"gpu-operator", f"{nfd}-worker"})
+    if step == "monitoring":
+        stack = _fullname(release, "kube-prometheus-stack", 26)  # the chart cuts its fullname to 26
+        return ({f"{stack}-operator", f"{stack}-prometheus", f"{stack}-admission",
+                 f"{_fullname(release, 'grafana')}-clusterrole", _fullname(release, "kube-state-metrics")},
+                {f"{stack}-admission"})
+    raise ValueError(step)
+
+
+def _chart_rbac(step: str, release: str, scope: str) -> list[Need]:
+    """Creating the chart's roles and bindings: RBAC lets a user create a role only with every permission in it, or
+    `escalate` on it, and bind one only with them, or `bind` on it. Both by name, never all roles."""
+    cluster_roles, roles = chart_roles(step, release)
+    return [need("rbac.authorization.k8s.io", "clusterroles", "bind escalate", CLUSTER, cluster_roles),
+            need("rbac.authorization.k8s.io", "roles", "bind escalate", scope, roles)]
+
+
+# Objects a chart puts in another namespace: kube-prometheus-stack's Services for scraping the control plane.
+CHART_ELSEWHERE = {"monitoring": [("", "services", "kube-system")]}
+
+
+def _chart(step: str, scope: str, verbs: tuple[str, ...]) -> list[Need]:
+    """The chart's objects, plus its release records (helm keeps them as Secrets in the release's namespace)."""
+    out = [Need(group, (resource,), verbs, scope if namespaced else CLUSTER)
+           for group, resource, namespaced in CHART_KINDS[step]]
+    out += [Need(group, (resource,), verbs, where) for group, resource, where in CHART_ELSEWHERE.get(step, [])]
+    if verbs == HELM:  # helm --wait follows a Deployment through its ReplicaSets and pods
+        out += [need("apps", "replicasets", "get list watch", scope), need("", "pods", "get list watch", scope)]
+    return out + [need("", "secrets", ("get", "list") if verbs == APPLY else verbs, scope)]
+
+
+def _pipeline() -> dict[str, list[Need]]:
+    """Every pipeline command (up, up --dry-run, doctor): the state record, the lock, the nodes."""
+    return {
+        READ: [need("", "configmaps", "get", "state"), need("", "nodes", "get list"),
+               need("", "namespaces", "get"),
+               need("", "secrets", "get", "state")],  # the fingerprints' key (the plan role goes without)
+        RUN: [need("", "namespaces", "create patch"), need("", "configmaps", "create patch", "state"),
+              need("coordination.k8s.io", "leases", "get create update", "state"),
+              need("", "secrets", "get create", "state")],  # the fingerprints' key (pipeline/checkpoint.py KEY_SECRET)
+        DOCTOR: [need("authorization.k8s.io", "selfsubjectaccessreviews", "create")],
+    }
+
+
+def _steps(config) -> dict[str, dict[str, list[Need]]]:
+    opa = config.admission.certificates
+    admission_kinds = "mutatingwebhookconfigurations validatingwebhookconfigurations validatingadmissionpolicies " \
+                      "validatingadmissionpolicybindings"
+    monitoring_install = config.monitoring.mode in ("install", "auto")  # auto installs when there is no Prometheus
+    probes = [need("", "pods", "create", "probe-default"), need("", "pods", "create", "state")]  # dry runs
+    attach_scope = "monitoring" if config.monitoring.mode == "install" else CLUSTER  # attach: the user's Prometheus
+    return {
+        "preflight": {RUN: [need("", "configmaps", "create patch", "state"), *_cluster_probe(config)],
+                      DOCTOR: _cluster_probe(config)},
+        "node-prep": {READ: [need("", "nodes", "get list")], WRITE: [need("", "nodes", "patch")]},
+        "gpu-pools": {
+            READ: [need("karpenter.sh", "nodepools", "get list"), need("karpenter.k8s.aws", "ec2nodeclasses", "get list"),
+                   need("", "pods", "list")],
+            WRITE: [need("karpenter.sh", "nodepools", APPLY), need("karpenter.k8s.aws", "ec2nodeclasses", APPLY)],
+            RUN: [need("karpenter.sh", "nodepools", "delete"), need("karpenter.k8s.aws", "ec2nodeclasses", "delete")]},
+        "monitoring": {
+            READ: [need("apiextensions.k8s.io", "customresourcedefinitions", "get list"),
+                   need("monitoring.coreos.com", "prometheuses prometheusrules", "get list"),
+                   need("apps", "deployments statefulsets", "list"), need("", "configmaps", "list"),
+                   need("", "configmaps", "get", attach_scope), need("", "pods", "list", "monitoring"),
+                   need("monitoring.coreos.com", "prometheusrules", "get", attach_scope),
+                   *(_chart("monitoring", "monitoring", ("get", "list")) if monitoring_install else [])],
+            WRITE: [need("", "configmaps", APPLY, attach_scope),
+                    need("monitoring.coreos.com", "prometheusrules", APPLY, attach_scope),
+                    *([need("", "namespaces", APPLY)] + _chart("monitoring", "monitoring", APPLY)
+                      + _chart_rbac("monitoring", config.monitoring.release, "monitoring")
+                      if monitoring_install else [])],
+            RUN: [*(_chart("monitoring", "monitoring", HELM) if monitoring_install else []),
+                  need("", "configmaps", "delete", attach_scope),
+                  need("monitoring.coreos.com", "prometheusrules", "delete", attach_scope),
+                  need("apps", "daemonsets deployments statefulsets replicasets", "list", "monitoring"),
+                  need("", "pods", "list", "monitoring"), need("", "services", "list"),
+                  need("", "services/proxy", "get"), need("", "services", "get", "operator"),
+                  need("discovery.k8s.io", "endpointslices", "list")],
+            DOCTOR: [need("", "services", "list"), need("", "services/proxy", "get"), need("", "pods", "list"),
+                     need("", "services", "get", "operator"), need("apps", "deployments daemonsets statefulsets",
+                                                                    "list", "monitoring")]},
+        "gpu-operator": {
+            READ: [need("", "nodes", "get list"), *_chart("gpu-operator", "operator", ("get", "list")),
+                   need("apiextensions.k8s.io", "customresourcedefinitions", "get")],
+            WRITE: [need("", "nodes", "patch"), need("", "namespaces", APPLY),
+                    *_chart("gpu-operator", "operator", APPLY),
+                    *_chart_rbac("gpu-operator", config.gpu_operator.release, "operator")],
+            RUN: [*_chart("gpu-operator", "operator", HELM), need("", "pods", "list", "operator")],
+            DOCTOR: [need("apps", "daemonsets", "list", "operator"), need("", "pods", "list create", "operator")]},
+        "binpack-scheduler": {
+            # check reads the pods and the leader Lease once nothing drifts (found on a real cluster: a dry run
+            # of an up-to-date cluster was refused `list pods` in kube-system)
+            READ: [need("", "serviceaccounts configmaps", "get list", "scheduler"),
+                   need("", "pods", "list", "scheduler"), need("coordination.k8s.io", "leases", "get", "scheduler"),
+                   need("apps", "deployments", "get list", "scheduler"),
+                   need("policy", "poddisruptionbudgets", "get list", "scheduler"),
+                   need("rbac.authorization.k8s.io", "roles rolebindings", "get list", "scheduler"),
+                   need("rbac.authorization.k8s.io", "clusterrolebindings", "get list"), need("", "nodes", "list")],
+            WRITE: [need("", "serviceaccounts configmaps", APPLY, "scheduler"),
+                    need("apps", "deployments", APPLY, "scheduler"),
+                    need("policy", "poddisruptionbudgets", APPLY, "scheduler"),
+                    need("rbac.authorization.k8s.io", "roles rolebindings", APPLY, "scheduler"),
+                    need("rbac.authorization.k8s.io", "clusterrolebindings", APPLY),
+                    # binding the system roles kube-scheduler runs with, and making the leader-election Role:
+                    # RBAC's escalation checks ask for `bind` (and `escalate`) on exactly those, by name
+                    need("rbac.authorization.k8s.io", "clusterroles", "bind", CLUSTER,
+                         ("system:kube-scheduler", "system:volume-scheduler")),
+                    need("rbac.authorization.k8s.io", "roles", "bind", "kube-system",
+                         ("extension-apiserver-authentication-reader",)),
+                    need("rbac.authorization.k8s.io", "roles", "bind escalate", "scheduler",
+                         (f"{config.scheduler.name}-leader-election",))],
+            RUN: [need("", "serviceaccounts configmaps", "delete", "scheduler"),
+                  need("apps", "deployments", "delete", "scheduler"), need("", "pods", "list", "scheduler"),
+                  need("coordination.k8s.io", "leases", "get", "scheduler")],
+            DOCTOR: [need("", "pods", "list"), need("", "pods", "list", "scheduler"),
+                     need("coordination.k8s.io", "leases", "get", "scheduler")]},
+        "admission-opa": {
+            READ: [need("", "secrets serviceaccounts configmaps services", "get list", "opa"),
+                   need("apps", "deployments", "get list", "opa"),
+                   need("policy", "poddisruptionbudgets", "get list", "opa"),
+                   need("networking.k8s.io", "networkpolicies", "get list", "opa"),
+                   need("admissionregistration.k8s.io", admission_kinds, "get list"), need("", "nodes", "list"),
+                   *([need("cert-manager.io", "certificates issuers", "get list", "opa")]
+                     if opa == "cert-manager" else [])],
+            WRITE: [need("", "namespaces", APPLY),
+                    need("networking.k8s.io", "networkpolicies", APPLY, "opa"),
+                    need("", "secrets serviceaccounts configmaps services", APPLY, "opa"),
+                    need("apps", "deployments", APPLY, "opa"), need("policy", "poddisruptionbudgets", APPLY, "opa"),
+                    need("admissionregistration.k8s.io", "mutatingwebhookconfigurations "
+                                                         "validatingwebhookconfigurations", "patch"),
+                    *([need("cert-manager.io", "certificates issuers", APPLY, "opa")]
+                      if opa == "cert-manager" else [])],
+            RUN: [need("", "secrets serviceaccounts configmaps services", "delete", "opa"),
+                  need("networking.k8s.io", "networkpolicies", "delete", "opa"),
+                  need("apps", "deployments", "delete", "opa"), need("policy", "poddisruptionbudgets", "delete", "opa"),
+                  need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa")],
+            DOCTOR: [need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa"),
+                     need("networking.k8s.io", "networkpolicies", "list", "opa"), need("", "pods", "create", "opa")]},
+        "admission": {
+            READ: [need("admissionregistration.k8s.io", admission_kinds, "get list"),
+                   need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
+                        "get list"),
+                   need("", "secrets", "get", "opa"),
+                   need("", "namespaces", "list")],  # namespaces still carrying the retired opt-out label
+            WRITE: [need("admissionregistration.k8s.io", admission_kinds, APPLY),
+                    need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
+                         APPLY)],
+            RUN: [need("admissionregistration.k8s.io", admission_kinds, "delete"), *probes],
+            DOCTOR: probes},
+        "validate": {
+            READ: [need("", "pods", "list", "validation")],
+            WRITE: [need("", "namespaces", APPLY), need("", "pods", "create", "validation")],
+            RUN: [need("", "pods", "get delete", "validation"), need("", "pods/log", "get", "validation")],
+            DOCTOR: [need("", "pods", "create", "validation")]},
+    }
+
+
+def _cluster_probe(config) -> list[Need]:
+    """preflight through the cluster (preflight.via cluster, or auto without an SSH route): a namespace per run (its
+    name is made per run, so the rules are cluster-wide), the script's ConfigMap and the probe DaemonSet in it, read
+    back with one pod list (and its events when the pods are refused), removed with the namespace; leftovers of
+    killed runs are found by label."""
+    via = config.preflight.via
+    if via == "auto":
+        via = "ssh" if "ssh" in config.model_fields_set or any(n.address for n in config.nodes) else "cluster"
+    if via != "cluster":
+        return []
+    return [need("", "namespaces", "get list create delete"), need("", "configmaps", "create"),
+            need("apps", "daemonsets", "create"), need("", "pods events", "list"), need("", "nodes", "list")]
+
+
+def _status() -> list[Need]:
+    """`status`: nodes, pods, FailedScheduling events, and Prometheus through the service proxy where it runs."""
+    return [need("", "nodes pods events services", "list"), need("", "services/proxy", "get")]
+
+
+def enabled_steps(config, playbook: list[str]) -> list[str]:
+    """The playbook's steps the config turns on (as each step's enabled() decides)."""
+    admission = config.admission
+    on = {"node-prep": config.node_prep.enabled, "gpu-pools": bool(config.pools),
+          "monitoring": config.monitoring.enabled, "gpu-operator": config.gpu_operator.enabled,
+          "binpack-scheduler": config.scheduler.enabled, "admission-opa": admission.enabled and admission.engine == "opa",
+          "admission": admission.enabled, "validate": config.validation.enabled}
+    return [step for step in playbook if on.get(step, True)]
+
+
+def namespaces(config) -> dict[str, str]:
+    return {"state": STATE_NAMESPACE, "operator": config.gpu_operator.namespace,
+            "monitoring": config.monitoring.namespace, "opa": config.admission.opa.namespace,
+            "scheduler": config.scheduler.namespace, "validation": config.validation.namespace,
+            "probe-default": "default", "kube-system": "kube-system"}
+
+
+def needs(command: str, config, steps: list[str]) -> list[Need]:
+    """What `command` uses for the enabled `steps` of the playbook."""
+    if command not in COMMANDS:
+        raise ValueError(command)
+    if command == "status":
+        return _status()
+    phases = {"up": (READ, WRITE, RUN), "dry-run": (READ, WRITE), "plan": (READ,), "doctor": (READ, DOCTOR)}[command]
+    table = _steps(config)
+    out = [n for phase in phases for n in _pipeline().get(phase, [])]
+    for step in steps:
+        out += [n for phase in phases for n in table.get(step, {}).get(phase, [])]
+    if command == "plan":
+        out = _read_only(out)
+    return out
+
+
+def _read_only(needs_: list[Need]) -> list[Need]:
+    """The plan role: only get/list/watch, and nothing of Secrets (what the plan cannot read it says is unknown)."""
+    out = []
+    for item in needs_:
+        resources = tuple(r for r in item.resources if r != "secrets")
+        verbs = tuple(v for v in item.verbs if v in PLAN_VERBS)
+        if resources and verbs:
+            out.append(Need(item.group, resources, verbs, item.scope, item.names))
+    return out
+
+
+@dataclass(frozen=True)
+class Rules:
+    cluster: list[dict]  # the ClusterRole's rules
+    namespaced: dict[str, list[dict]]  # namespace -> the Role's rules
+
+
+def rules(command: str, config, steps: list[str]) -> Rules:
+    """The needs merged into RBAC rules: one per (API group, verbs), resources sorted; namespaced verbs a
+    cluster-wide rule already grants are left out of the Roles."""
+    names = namespaces(config) if config is not None else {}
+    wide: dict[tuple[str, str, tuple], set] = defaultdict(set)
+    local: dict[str, dict[tuple[str, str, tuple], set]] = defaultdict(lambda: defaultdict(set))
+    for item in needs(command, config, steps):
+        for resource in item.resources:
+            target = wide if item.scope is CLUSTER else local[names[item.scope]]
+            target[(item.group, resource, item.names)].update(item.verbs)
+    for namespace, found in local.items():
+        for key in list(found):
+            found[key] -= wide.get(key, set())
+            if not found[key]:
+                del found[key]
+    return Rules(_merge(wide), {ns: _merge(found) for ns, found in sorted(local.items()) if found})
+
+
+def _merge(found: dict[tuple[str, str, tuple], set]) -> list[dict]:
+    """One rule per (API group, verbs, resourceNames), its resources sorted; named access merges by name too."""
+    grouped: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = defaultdict(list)
+    for (group, resource, names), verbs in sorted(found.items()):
+        grouped[(group, tuple(sorted(verbs)), names)].append(resource)
+    rules_ = []
+    for (group, verbs, names), resources in sorted(grouped.items()):
+        rule = {"apiGroups": [group], "resources": sorted(resources)}
+        if names:
+            rule["resourceNames"] = list(names)
+        rules_.append({**rule, "verbs": list(verbs)})
+    return rules_
+
+
+def manifests(command: str, config, steps: list[str], service_account: str | None = None) -> list[dict]:
+    """The ClusterRole, the Roles, and (given `namespace/name` of a ServiceAccount) their bindings."""
+    found = rules(command, config, steps)
+    name = f"gpu-bootstrap-{command}"
+    labels = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "rbac"}
+    docs = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": name, "labels": labels}, "rules": found.cluster}]
+    docs += [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+              "metadata": {"name": name, "namespace": namespace, "labels": labels}, "rules": role_rules}
+             for namespace, role_rules in found.namespaced.items()]
+    if service_account:
+        sa_namespace, _, sa_name = service_account.partition("/")
+        subject = [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_namespace}]
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "name": name}
+        docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                     "metadata": {"name": name, "labels": labels}, "subjects": subject,
+                     "roleRef": {**ref, "kind": "ClusterRole"}})
+        docs += [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                  "metadata": {"name": name, "namespace": namespace, "labels": labels}, "subjects": subject,
+                  "roleRef": {**ref, "kind": "Role"}} for namespace in found.namespaced]
+    return docs
