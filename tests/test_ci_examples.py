@@ -1,6 +1,6 @@
 """The CI workflows in examples/ci pass actionlint (the real checker, from the test extra), and the live workflow
-keeps what docs/testing.md "Testing on a real cluster" promises: two Kubernetes versions on kind, images pinned by digest,
-scripts/test-live, gpu-bootstrap's log uploaded on failure."""
+keeps what docs/testing.md "Testing on a real cluster" promises: two Kubernetes versions on kind, images pinned by
+digest, scripts/test-live, gpu-bootstrap's log uploaded on failure."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
-"""export/bundle.py and export/mirror.py, pure: changes in, units out; an image list in, the tools' files out."""
+"""app/export/bundle.py and app/export/mirror.py, pure: changes in, units out; an image list in, the tools' files
+out."""
 from __future__ import annotations
 
 import pytest

@@ -37,7 +37,7 @@ CHILD = textwrap.dedent("""
             adapter.upgrade("gpu-operator", Chart(chart, None, None), {"driver": {"enabled": False}},
                             "gpu-operator", wait=True, timeout="120s")
     except KeyboardInterrupt:
-        sys.exit(interrupts.exit_code())  # what cli.main() does with a KeyboardInterrupt
+        sys.exit(interrupts.exit_code())  # what cli/commands.py's main() does with a KeyboardInterrupt
 """)
 
 

@@ -1,5 +1,5 @@
-"""The supply-chain catalogue (core/data/images.yaml), image references, registry.mirror's rewriting and the image list's
-rules (operands, driver tags per node OS) — host-free."""
+"""The supply-chain catalogue (core/data/images.yaml), image references, registry.mirror's rewriting and the image
+list's rules (operands, driver tags per node OS) — host-free."""
 from __future__ import annotations
 
 import base64

@@ -105,9 +105,9 @@ def test_every_object_is_valid_for_the_version(kube, api_version, image, name):
 
 
 def test_the_default_profile_is_the_one_measured_best_on_the_real_scheduler():
-    """The default (benchmarks/packing_real.py on the real kube-scheduler, docs/steps/binpack-scheduler.md, "Choosing the scoring"):
-    RequestedToCapacityRatio on the GPU, 0:0 -> 50:1 -> 100:10, weight 2, plus BalancedAllocation over cpu, memory
-    and nvidia.com/gpu, weight 1, every node scored."""
+    """The default (benchmarks/packing_real.py on the real kube-scheduler, docs/steps/binpack-scheduler.md, "Choosing
+    the scoring"): RequestedToCapacityRatio on the GPU, 0:0 -> 50:1 -> 100:10, weight 2, plus BalancedAllocation over
+    cpu, memory and nvidia.com/gpu, weight 1, every node scored."""
     config = render.scheduler_configuration(SchedulerConfig(), "1.31.0")
     profile = config["profiles"][0]
     assert config["percentageOfNodesToScore"] == 100

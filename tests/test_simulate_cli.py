@@ -62,7 +62,8 @@ def test_the_openb_trace_default_against_the_tool_profile(tmp_path):
     assert ours["alloc_pct_at_100"] >= 98.3 and ours["first_frag_failure_pct"] > 90
     assert default["alloc_pct_at_100"] < 95 and default["first_frag_failure_pct"] < 50
     # The default profile packs at 100 % and, unlike the MostAllocated profile before it, keeps up with
-    # kube-scheduler's default at 130 % (within the spread of the seeds; README "Choosing the scoring").
+    # kube-scheduler's default at 130 % (within the spread of the seeds;
+    # docs/steps/binpack-scheduler.md, "Choosing the scoring").
     assert ours["alloc_pct_at_130"] >= default["alloc_pct_at_130"] - 0.2
     # first-fit decreasing is a reference, not a bound: the default profile ends within a point of it (here above)
     offline = document["bounds"]["offline_ffd"]["alloc_pct_at_100"]

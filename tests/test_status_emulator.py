@@ -131,7 +131,7 @@ def test_every_figure_equals_the_hand_count(ground_truth, tmp_path):
     assert nodes["gpu-4"]["gpus"] == {"allocatable": 4, "requested": 1, "free": 3}
     assert nodes["gpu-4"]["cpu"] == {"allocatable_milli": 7000, "requested_milli": 7000}
     assert nodes["gpu-4"]["product"] is None
-    # GPU feature discovery's spec labels, as GPU pods select on them (README "Placing pods by GPU memory ...")
+    # GPU feature discovery's spec labels, as GPU pods select on them (docs/status-and-simulate.md)
     assert (nodes["gpu-8a"]["gpu_memory_mib"], nodes["gpu-8a"]["compute_capability"]) == (81559, "9.0")
     assert (nodes["gpu-8b"]["gpu_memory_mib"], nodes["gpu-8b"]["compute_capability"]) == (81920, None)
     assert (nodes["gpu-4"]["gpu_memory_mib"], nodes["gpu-4"]["compute_capability"]) == (None, None)

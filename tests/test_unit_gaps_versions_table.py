@@ -1,5 +1,5 @@
-"""`python -m gpu_bootstrap.render.versions_table` prints the README's "Supported versions" section, and nothing
-when the module is only imported."""
+"""`python -m gpu_bootstrap.render.versions_table` prints the tables of docs/supported-versions.md, and
+nothing when the module is only imported."""
 from __future__ import annotations
 
 import importlib

@@ -1,6 +1,7 @@
 """The outside world: the Kubernetes API (kube.py), Helm (helm.py, relay.py), SSH (ssh.py), node facts over SSH
 or an in-cluster probe pod (nodefacts.py, cluster_probe.py), container registries (registry.py), the offline stand-ins
-of a dry run (offline.py) and chart files (charts.py). Steps reach them only through the context.
+of a dry run (offline.py), chart files (charts.py), the retry rule's backoff (backoff.py) and helm for an identity
+that may not read Secrets (secretless.py). Steps reach them only through the context.
 
 May import: core, security, render, probes.
 """

@@ -295,7 +295,7 @@ class Helm:
 
     def verified_chart(self, chart: Chart) -> Path:
         """A repository chart, pulled once into a private folder and checked against the sha256 the supply-chain
-        catalogue (data/images.yaml) records for its version; every helm command then uses that very archive, so
+        catalogue (core/data/images.yaml) records for its version; every helm command then uses that very archive, so
         what was checked is what is installed. A mismatch is refused where the catalogue's sum was read from the
         repository's index (`verified`), and warned about otherwise; a version the catalogue lacks is used with a
         warning (not verified)."""
@@ -319,7 +319,7 @@ class Helm:
         actual = hashlib.sha256(archives[0].read_bytes()).hexdigest()
         expected = chart_sha256(chart.ref, chart.version)
         if expected is None:
-            log.warning("chart %s %s from %s is not in gpu-bootstrap's catalogue (data/images.yaml): its archive "
+            log.warning("chart %s %s from %s is not in gpu-bootstrap's catalogue (core/data/images.yaml): its archive "
                         "(sha256 %s) is used unverified", chart.ref, chart.version, chart.repo, actual)
         elif actual != expected and not chart_sha256_verified(chart.ref):
             # Our sums come from our own packaging of the release tag; refusing the repository's own archive on

@@ -12,15 +12,15 @@ Safety: the relay listens on 127.0.0.1 only, on a port the kernel picks, and ans
 random bearer token, which is written only to a 0600 kubeconfig in a 0700 folder of its own, removed when the relay
 stops. It holds no credential of its own: it uses the Kube adapter's (any auth method of the user's kubeconfig).
 
-Robustness: no connection can stop it (docs/security.md, "The relay"). Each connection gets its own thread, in which the TLS
-handshake runs with a time limit (HANDSHAKE_TIMEOUT); a connection's first request, which proves the token, must be
-complete within FIRST_REQUEST_TIMEOUT (so unauthenticated idle connections cannot hold the MAX_CONNECTIONS slots: any
-local user can connect); once a request was authenticated, a connection waits at most IDLE_TIMEOUT for its next one,
-and a request's line, headers and body must arrive within REQUEST_TIMEOUT (a slow-loris that trickles bytes is cut
-off). At most MAX_CONNECTIONS are served at once; more are closed at once. A request must send its body with a
+Robustness: no connection can stop it (docs/security.md, "The relay"). Each connection gets its own thread, in which
+the TLS handshake runs with a time limit (HANDSHAKE_TIMEOUT); a connection's first request, which proves the token,
+must be complete within FIRST_REQUEST_TIMEOUT (so unauthenticated idle connections cannot hold the MAX_CONNECTIONS
+slots: any local user can connect); once a request was authenticated, a connection waits at most IDLE_TIMEOUT for its
+next one, and a request's line, headers and body must arrive within REQUEST_TIMEOUT (a slow-loris that trickles bytes
+is cut off). At most MAX_CONNECTIONS are served at once; more are closed at once. A request must send its body with a
 Content-Length between 0 and MAX_BODY and name an origin-form target (one leading `/`), and the URL sent upstream is
-checked to name the API server the kubeconfig names (a target like `@otherhost/x` would move the user's credentials
-to another host). `close()` ends every open connection and returns within a second.
+checked to name the API server the kubeconfig names (a target like `@otherhost/x` would move the user's credentials to
+another host). `close()` ends every open connection and returns within a second.
 """
 from __future__ import annotations
 

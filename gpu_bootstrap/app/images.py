@@ -3,14 +3,14 @@
 images the Prometheus Operator is told to add, and the gpu-operator's operands from its ClusterPolicy (the operator
 builds them at run time, so no manifest shows them), with the driver's tag per GPU node OS.
 
-Pure: documents and node facts in, a sorted list out (app.images does the reading and the rendering).
+Pure: documents and node facts in, a sorted list out (app/commands.py's images() does the reading and the rendering).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from gpu_bootstrap.core import catalogue as images
+from gpu_bootstrap.core import catalogue
 
 # Operand sections of the ClusterPolicy that run only with sandbox workloads (VMs, Kata, confidential computing)
 SANDBOX_OPERANDS = {"vgpuManager", "vgpuDeviceManager", "vfioManager", "kataManager", "sandboxDevicePlugin",
@@ -47,7 +47,7 @@ class ImageList:
     plain_http: bool = False
 
     def add(self, source: str, mirror: str | None, pulled_by: str, note: str = "") -> None:
-        reference = images.relocate(source, mirror)
+        reference = catalogue.relocate(source, mirror)
         entry = self.images.setdefault(reference, Image(reference, source))
         entry.pulled_by.add(pulled_by)
         if note:
@@ -73,7 +73,7 @@ def container_images(node, found: list[str] | None = None) -> list[str]:
     """Every string `image` of every container list in a document, and the images operator arguments name."""
     found = [] if found is None else found
     if isinstance(node, dict):
-        for key in images.CONTAINER_LISTS:
+        for key in catalogue.CONTAINER_LISTS:
             containers = node.get(key) if isinstance(node.get(key), list) else []
             for container in containers:
                 if isinstance(container, dict) and isinstance(container.get("image"), str):
@@ -166,7 +166,7 @@ def node_os(facts_reports: dict, driver_management: str) -> list[NodeOs]:
 def driver_images(reference: str, nodes: list[NodeOs], known_nodes: bool) -> tuple[list[tuple[str, str]], list[str]]:
     """(reference with its OS suffix, note) for the driver, and notes on what could not be told. The operator tags
     the driver `<version>-<os><version_id>` from each node's /etc/os-release (ubuntu22.04, rhel9.4)."""
-    variants = images.catalogue().get("driver_os_variants") or []
+    variants = catalogue.catalogue().get("driver_os_variants") or []
     known = [n for n in nodes if n.os_tag and n.installs_driver]
     unknown = [n for n in nodes if not n.os_tag]
     out = [(f"{reference}-{n.os_tag}", f"driver for {n.os_tag} ({n.node})") for n in known]
@@ -184,7 +184,7 @@ def driver_images(reference: str, nodes: list[NodeOs], known_nodes: bool) -> tup
 def collect(documents_by_step: dict[str, list[tuple[str, dict]]], facts_reports: dict, known_facts: bool,
             driver_management: str, mirror: str | None, not_rendered: dict[str, str]) -> ImageList:
     """documents_by_step: step id -> [(file name, document)] from a render made WITHOUT the mirror (the sources);
-    each image is listed at its mirror reference too (images.relocate), which is what the mirrored render holds."""
+    each image is listed at its mirror reference too (catalogue.relocate), which is what the mirrored render holds."""
     result = ImageList()
     for step, documents in documents_by_step.items():
         chart = CHART_OF_STEP.get(step, step)

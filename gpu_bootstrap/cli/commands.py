@@ -168,7 +168,7 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
     run("doctor", common, body)
 
 
-register_status(app)  # `status` (its flags live in status.py), listed after doctor
+register_status(app)  # `status` (its flags live in cli/status.py), listed after doctor
 
 
 class ImagesOutput(str, Enum):

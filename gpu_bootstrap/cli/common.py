@@ -1,5 +1,6 @@
 """What every gpu-bootstrap command shares: the options declared once (SHARED) and added to each command by
-@command, their translation into app.Options, and the one place typed errors become a message and an exit code."""
+@command, their translation into app/commands.py's Options, and the one place typed errors become a message and an
+exit code."""
 import functools
 import inspect
 import sys
@@ -74,7 +75,7 @@ def command(app: typer.Typer, *shared: str):
 
 
 def options_from(common: dict, **more):
-    """Shared flags (and a command's own) -> app.Options."""
+    """Shared flags (and a command's own) -> app/commands.py's Options."""
     from gpu_bootstrap.app.commands import Options
     from gpu_bootstrap.app.playbook import split_ids
     return Options(config=common.get("config"), kubeconfig=common.get("kubeconfig"), context=common.get("context"),

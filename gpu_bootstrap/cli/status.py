@@ -57,14 +57,14 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from gpu_bootstrap.app import commands as application
-            from gpu_bootstrap.cli import status_view as ui_status
+            from gpu_bootstrap.cli import status_view
             from gpu_bootstrap.cli.ui import print_json
             produce = application.status(options_from(common), choice)
             if output == View.json:
                 print_json(produce())
             elif watch:
-                ui_status.watch(produce, by.value, output == View.wide, interval)
+                status_view.watch(produce, by.value, output == View.wide, interval)
             else:
-                ui_status.show(produce(), by.value, output == View.wide)
+                status_view.show(produce(), by.value, output == View.wide)
 
         run("status", common, body)

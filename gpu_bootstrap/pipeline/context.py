@@ -1,8 +1,8 @@
 """The one object every step receives: the config, the adapters, the gate, the reporter and the run's options.
 
-Built once per command (app.build) and handed to every step. Adapters are chosen here and nowhere else: an offline
-dry run gets the offline Kubernetes and Helm adapters and a node-facts source that has none, so no step ever asks
-whether it is offline.
+Built once per command (app/commands.py's build()) and handed to every step. Adapters are chosen here and nowhere
+else: an offline dry run gets the offline Kubernetes and Helm adapters and a node-facts source that has none, so no
+step ever asks whether it is offline.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Node preflight, pure: what runs on a GPU node (script.py), how its output is parsed (parse.py) and judged
-(checks.py), and saved reports (report.py). The SSH fan-out that runs it lives in adapters/nodefacts.py.
+(checks.py), saved reports (report.py), and the in-cluster probe's objects and the decoding of its answers
+(incluster.py). The SSH fan-out and the probe pods' runner live in adapters/ (nodefacts.py, cluster_probe.py).
 
 May import: core.
 """

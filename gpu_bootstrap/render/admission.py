@@ -209,9 +209,9 @@ def cert_manager_objects(config) -> list[dict]:
 
 # --- what points the API server at it ------------------------------------------------------------------------------
 def webhook_configuration(config, kube_version: str, ca_bundle: str | None) -> dict:
-    """Mutating (mode mutate) or Validating (mode enforce); CREATE on pods only; failurePolicy Ignore (docs/steps/admission.md:
-    a webhook whose server is down must never block the cluster; the in-process backstop policy catches what it
-    misses). `ca_bundle` None: cert-manager injects it (or it is not known yet)."""
+    """Mutating (mode mutate) or Validating (mode enforce); CREATE on pods only; failurePolicy Ignore
+    (docs/steps/admission.md: a webhook whose server is down must never block the cluster; the in-process backstop
+    policy catches what it misses). `ca_bundle` None: cert-manager injects it (or it is not known yet)."""
     settings = config.admission
     policy = policy_render.of(config)
     mutating = settings.mode == "mutate"

@@ -51,8 +51,8 @@ def test_the_binpack_scheduler_fills_one_node_before_the_next(deployment, target
     """GPU pods whose cpu and memory are in step with their GPUs (each asks for 70 % of a node's cpu and memory
     divided by its GPUs), as training pods are: the default profile's BalancedAllocation term (over cpu, memory and
     the GPU) is then about equal on every node and RequestedToCapacityRatio decides, filling a node first. Pods that
-    ask for next to no cpu and memory beside a GPU are spread at low load by that term instead (docs/steps/binpack-scheduler.md, "Choosing
-    the scoring")."""
+    ask for next to no cpu and memory beside a GPU are spread at low load by that term instead
+    (docs/steps/binpack-scheduler.md, "Choosing the scoring")."""
     deployment.ensure()
     per_node = min(deployment.nodes.values())
     nodes = [target.json("get", "node", name) for name in deployment.nodes]

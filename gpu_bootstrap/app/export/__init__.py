@@ -7,6 +7,7 @@ GitOps engine or mirroring tool a team already runs.
 - formats.py: a bundle as files for one engine (Argo CD, Flux, helmfile, plain manifests). Pure.
 - mirror.py: an image list as a Hauler manifest, a Zarf package's images or a skopeo sync file. Pure.
 
-May import refs, redact, render and the pipeline's data types and YAML writer; never an adapter, the CLI or ui.
-command.py is the application layer of `export` (it runs the offline plan through app.build and writes DIR).
+The three pure modules use core/, security/redact.py, render/ and the pipeline's data types and YAML writer, never
+an adapter or the CLI. command.py is the application layer of `export`: it runs the offline plan through
+app/commands.py's build() and writes DIR.
 """

@@ -2,8 +2,8 @@
 
 Each list holds the source of every image (where to copy it from); with registry.mirror set, a comment gives the
 command that copies them to the mirror with their repository path kept, which is where the platform pulls them
-(images.relocate): `hauler store copy registry://MIRROR`, `skopeo sync --dest docker ... MIRROR`. A Zarf package
-carries its images into Zarf's own registry, so no destination applies there.
+(core/catalogue.py's relocate): `hauler store copy registry://MIRROR`, `skopeo sync --dest docker ... MIRROR`. A Zarf
+package carries its images into Zarf's own registry, so no destination applies there.
 """
 from __future__ import annotations
 

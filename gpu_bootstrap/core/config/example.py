@@ -91,7 +91,7 @@ gpu_operator:                       # the NVIDIA gpu-operator, with values deriv
 
 validate:                           # run NVIDIA's CUDA vector-add sample on the GPU nodes, then clean up
   enabled: true
-  # image: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0   # default: data/images.yaml (by digest where known)
+  # image: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0   # default: the image catalogue (by digest where known)
   nodes: all                        # all | sample | a number
   namespace: gpu-bootstrap
   timeout: 300
@@ -103,7 +103,7 @@ admission:                          # keep GPU pods on the bin-packing scheduler
   exempt_namespaces: []             # left alone besides kube-system, the scheduler's and OPA's own (the only opt-out)
   override_other_schedulers: false  # false: a GPU pod naming another scheduler (e.g. volcano) is left alone
   opa:
-    # image: openpolicyagent/opa:1.16.2   # default: data/images.yaml, by digest (1.16.2: the patch release after kube-mgmt's 1.16.1 pin)
+    # image: openpolicyagent/opa:1.16.2   # default: the image catalogue, by digest (1.16.2: the patch release after kube-mgmt's 1.16.1 pin)
     replicas: 2
     namespace: gpu-bootstrap-admission
   certificates: generated           # generated (a CA of our own, kept only in a Secret) | cert-manager
@@ -133,7 +133,7 @@ registry:                           # air-gapped clusters (docs/air-gapped.md); 
 preflight:                          # where node facts come from (docs/steps/preflight.md)
   via: auto                         # ssh | cluster (a read-only probe pod per node, no keys) | auto: ssh when the
                                     # config has an `ssh` section or a node an `address`, else cluster
-  # image: busybox:1.37.0           # the cluster probe's image (default: data/images.yaml, by digest)
+  # image: busybox:1.37.0           # the cluster probe's image (default: the image catalogue, by digest)
   timeout: 120                      # seconds; a node whose probe did not finish by then is unknown
 
 pools: []                           # autoscaled GPU pools (Karpenter >= 1.0 on EKS; docs/steps/gpu-pools.md)

@@ -433,7 +433,7 @@ OPA_IMAGE = "openpolicyagent/opa:1.16.2"
 
 class OpaConfig(Section):
     image: str = Field(default_factory=lambda: _catalogued("opa"),
-                       description="the official OPA image (default: data/images.yaml); registry.mirror moves it")
+                       description="the official OPA image (default: the image catalogue); registry.mirror moves it")
     replicas: int = Field(2, ge=1, le=10)
     namespace: str = Field("gpu-bootstrap-admission", description="OPA's own namespace (always exempt)")
 
@@ -482,7 +482,7 @@ class AdmissionConfig(Section):
 class ValidateConfig(Section):
     enabled: bool = True
     image: str = Field(default_factory=lambda: _catalogued("cuda-sample"),
-                       description="the CUDA vector-add sample (default: data/images.yaml); registry.mirror moves it")
+                       description="the CUDA vector-add sample (default: the image catalogue); registry.mirror moves it")
     nodes: Literal["all", "sample"] | int = Field("all", description="all GPU nodes, one ('sample'), or N of them")
     namespace: str = "gpu-bootstrap"
     timeout: int = Field(300, ge=10, le=3600)
@@ -497,7 +497,7 @@ class PreflightConfig(Section):
         "auto", description="ssh | cluster | auto (ssh when the config has an `ssh` section or a node an "
                             "`address`, else cluster)")
     image: str = Field(default_factory=lambda: _catalogued("busybox"),
-                       description="the probe's image (default: data/images.yaml; busybox, or any with its sh, chroot, "
+                       description="the probe's image (default: the image catalogue; busybox, or any with its sh, chroot, "
                                    "gzip, base64, sha256sum); registry.mirror moves it")
     timeout: int = Field(120, ge=2, le=3600, description="seconds to wait for the cluster probe; a node whose probe "
                                                          "did not finish by then is unknown")
