@@ -297,7 +297,7 @@ def test_durations():
 CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from gpu_bootstrap import interrupts
+    from gpu_bootstrap.core import interrupts
     from gpu_bootstrap.adapters.helm import Helm
     interrupts.install()
     try:

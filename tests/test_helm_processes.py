@@ -23,7 +23,7 @@ HOLD = 60  # seconds the emulator holds the request helm is waiting for: far lon
 CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from gpu_bootstrap import interrupts
+    from gpu_bootstrap.core import interrupts
     from gpu_bootstrap.adapters.helm import Chart, Helm
 
     operation, kubeconfig, helm, chart = sys.argv[1:5]

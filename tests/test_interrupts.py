@@ -15,7 +15,7 @@ from tests.tools import ROOT
 
 PRELUDE = textwrap.dedent("""
     import sys, time
-    from gpu_bootstrap import interrupts
+    from gpu_bootstrap.core import interrupts
     from gpu_bootstrap.core.errors import Interrupted
     interrupts.install()
     print("ready", flush=True)

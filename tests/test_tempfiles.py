@@ -83,7 +83,8 @@ def test_kill_9_during_images_leaves_its_scratch_render_to_the_next_runs_sweep(t
 
 SCRIPT = """
 import time
-from gpu_bootstrap import interrupts, tempfiles
+from gpu_bootstrap.core import interrupts
+from gpu_bootstrap.security import tempfiles
 interrupts.install(grace=0.2, exit_within=1.5)
 folder = tempfiles.run_folder()
 (folder / "client-key").write_text("KEY")
@@ -172,7 +173,7 @@ with open("/proc/sys/kernel/ns_last_pid", "w") as f:  # the run gets this pid in
 child = os.fork()
 if child == 0:
     tempfile.tempdir = sys.argv[2]
-    from gpu_bootstrap import tempfiles
+    from gpu_bootstrap.security import tempfiles
     print(tempfiles.run_folder(), os.getpid(), flush=True)
     sys.stdin.read()  # runs until the test closes its stdin
     os._exit(0)

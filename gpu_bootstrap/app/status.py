@@ -1,5 +1,7 @@
 """`gpu-bootstrap status`: where the GPUs are, who holds them, why GPU pods wait, and how fragmented the free GPUs
-are, read from the cluster in three paginated list calls (nodes, pods, FailedScheduling events) and nothing else.
+are, read from the cluster in three paginated list calls (nodes, pods, FailedScheduling events), plus, for the
+utilisation columns, the Services (to find Prometheus) and one query through the API server's service proxy, and the
+server's version for --defrag.
 
 Read-only, and independent of what gpu-bootstrap installed: any cluster whose nodes advertise nvidia.com/* resources
 (or carry the GPU feature discovery's nvidia.com/gpu.present label) is shown. The fragmentation figures and the

@@ -3,7 +3,10 @@
 run() replays every (policy, seed) pair, in parallel processes when there is more than one core, and reduces them
 to medians over the seeds, plus the aggregate-capacity bound and an offline first-fit-decreasing reference.
 
-The engine, scoring and traces are pure; command.py reads the files `simulate` names.
+The parts, all pure but command.py (which reads the files `simulate` names): engine.py (nodes, pods, the scheduling
+cycle), scoring.py (kube-scheduler's scoring plugins), affinity.py, replay.py (a trace replayed under a profile),
+fragmentation.py, sharing.py and deployable.py (the milli-GPU model and `--sharing`), trace.py, gorand.py (Go's
+math/rand, for the FGD artifact's seeds).
 
 May import: core, render.
 """
