@@ -103,11 +103,12 @@ def run(name: str, common: dict, body) -> None:
     except BrokenPipeError:
         # the reader went away (`gpu-bootstrap images | head -1`): stop quietly, as a command SIGPIPE ends does
         import os
+        import signal
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
         except (OSError, ValueError):  # a stdout without a file descriptor (a test runner's buffer)
             pass
-        raise typer.Exit(128 + 13) from None  # 141: 128 + SIGPIPE, what a shell reports for such a command
+        raise typer.Exit(128 + signal.SIGPIPE) from None  # 141, what a shell reports for such a command
     except (GpuBootstrapError, KeyboardInterrupt) as error:
         if isinstance(error, KeyboardInterrupt):
             from gpu_bootstrap.core.errors import Interrupted
