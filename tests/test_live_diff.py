@@ -30,9 +30,10 @@ def live_of(doc, **changes):
 @pytest.mark.parametrize("live_changes, expected", [
     ({}, []),  # defaults and status only: the same
     ({"resources": {"limits": {"memory": "1Gi"}}}, []),  # a quantity in its canonical form
-    ({"image": "x:2"}, ["Deployment n/a: spec.template.spec.containers[c].image: rendered 'x:1', live 'x:2'"]),
+    ({"image": "x:2"}, ["Deployment n/a: spec.template.spec.containers[c].image: the live value differs from the rendered one"]),
     ({"resources": {"limits": {"memory": "2Gi"}}},
-     ["Deployment n/a: spec.template.spec.containers[c].resources.limits.memory: rendered '1024Mi', live '2Gi'"]),
+     ["Deployment n/a: spec.template.spec.containers[c].resources.limits.memory: the live value differs from the "
+      "rendered one"]),
 ])
 def test_only_what_the_chart_sets_counts(live_changes, expected):
     rendered = deployment()
@@ -66,7 +67,7 @@ def test_a_number_stored_as_its_string_and_a_list_by_name():
     assert live_diff.compare([rendered], live, "n").differences == []
     live[("Deployment", "n", "a")]["spec"]["template"]["spec"]["tolerations"] = []
     assert live_diff.compare([rendered], live, "n").differences == [
-        "Deployment n/a: spec.template.spec.tolerations: rendered [{'key': 'a', 'operator': 'Exists'}], live []"]
+        "Deployment n/a: spec.template.spec.tolerations: the live value differs from the rendered one"]
 
 
 def test_nulls_and_the_zero_values_the_server_omits_are_not_differences():
@@ -85,7 +86,8 @@ def test_nulls_and_the_zero_values_the_server_omits_are_not_differences():
     assert live_diff.compare([rendered], live, "n").differences == []
     live_spec["template"]["spec"]["containers"][0]["livenessProbe"]["periodSeconds"] = 30
     assert live_diff.compare([rendered], live, "n").differences == [
-        "Deployment n/a: spec.template.spec.containers[c].livenessProbe.periodSeconds: rendered 10, live 30"]
+        "Deployment n/a: spec.template.spec.containers[c].livenessProbe.periodSeconds: the live value differs from the "
+        "rendered one"]
 
 
 def test_a_checksum_annotation_is_not_compared():
@@ -96,4 +98,25 @@ def test_a_checksum_annotation_is_not_compared():
     live[("Deployment", "n", "a")]["spec"]["template"]["metadata"]["annotations"] = {"checksum/secret": "bbb",
                                                                                        "team": "ml"}
     assert live_diff.compare([rendered], live, "n").differences == [
-        "Deployment n/a: spec.template.metadata.annotations.team: rendered 'gpu', live 'ml'"]
+        "Deployment n/a: spec.template.metadata.annotations.team: the live value differs from the rendered one"]
+
+
+def test_a_difference_names_the_field_never_a_value():
+    """A drift line of a chart's env password (found so: `env[GF_DATABASE_PASSWORD].value: rendered '…', live '…'`)
+    names the path and says it differs; neither side's value is printed, whatever the key is called."""
+    rendered = deployment()
+    rendered["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "GF_DATABASE_PASSWORD", "value": "rendered-s3cret"}, {"name": "PLAIN", "value": "one-value"},
+        {"name": "GONE", "value": "was-here"}]
+    live = live_of(rendered)
+    live[("Deployment", "n", "a")]["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "GF_DATABASE_PASSWORD", "value": "live-s3cret"}, {"name": "PLAIN", "value": {"nested": "map-value"}},
+        {"name": "GONE"}]
+    found = live_diff.compare([rendered], live, "n").differences
+    prefix = "Deployment n/a: spec.template.spec.containers[c].env"
+    assert found == [f"{prefix}[GF_DATABASE_PASSWORD].value: the live value differs from the rendered one",
+                     f"{prefix}[PLAIN].value: the live value is a map, the chart renders a value",
+                     f"{prefix}[GONE].value: not set on the live object"]
+    shown = " ".join(found) + live_diff.release_state(live_diff.compare([rendered], live, "n"), "1.0")["reason"]
+    for value in ("s3cret", "one-value", "map-value", "was-here"):
+        assert value not in shown

@@ -115,3 +115,56 @@ def test_the_probe_through_the_real_api_reports_what_ssh_reports_and_why_a_pendi
     assert result.exit_code == 1
     # and nothing of the probe is left: its namespace removed by the real namespace controller, pods and all
     wait(lambda: not probe_leftovers(api), 60, "the probe left objects behind")
+
+
+def test_the_probe_role_reads_the_nodes_as_an_admin_does_and_doctors_role_runs_no_probe(trees, tmp_path):
+    """`rbac --for probe` (node-root-equivalent: its policy lets it write for real only the probe's own namespaces,
+    their ConfigMap and DaemonSet) reads tree-1 and tree-2 as the admin does; `rbac --for doctor` (kept dry) makes
+    no probe at all: the nodes' facts are unknown with the reason, never "no driver"."""
+    import base64
+
+    import yaml
+
+    from tests.tools import client_env, run, tool
+    cluster, api, over_ssh, through_cluster, folder = trees
+
+    def kubectl(*args: str, input: str | None = None, check: bool = True):
+        return run([tool("kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args], client_env(tmp_path), 60, check,
+                   input)
+    _, by_admin = doctor(through_cluster, folder, "cluster")
+    found, made = {}, {"gpu-bootstrap-live-probe"}
+    try:
+        kubectl("create", "namespace", "gpu-bootstrap-live-probe")
+        for role in ("probe", "doctor"):
+            granted = runner.invoke(app, ["rbac", "--for", role, "-c", str(through_cluster), "--service-account",
+                                          f"gpu-bootstrap-live-probe/{role}"])
+            assert granted.exit_code == 0, granted.output
+            docs = [d for d in yaml.safe_load_all(granted.stdout) if d]
+            kubectl("create", "serviceaccount", role, "-n", "gpu-bootstrap-live-probe")
+            for namespace in {d["metadata"].get("namespace") for d in docs} - {None}:
+                if kubectl("create", "namespace", namespace, check=False).returncode == 0:
+                    made.add(namespace)
+            kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+            token = kubectl("create", "token", role, "-n", "gpu-bootstrap-live-probe").stdout.strip()
+            kubeconfig = folder / f"{role}.kubeconfig"
+            kubeconfig.write_text(yaml.safe_dump({
+                "apiVersion": "v1", "kind": "Config", "current-context": "t",
+                "clusters": [{"name": "c", "cluster": {"server": cluster.server, "certificate-authority-data":
+                                                       base64.b64encode(cluster.ca.read_bytes()).decode()}}],
+                "users": [{"name": "u", "user": {"token": token}}],
+                "contexts": [{"name": "t", "context": {"cluster": "c", "user": "u"}}]}))
+            time.sleep(2)  # the API server loads a new admission policy a moment after it is stored
+            result = runner.invoke(app, ["doctor", "-c", str(through_cluster), "-o", "json", "--via", "cluster",
+                                         "--kubeconfig", str(kubeconfig), "--log-file", str(folder / f"{role}.log")])
+            found[role] = json.loads(result.stdout)
+        for name in ("tree-1", "tree-2"):
+            assert checks(found["probe"])[name] == checks(by_admin)[name], name
+        refused = {c["id"]: c for c in checks(found["doctor"])["tree-1"]}
+        assert refused["nvidia-driver"]["status"] == "skip" and refused["nvidia-driver"]["data"] == {}
+        assert "refused the node probe" in json.dumps(found["doctor"]), found["doctor"]
+        wait(lambda: not probe_leftovers(api), 60, "the probe left objects behind")
+    finally:
+        kubectl("delete", "clusterroles,clusterrolebindings,validatingadmissionpolicies,"
+                "validatingadmissionpolicybindings", "-l", "app.kubernetes.io/component=rbac", check=False)
+        for namespace in made:
+            kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false", check=False)

@@ -41,7 +41,8 @@ def write_config(tmp_path: Path, kubeconfig: Path | None = None, extra: str = ""
 
 
 def generate(command: str, config: Path) -> tuple[str, list[dict]]:
-    result = runner.invoke(app, ["rbac", "--for", command, "-c", str(config), "--service-account", "ci/gpu-bootstrap"])
+    result = runner.invoke(app, ["rbac", "--for", command, "-c", str(config), "--service-account", "ci/gpu-bootstrap",
+                                 "--kube-version", "1.33"])
     assert result.exit_code == 0, result.output
     return result.stdout, [d for d in yaml.safe_load_all(result.stdout) if d]
 
@@ -262,7 +263,8 @@ def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
 @pytest.mark.unit
 def test_the_cluster_probe_is_granted_only_where_preflight_probes_through_the_cluster(tmp_path):
     """preflight.via auto without an SSH route probes through the cluster: its per-run namespace, the DaemonSet and
-    the pod list are in the doctor and up roles; with an `ssh` section they are not."""
+    the pod list are in the up role (with an `ssh` section they are not) and always in the probe role, which exists
+    for them (`doctor --via cluster`); never in doctor's, which is kept dry."""
     def daemonsets(text: str, command: str) -> bool:
         path = tmp_path / "c.yaml"
         path.write_text(text)
@@ -270,8 +272,10 @@ def test_the_cluster_probe_is_granted_only_where_preflight_probes_through_the_cl
         found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
         return any("daemonsets" in r["resources"] and "create" in r["verbs"] and r["apiGroups"] == ["apps"]
                    for r in found.cluster)
-    assert daemonsets("nodes: [{name: node5}]\n", "doctor") and daemonsets("nodes: [{name: node5}]\n", "up")
-    assert not daemonsets("nodes: [{name: node5}]\nssh: {user: root}\nmonitoring: {enabled: false}\n", "doctor")
+    assert daemonsets("nodes: [{name: node5}]\n", "probe") and daemonsets("nodes: [{name: node5}]\n", "up")
+    assert not daemonsets("nodes: [{name: node5}]\n", "doctor")
+    assert not daemonsets("nodes: [{name: node5}]\nssh: {user: root}\nmonitoring: {enabled: false}\n", "up")
+    assert daemonsets("nodes: [{name: node5}]\nssh: {user: root}\nmonitoring: {enabled: false}\n", "probe")
 
 
 # --- the plan role and the client-side plan (#33) ---------------------------------------------------------------------
@@ -289,7 +293,13 @@ def test_a_client_side_plan_with_the_plan_role_reads_only_and_reports_what_it_ca
     assert result.exit_code == 0, result.output
     assert cluster.emu.requests.writes() == []
     assert {r.method for r in cluster.emu.requests.all()} == {"GET"}
-    assert {r.access.resource for r in cluster.emu.requests.all() if r.status == 403} == {"secrets"}
+    # refused: Secrets (the webhook's certificate: those steps are unknown) and the cluster-wide list of our
+    # ConfigMaps (the plan role reads ConfigMaps only where it plans: it lists them there instead, and says so)
+    assert {(r.access.resource, r.access.namespace or "*") for r in cluster.emu.requests.all()
+            if r.status == 403 and r.access is not None} \
+        <= {("secrets", "gpu-bootstrap-admission"), ("secrets", "gpu-bootstrap"), ("configmaps", "*")}
+    assert any(r.access is not None and (r.access.resource, r.access.namespace, r.status) ==
+               ("configmaps", "monitoring", 200) for r in cluster.emu.requests.all())
     statuses = {s["id"]: s["status"] for s in document["steps"]}
     # a fresh cluster: the charts' releases have no live object, so they are planned as installs (helm's records
     # are not read); the webhook's steps need its certificate's Secret
@@ -347,3 +357,104 @@ def test_the_roles_a_chart_creates_and_binds_are_the_ones_named(step, archive, r
             ref = doc["roleRef"]
             (cluster_roles if ref["kind"] == "ClusterRole" else roles).add(ref["name"])
     assert (cluster_roles, roles) == tuple(rbac_module.chart_roles(step, release))
+
+
+# --- the roles after the attacks (#41): what each may not do, as data (the live suite attacks them for real) ----------
+def _config(tmp_path: Path, text: str = "nodes: [{name: node5}]\n"):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return load(path)
+
+
+def _every(command: str, config, **more) -> list[dict]:
+    found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)),
+                              **more)
+    return found.cluster + [r for rules in found.namespaced.values() for r in rules]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", ["dry-run", "doctor", "probe"])
+def test_a_kept_identity_holds_no_write_on_what_admission_does_not_see(tmp_path, command):
+    """Admission does not run for webhook configurations and admission policies, so no policy could keep a write of
+    them dry: the dry-run, doctor and probe roles may only read them."""
+    for rule in _every(command, _config(tmp_path)):
+        if set(rule["resources"]) & set(rbac_module.ADMISSION_CONFIGURATION):
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
+
+
+@pytest.mark.unit
+def test_the_service_proxy_reaches_only_the_prometheus_it_reads(tmp_path):
+    config = _config(tmp_path, "nodes: [{name: node5}]\nmonitoring: {release: prom, namespace: obs}\n")
+    for command in ("status", "doctor", "probe"):
+        found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
+        proxies = [(ns, r) for ns, rules in [(None, found.cluster), *found.namespaced.items()] for r in rules
+                   if "services/proxy" in r["resources"]]
+        assert proxies == [("obs", {"apiGroups": [""], "resources": ["services/proxy"],
+                                    "resourceNames": ["prom-kube-prometheus-stack-prometheus:http-web"],
+                                    "verbs": ["get"], rbac_module.WHY: proxies[0][1][rbac_module.WHY]})], command
+    given = rbac_module.prometheus_service(config, "metrics/prometheus-k8s:web")
+    assert rbac_module.rules("status", config, [], given).namespaced == {"metrics": [
+        {"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["prometheus-k8s:web"], "verbs": ["get"],
+         rbac_module.WHY: [rbac_module.needs("status", config, [], given)[1].why]}]}
+
+
+@pytest.mark.unit
+def test_the_plan_role_reads_config_maps_only_where_it_plans(tmp_path):
+    config = _config(tmp_path)
+    found = rbac_module.rules("plan", config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
+    assert not [r for r in found.cluster if "configmaps" in r["resources"]]
+    where = {ns for ns, rules in found.namespaced.items() for r in rules if "configmaps" in r["resources"]}
+    assert where == {"gpu-bootstrap", "monitoring", "kube-system", "gpu-bootstrap-admission", "gpu-operator"}
+
+
+@pytest.mark.unit
+def test_doctor_runs_no_probe_and_without_admission_policies_no_dry_run_pod(tmp_path):
+    config = _config(tmp_path)
+    assert not [r for r in _every("doctor", config) if "daemonsets" in r["resources"] and "create" in r["verbs"]]
+    assert [r for r in _every("doctor", config) if r["resources"] == ["pods"] and "create" in r["verbs"]]
+    assert not [r for r in _every("doctor", config, admission_policies=False)
+                if "pods" in r["resources"] and "create" in r["verbs"]]
+
+
+@pytest.mark.unit
+def test_every_rule_says_who_needs_it(tmp_path):
+    config = _config(tmp_path)
+    for command in rbac_module.COMMANDS:
+        for rule in _every(command, config):
+            assert rule[rbac_module.WHY] and all(rule[rbac_module.WHY]), (command, rule)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command, args, said", [
+    ("dry-run", ["--kube-version", "1.33"], "--for dry-run needs --service-account"),
+    ("doctor", ["--kube-version", "1.33"], "--for doctor needs --service-account"),
+    ("dry-run", ["--kube-version", "1.29", "--service-account", "ci/x"], "use --for plan"),
+    ("probe", ["--kube-version", "1.29", "--service-account", "ci/x"], "serves no ValidatingAdmissionPolicy"),
+    ("status", ["--prometheus", "monitoring/x;y"], "--prometheus 'monitoring/x;y' is not NAMESPACE/SERVICE"),
+])
+def test_rbac_refuses_what_would_not_hold(tmp_path, command, args, said):
+    config = tmp_path / "c.yaml"
+    config.write_text("nodes: [{name: node5}]\n")
+    result = runner.invoke(app, ["rbac", "--for", command, "-c", str(config), *args, "--log-file",
+                                 str(tmp_path / "log")])
+    assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
+
+
+@pytest.mark.unit
+def test_the_kept_identities_print_their_policy_first_and_every_shell_line_is_quoted(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("nodes: [{name: node5}]\n")
+    for command in ("dry-run", "doctor", "probe"):
+        result = runner.invoke(app, ["rbac", "--for", command, "-c", str(config), "--kube-version", "1.33",
+                                     "--service-account", "ci/bot", "--log-file", str(tmp_path / "log")])
+        assert result.exit_code == 0, result.output
+        docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+        assert [d["kind"] for d in docs[:2]] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        assert docs[0]["spec"]["matchConditions"][0]["expression"] == \
+            'request.userInfo.username == "system:serviceaccount:ci:bot"'
+    up = runner.invoke(app, ["rbac", "--for", "up", "-c", str(config), "--service-account", "ci/bot"])
+    assert "CLUSTER-ADMIN-EQUIVALENT" in up.stdout and "--duration=1h" in up.stdout
+    import shlex
+    for line in up.stdout.splitlines():
+        if line.startswith("#   kubectl "):
+            assert shlex.split(line[4:])[0] == "kubectl" and ";" not in line

@@ -141,11 +141,18 @@ class ClusterProbedNodes(NodeFactsSource):
         self.registry = registry  # registry.mirror / pull_secret: the probe pulls from the mirror like our other pods
 
     def _read(self, names: list[str]) -> dict[str, NodeReport]:
-        from gpu_bootstrap.adapters.cluster_probe import ClusterProbe
+        from gpu_bootstrap.adapters.cluster_probe import ClusterProbe, ProbeRefused
         marker = new_marker()
         timeout = command_timeout(self.preflight.timeout)
-        outcomes = ClusterProbe(self.kube, self.preflight.image, self.preflight.timeout, self.registry).run(
-            names, build(marker, timeout))
+        try:
+            outcomes = ClusterProbe(self.kube, self.preflight.image, self.preflight.timeout, self.registry).run(
+                names, build(marker, timeout))
+        except ProbeRefused as refused:  # RBAC, a policy, Pod Security: every node unknown, with the reason
+            reports = {name: unreachable(name, f"unknown: {refused.one_line()}", how="no probe result")
+                       for name in names}
+            for report in reports.values():
+                report.source = "cluster"
+            return reports
         reports = {}
         for name in names:
             outcome = outcomes[name]

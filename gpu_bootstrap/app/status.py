@@ -395,14 +395,19 @@ def _commands(drain) -> list[str]:
 UTIL_QUERY = 'avg_over_time(DCGM_FI_DEV_GPU_UTIL{{pod!=""}}[{window}])'
 
 
-def find_prometheus(kube, given: str | None) -> tuple[str, str, str] | None:
-    """(namespace, service, port) of a Prometheus: --prometheus NAMESPACE/SERVICE[:PORT], else the Service the
-    Prometheus Operator puts in front of one (what the monitoring step installs or attaches to)."""
+def find_prometheus(kube, given: str | None, configured=None) -> tuple[str, str, str] | None:
+    """(namespace, service, port) of a Prometheus: --prometheus NAMESPACE/SERVICE[:PORT], else the config's (the
+    Service `rbac --for status` lets the status role proxy to) when it exists, else the Service the Prometheus
+    Operator puts in front of one (what the monitoring step installs or attaches to)."""
     if given:
         namespace, _, rest = given.partition("/")
         name, _, port = rest.partition(":")
         return namespace, name, port or "9090"
-    for service in kube.list("v1", "Service"):
+    services = kube.list("v1", "Service")
+    if configured is not None and any((s["metadata"].get("namespace"), s["metadata"]["name"]) ==
+                                      (configured.namespace, configured.service) for s in services):
+        return configured.namespace, configured.service, configured.port
+    for service in services:
         selector = (service.get("spec") or {}).get("selector") or {}
         labels = service["metadata"].get("labels") or {}
         if "operator.prometheus.io/name" in selector or service["metadata"]["name"] == "prometheus-operated" or \
@@ -414,7 +419,7 @@ def find_prometheus(kube, given: str | None) -> tuple[str, str, str] | None:
     return None
 
 
-def utilisation(kube, prometheus: str | None, window: str, idle_below: float) -> dict:
+def utilisation(kube, prometheus: str | None, window: str, idle_below: float, configured=None) -> dict:
     """Mean utilisation per GPU a pod holds over `window` (the DCGM exporter's DCGM_FI_DEV_GPU_UTIL with its
     namespace/pod attribution); a GPU below `idle_below` percent is allocated but idle. Never fails `status`: an
     unreachable Prometheus is a note."""
@@ -422,7 +427,7 @@ def utilisation(kube, prometheus: str | None, window: str, idle_below: float) ->
     base = {"window": window, "idle_below_pct": idle_below, "prometheus": None, "gpus": [], "idle": [], "pods": [],
             "note": ""}
     try:
-        proxy = find_prometheus(kube, prometheus)
+        proxy = find_prometheus(kube, prometheus, configured)
         if proxy is None:
             return {**base, "note": "no Prometheus found (pass --prometheus NAMESPACE/SERVICE[:PORT])"}
         namespace, service, port = proxy
@@ -492,7 +497,9 @@ def collect(kube, options: StatusOptions, sections) -> dict:
         snapshot = read(kube)
         result = document(snapshot, settings)
     if options.utilisation:
-        result["utilisation"] = utilisation(kube, options.prometheus, options.window, options.idle_below)
+        from gpu_bootstrap.security.rbac import prometheus_service
+        result["utilisation"] = utilisation(kube, options.prometheus, options.window, options.idle_below,
+                                            prometheus_service(sections))
     if options.defrag:
         result["defrag"] = defrag(snapshot, _profile(kube, sections.scheduler), result["pending"])
     result["requests"] = kube.requests - before  # API requests this document took (attempts, retries included)

@@ -103,6 +103,12 @@ def up(common, dry_run: Annotated[Optional[DryRun], Option("--dry-run", metavar=
        via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None) -> None:
     """Bring the cluster to the configured state, step by step; resumes where a previous run stopped.
 
+    Who runs `up` is cluster-admin-equivalent: it installs privileged node agents (the gpu-operator's driver and
+    toolkit DaemonSets run as root on every GPU node) and binds the charts' roles. Run it as an admin, or from a
+    protected job with a short-lived token (`gpu-bootstrap rbac --for up`, then kubectl create token NAME
+    --duration=1h). For plans, `--dry-run` with `rbac --for dry-run` (kept dry by an admission policy) and
+    `--dry-run=client` with `rbac --for plan` (read-only) need far less.
+
     [bold]Examples[/]
 
       gpu-bootstrap up                        # apply
@@ -263,7 +269,15 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
     Nothing is changed on the cluster.
 
     Taints and labels on existing nodes and the validation run stay commands (DIR/README.md names them). A
-    generated webhook CA cannot live in Git: use admission.certificates: cert-manager. No secret is written.
+    generated webhook CA cannot live in Git: use admission.certificates: cert-manager.
+
+    Secrets stay out of DIR: a chart value that is or may be secret is left out and DIR/README.md says which Secret
+    (flux), file outside DIR (helmfile) or secret source (argocd) brings it back. Left out: values under keys
+    naming a secret (password, passwd, pass, secret, token, apikey, key, credential, auth..., in any case, joined
+    by _, - or .; not references such as secretName), env entries whose name names one, --flag=value arguments
+    whose flag does, URLs with a user's password or a token in their path or query (webhooks), PEM blocks plain or
+    base64, htpasswd lines, user:password strings, docker config JSON and strings that look like generated tokens.
+    Secrets the charts render are left out of --format manifests, and DIR refuses links (exit 2).
 
     [bold]Examples[/]
 
@@ -404,17 +418,34 @@ class RbacFor(str, Enum):
     up = "up"
     status = "status"
     doctor = "doctor"
+    probe = "probe"
 
 
-@command("config", "playbook", "verbose", "log_file")
+@command("config", "playbook", "kubeconfig", "context", "verbose", "log_file")
 def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
-        "The command to grant: plan (up --dry-run=client: read-only, no Secrets; for pull requests' CI), dry-run "
-        "(up --dry-run: write-equivalent for what up writes; for a trusted main-branch job), up (applies), status "
-        "or doctor."))],
+        "The command to grant. plan: up --dry-run=client, read-only, no Secrets (a pull request's CI). dry-run: up "
+        "--dry-run, kept dry by an admission policy (a trusted main-branch job). doctor: reads and dry runs, kept "
+        "dry. probe: doctor plus the in-cluster node probe (node-root-equivalent, trusted use). status: reads and "
+        "the Prometheus proxy. up: applies everything (cluster-admin-equivalent)."))],
          service_account: Annotated[Optional[str], Option("--service-account", metavar="NAMESPACE/NAME", help=(
-             "Also bind the roles to this ServiceAccount."))] = None) -> None:
-    """Print the least-privilege RBAC a command needs for the configured steps: a ClusterRole, plus a Role in each
-    namespace where namespaced access suffices. No `*` verb or resource.
+             "Bind the roles to this ServiceAccount (needed by dry-run, doctor and probe, whose admission policy "
+             "names it)."))] = None,
+         kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y", help=(
+             "The cluster's Kubernetes version, for dry-run, doctor and probe (default: asked of the cluster): "
+             "their policy needs ValidatingAdmissionPolicy, 1.30+."))] = None,
+         prometheus: Annotated[Optional[str], Option("--prometheus", metavar="NAMESPACE/SERVICE[:PORT]", help=(
+             "The Prometheus Service status and doctor may proxy to (default: the one the monitoring step "
+             "installs)."))] = None) -> None:
+    """Print the least-privilege RBAC a command needs for the configured steps: a ClusterRole, a Role in each
+    namespace where namespaced access suffices, and for identities that must not write for real an admission
+    policy that holds them. No `*` verb or resource; a comment above each rule says which step or check needs it.
+
+    RBAC cannot tell a dry run from a write: the API server authorizes `up --dry-run`'s dryRun=All requests exactly
+    like real ones. So --for dry-run and --for doctor also print a ValidatingAdmissionPolicy and binding that deny
+    every request of that ServiceAccount that is not a dry run (Kubernetes 1.30+; before that, --for dry-run exits 2:
+    use --for plan). --for up is cluster-admin-equivalent (it installs privileged node agents): give it only to a
+    protected job, as a short-lived token (kubectl create token NAME --duration=1h). docs/security.md has each
+    role's attacks and results.
 
     [bold]Examples[/]
 
@@ -423,8 +454,9 @@ def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
       gpu-bootstrap rbac --for status | kubectl apply -f -
     """
     def body():
-        from gpu_bootstrap.app import commands as application
-        typer.echo(application.rbac(options_from(common), for_.value, service_account), nl=False)
+        from gpu_bootstrap.app import rbac as application
+        typer.echo(application.rbac(options_from(common, kube_version=kube_version), for_.value, service_account,
+                                    prometheus), nl=False)
 
     run("rbac", common, body)
 

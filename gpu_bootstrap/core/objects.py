@@ -1,8 +1,10 @@
 """Pure helpers over Kubernetes objects and value trees, shared by the steps and the engine: drift between what we
-want and what the cluster has, Helm's merge rule, optimistic concurrency, pod diagnosis and lease freshness."""
+want and what the cluster has, value paths in helm's --set syntax, Helm's merge rule, optimistic concurrency, pod
+diagnosis and lease freshness."""
 from __future__ import annotations
 
 import datetime as _dt
+import re
 
 
 # --- value trees -----------------------------------------------------------------------------------------------------
@@ -23,6 +25,27 @@ def differences(desired, live, path: str = "") -> list[str]:
             found += differences(want, have, f"{path}[{index}]")
         return found
     return [] if desired == live or str(desired) == str(live) and live is not None else [path]
+
+
+# A path names a value the way helm's --set does: keys joined by `.`, a `.` inside a key escaped as `\.`
+# (grafana's `grafana.ini`, a label key `nvidia.com/gpu.present`).
+def escape_key(key) -> str:
+    return str(key).replace("\\", "\\\\").replace(".", "\\.")
+
+
+def join_path(prefix: str, key) -> str:
+    return f"{prefix}.{escape_key(key)}" if prefix else escape_key(key)
+
+
+def path_keys(path: str) -> list[str]:
+    """The keys of a path: split at every `.` that is not escaped, escapes undone."""
+    keys = [""]
+    for escaped, plain, dot in re.findall(r"\\(.)|([^.\\]+)|(\.)", path):
+        if dot:
+            keys.append("")
+        else:
+            keys[-1] += escaped or plain
+    return keys
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
@@ -137,6 +160,21 @@ def lease_fresh(spec: dict, default_duration: int, slack: float = 1.0, floor: in
 
 # --- where our own state lives ---------------------------------------------------------------------------------------
 STATE_NAMESPACE = "gpu-bootstrap"  # the checkpoint, its key and the run lock (pipeline/checkpoint.py, lock.py)
+# The kinds admission does not run for (the API server exempts them from webhooks and admission policies): no
+# admission policy can keep a write of them dry, so dry runs judge them client-side and dry identities never write
+# them (security/rbac.py, pipeline/gate.py)
+ADMISSION_CONFIGURATION_KINDS = frozenset({
+    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"})
+
+
+def admission_configuration(api_version: str, kind: str) -> bool:
+    return api_version.startswith("admissionregistration.k8s.io/") and kind in ADMISSION_CONFIGURATION_KINDS
+
+
+# the in-cluster node probe's own namespaces (probes/incluster.py), which the probe identity's policy names
+PROBE_NAMESPACE_PREFIX = "gpu-bootstrap-probe-"
+PROBE_COMPONENT = {"gpu-bootstrap.io/component": "node-probe"}
 
 
 # --- GitOps ownership ------------------------------------------------------------------------------------------------

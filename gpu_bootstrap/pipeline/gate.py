@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 
+from gpu_bootstrap.core.objects import admission_configuration
 from gpu_bootstrap.core.refs import Chart, Verb
 from gpu_bootstrap.pipeline.step import Change
 
 log = logging.getLogger("gpu_bootstrap.gate")
 APPLY, SERVER_DRY_RUN, RECORD = "apply", "server-dry-run", "record"
+JUDGED_CLIENT_SIDE = ("judged client-side, not sent: admission does not run for admission configuration, so no "
+                      "policy could keep a dry-run identity's write of it dry (rbac --for dry-run holds none)")
 
 
 class Gate:
@@ -51,6 +54,9 @@ class Gate:
         """Server-side dry run. An object in a namespace this same plan creates cannot be validated (the dry-run
         namespace is not stored), and is said to be so rather than failing the plan."""
         from gpu_bootstrap.core.errors import ClusterError, NotFound
+        if admission_configuration(change.target.api_version, change.target.kind):
+            self.notes.setdefault(step_id, []).append(f"{change.target} {JUDGED_CLIENT_SIDE}")
+            return None
         if change.verb == Verb.HELM_UPGRADE:  # helm creates the release's namespace (--create-namespace)
             if self.kube.get("v1", "Namespace", change.body["namespace"]) is None:
                 self._dry_namespaces.add(change.body["namespace"])
@@ -99,35 +105,47 @@ class Gate:
                                  timeout=body.get("timeout"), dry_run=dry_run, labels=body.get("labels"))
 
     def _helm_dry_run(self, step_id: str, change: Change):
-        """A server-side dry run of the release; when the cluster does not serve the kinds of the chart's own CRDs
-        yet (a fresh cluster), its custom resources are validated against those CRDs' schemas instead, and the
-        rest of its objects server-side where their namespace exists, and the plan says so."""
+        """A server-side dry run of the release. Object by object instead, and said so, when helm's own would not
+        do: a chart that renders admission configuration (its webhook configurations are judged client-side: no
+        admission policy could keep a write of them dry, so a dry-run identity may not send one), or a fresh
+        cluster that does not serve the kinds of the chart's own CRDs yet (its custom resources are validated
+        against those CRDs' schemas). The rest of its objects go to the API server as dry runs where their
+        namespace exists."""
         from gpu_bootstrap.core.errors import ClusterError
         from gpu_bootstrap.core.schemas import kinds_without_crds
-        try:
-            return self._helm_upgrade(change, True)
-        except ClusterError as error:
-            missing = kinds_without_crds(error.message)
-            if not missing:
-                raise
-        self.notes.setdefault(step_id, []).append(self._validate_client_side(change, missing))
+        documents = self._rendered(change)
+        if not any(admission_configuration(d.get("apiVersion", ""), d.get("kind", "")) for d in documents):
+            try:
+                return self._helm_upgrade(change, True)
+            except ClusterError as error:
+                missing = kinds_without_crds(error.message)
+                if not missing:
+                    raise
+        else:
+            missing = []
+        self.notes.setdefault(step_id, []).append(self._validate_by_object(change, documents, missing))
         return None
 
-    def _validate_client_side(self, change: Change, missing: list[tuple[str, str]]) -> str:
+    def _rendered(self, change: Change) -> list[dict]:
         import yaml
+        body = change.body
+        chart = Chart(body["chart"]["ref"], body["chart"].get("repo"), body["chart"].get("version"))
+        return [d for d in yaml.safe_load_all(self.helm.template(
+            body["release"], chart, body["values"], body["namespace"], body["kube_version"])) if d]
 
+    def _validate_by_object(self, change: Change, documents: list[dict], missing: list[tuple[str, str]]) -> str:
         from gpu_bootstrap.core import schemas
         from gpu_bootstrap.core.errors import ClusterError
         body = change.body
         chart = Chart(body["chart"]["ref"], body["chart"].get("repo"), body["chart"].get("version"))
         known = schemas.crd_schemas(self.helm.show_crds(chart))
-        documents = [d for d in yaml.safe_load_all(self.helm.template(
-            body["release"], chart, body["values"], body["namespace"], body["kube_version"])) if d]
-        custom, skipped, checked = [], 0, 0
+        custom, skipped, checked, judged = [], 0, 0, []
         for doc in documents:
             key = (doc.get("apiVersion", ""), doc.get("kind", ""))
             name = f"{key[1]} {(doc.get('metadata') or {}).get('name', '')}"
-            if key in known:
+            if admission_configuration(*key):
+                judged.append(name)
+            elif key in known and (key in missing or not self._served(key)):
                 found = schemas.problems(doc, known[key])
                 if found:
                     raise ClusterError(f"{name} is invalid against its CRD's schema: {'; '.join(found[:5])}",
@@ -144,9 +162,26 @@ class Gate:
                                                 "namespace": doc["metadata"].get("namespace") or body["namespace"]}}
                 self.kube.apply(body_doc if self._namespaced(doc) else doc, dry_run=True)
                 checked += 1
-        note = (f"{', '.join(custom)} validated client-side against the chart's CRD schemas (its CRDs are not "
-                f"installed yet); {checked} other object(s) validated by the API server")
-        return note + (f", {skipped} not (their namespace does not exist yet)" if skipped else "")
+        parts = []
+        if judged:
+            parts.append(f"{', '.join(judged)} {JUDGED_CLIENT_SIDE}")
+        if custom:
+            parts.append(f"{', '.join(custom)} validated client-side against the chart's CRD schemas (its CRDs are "
+                         f"not installed yet)")
+        parts.append(f"{checked} {'other ' if parts else ''}object(s) validated by the API server"
+                     + (f", {skipped} not (their namespace does not exist yet)" if skipped else ""))
+        return "; ".join(parts)
+
+    def _served(self, key: tuple[str, str]) -> bool:
+        """Does the cluster serve this kind (its CRD installed)? An API that does not answer is not "no"."""
+        from gpu_bootstrap.core.errors import ClusterError, Unreachable
+        try:
+            self.kube.resource(*key)
+            return True
+        except Unreachable:
+            raise
+        except ClusterError:
+            return False
 
     def _namespaced(self, doc: dict) -> bool:
         return self.kube.resource(doc["apiVersion"], doc["kind"])[1]

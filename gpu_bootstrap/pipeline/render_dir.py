@@ -7,15 +7,13 @@ a render is safe to keep as a CI artifact or attach to a review.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
 
 import yaml
 
-from gpu_bootstrap.security import redact
-from gpu_bootstrap.core.errors import UsageError
+from gpu_bootstrap.security import outdir, redact, secret_values
 from gpu_bootstrap.core.refs import Chart, Verb
 from gpu_bootstrap.pipeline.step import Change
 
@@ -36,15 +34,16 @@ def dump(obj) -> str:
     return yaml.dump(obj, Dumper=_BlockDumper, sort_keys=False)
 
 
+STEP_FOLDER = re.compile(r"\d\d-[a-z0-9-]+")
+
+
 def prepare(folder: Path) -> None:
-    """Start from a clean render: remove the NN-step folders a previous render left, keep anything else."""
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--render-dir {folder} exists and is not a directory")
-    if not folder.exists():
-        folder.mkdir(parents=True, mode=0o700)
-        folder.chmod(0o700)  # whatever the umask
+    """Start from a clean render: remove the NN-step folders a previous render left, keep anything else. A folder
+    with a link planted where we write (its top, the step folders) is refused (security/outdir.py)."""
+    outdir.refuse_planted(folder, "--render-dir", descend=STEP_FOLDER.fullmatch)
+    outdir.make_folder(folder)
     for child in folder.iterdir():
-        if child.is_dir() and re.fullmatch(r"\d\d-[a-z0-9-]+", child.name):
+        if child.is_dir() and STEP_FOLDER.fullmatch(child.name):
             shutil.rmtree(child)
 
 
@@ -57,13 +56,10 @@ class RenderDir:
         self.helm = helm
         self._counts: dict[str, int] = {}
 
-    def folder(self, step_id: str) -> Path:
+    def folder(self, step_id: str) -> str:
+        """The step's folder, relative to the root."""
         index = self.order.index(step_id) + 1 if step_id in self.order else 0
-        folder = self.root / f"{index:02d}-{step_id}"
-        if not folder.is_dir():
-            folder.mkdir(parents=True, mode=0o700, exist_ok=True)
-            folder.chmod(0o700)
-        return folder
+        return f"{index:02d}-{step_id}"
 
     def write(self, step_id: str, change: Change) -> str | None:
         """Write one change; returns a problem to report when part of it could not be rendered."""
@@ -84,20 +80,18 @@ class RenderDir:
                      "data": {key: "<redacted>" for key in sorted({**(shown.get("data") or {}),
                                                                    **(shown.get("stringData") or {})})}}
         body = dump(redact.tree(shown)) if shown is not None else ""
-        _write_private(folder / name, redact.text("\n".join(header)) + "\n" + body)
-        _write_private(folder / "plan.txt", redact.text(change.describe()) + "\n", append=True)
+        outdir.write(self.root, f"{folder}/{name}", redact.text("\n".join(header)) + "\n" + body)
+        outdir.write(self.root, f"{folder}/plan.txt", redact.text(change.describe()) + "\n", append=True)
         return self._write_release(step_id, change) if release else None
 
     def write_file(self, step_id: str, name: str, text: str) -> Path:
-        path = self.folder(step_id) / name
-        _write_private(path, text)
-        return path
+        return outdir.write(self.root, f"{self.folder(step_id)}/{name}", text)
 
     def _write_release(self, step_id: str, change: Change) -> str | None:
         """values.yaml (the exact merged values), release.yaml (what and why) and manifests.yaml from `helm template`
         for the target Kubernetes version; when the chart cannot be rendered, a note saying why instead."""
         body = change.body
-        self.write_file(step_id, "values.yaml", VALUES_NOTE + yaml.safe_dump(redact.tree(body["values"]),
+        self.write_file(step_id, "values.yaml", VALUES_NOTE + yaml.safe_dump(secret_values.hidden(body["values"]),
                                                                               sort_keys=False))
         release = {key: body[key] for key in ("release", "namespace", "chart", "chart_version", "kube_version")}
         release["derived_values"] = body.get("derived", [])
@@ -119,18 +113,5 @@ class RenderDir:
         return None
 
 
-VALUES_NOTE = ("# The merged values, with secret-looking ones shown as <redacted>: helm gets the real ones on its stdin\n"
-               "# only (see docs/security.md).\n")
-
-
-def _write_private(path: Path, text: str, append: bool = False) -> None:
-    """Write text to a file only its owner can read (0600, also when it existed with a wider mode)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            fd = -1
-            out.write(text)
-    finally:
-        if fd >= 0:
-            os.close(fd)
+VALUES_NOTE = ("# The merged values, with those that are or may be secret shown as <redacted>: helm gets the real ones\n"
+               "# on its stdin only (see docs/security.md).\n")

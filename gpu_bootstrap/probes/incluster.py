@@ -20,12 +20,14 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from gpu_bootstrap.core.objects import PROBE_COMPONENT, PROBE_NAMESPACE_PREFIX
+
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
-COMPONENT = {"gpu-bootstrap.io/component": "node-probe"}
+COMPONENT = PROBE_COMPONENT
 RUN_LABEL = "gpu-bootstrap.io/probe-run"
 OWNER_ANNOTATION = "gpu-bootstrap.io/probe-owner"  # host:pid of the run that created it
 EXPIRES_ANNOTATION = "gpu-bootstrap.io/probe-expires"  # after this (epoch seconds) anyone may remove it
-NAMESPACE_PREFIX = "gpu-bootstrap-probe-"
+NAMESPACE_PREFIX = PROBE_NAMESPACE_PREFIX
 NAME = "gpu-bootstrap-node-probe"
 SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap,gpu-bootstrap.io/component=node-probe"  # ours, any run
 PRIVILEGED = {f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")}

@@ -12,13 +12,12 @@ from typing import Any
 
 import yaml
 
-from gpu_bootstrap.security import redact
 from gpu_bootstrap.core.config import selector_equalities
 from gpu_bootstrap.core import catalogue as images
 from gpu_bootstrap.core.objects import deep_merge
 from gpu_bootstrap.core.paths import data_path
 from gpu_bootstrap.core.versions import version_tuple
-from gpu_bootstrap.render.values import Derived, ValuesPlan, set_path, user_value_line  # noqa: F401 - re-exported
+from gpu_bootstrap.render.values import Derived, ValuesPlan, get_path, set_path, user_value_line  # noqa: F401 - re-exported
 
 MIG_CAPABLE = re.compile(r"A100|A30|A800|H100|H200|H800|H20|GH200|B100|B200|GB200|B300|RTX PRO 6000 Blackwell")
 NRI_MIN_OPERATOR = (26, 3, 0)
@@ -174,16 +173,17 @@ def restarts(deployed: dict, merged: dict) -> list[str]:
     for path in RESTARTING:
         old, new = _lookup(deployed, path), _lookup(merged, path)
         if old != new:
-            found.append(f"{path}: {json.dumps(redact.tree(old, path))} → {json.dumps(redact.tree(new, path))}")
+            found.append(f"{path}: {json.dumps(old)} → {json.dumps(new)}" if _switches(old, new) else f"{path}: changes")
     return found
 
 
+def _switches(*values) -> bool:
+    """On/off values (true, false, unset), which a plan may show: they carry nothing to hide."""
+    return all(value is None or isinstance(value, bool) for value in values)
+
+
 def _lookup(tree: dict, path: str):
-    for part in path.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return None
-        tree = tree[part]
-    return tree
+    return get_path(tree, path, None)
 
 
 def _only_pool_nodes(pooled, section, derived) -> None:

@@ -6,7 +6,8 @@ object of the same kind, namespace and name. The comparison is a subset one, as 
 controllers add status: every field the chart sets must be there with the same value; fields only the live object
 has are not differences, nor are a chart's nulls and the zero values the server omits when it stores an object
 (false, 0, "", empty lists and maps: found so on the real API server), nor `checksum/*` annotations (hashes of
-other objects, compared themselves). Left out, and said: Secrets (never read), helm hooks (helm deletes them after
+other objects, compared themselves). A difference names the object and the field, never a value (the rendered or
+the live one may be a secret). Left out, and said: Secrets (never read), helm hooks (helm deletes them after
 they ran), and CustomResourceDefinitions (compared by the CRD step of each chart).
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ CHECKSUM = re.compile(r"(^|\.)annotations\.checksum/")
 
 @dataclass
 class Diff:
-    differences: list[str] = field(default_factory=list)  # "Kind ns/name: path: rendered X, live Y"
+    differences: list[str] = field(default_factory=list)  # "Kind ns/name: path: <how it differs>", never a value
     missing: list[str] = field(default_factory=list)  # rendered objects the cluster lacks
     not_compared: list[str] = field(default_factory=list)  # Secrets, hooks
 
@@ -68,7 +69,7 @@ def compare(rendered: list[dict], live: dict[tuple[str, str, str], dict | None],
             diff.missing.append(label)
             continue
         for path, want, have in _subset(doc, found, ""):
-            diff.differences.append(f"{label}: {path}: rendered {_short(want)}, live {_short(have)}")
+            diff.differences.append(f"{label}: {path}: {_how(want, have)}")
     return diff
 
 
@@ -152,6 +153,19 @@ def _quantity(value):
         return None
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+def _how(want, have) -> str:
+    """How a live field differs from the rendered one, without either value: a plan names paths, never values (a
+    chart's value may be a password, and no rule tells every secret by its name)."""
+    if have is None:
+        return "not set on the live object"
+    if type(want) is not type(have) and not (_scalar(want) and _scalar(have)):
+        return f"the live value is {_kind(have)}, the chart renders {_kind(want)}"
+    return "the live value differs from the rendered one"
+
+
+def _scalar(value) -> bool:
+    return isinstance(value, (str, int, float, bool))
+
+
+def _kind(value) -> str:
+    return "a map" if isinstance(value, dict) else "a list" if isinstance(value, list) else "a value"

@@ -158,6 +158,30 @@ class AttachProblem(Exception):
         self.hint = hint
 
 
+def choose_prometheus(section, theirs: list[dict], found: list[dict] | None, crd: str) -> dict:
+    """The Prometheus to attach to among the cluster's (`theirs`: not ours; `found` None: `crd` not served)."""
+    if section.prometheus:
+        namespace, _, name = section.prometheus.partition("/")
+        for prometheus in theirs:
+            if (prometheus["metadata"].get("namespace"), prometheus["metadata"]["name"]) == (namespace, name):
+                return prometheus
+        raise AttachProblem(f"monitoring.prometheus {section.prometheus}: no such Prometheus object",
+                            f"found: {_names(theirs) or 'none'}")
+    if not theirs:
+        where = f"{crd} is not served" if found is None else "no Prometheus object exists"
+        raise AttachProblem(f"monitoring.mode: attach, but there is no Prometheus to attach to ({where}; a plan made "
+                            f"with no cluster to read sees a fresh one)",
+                            "plan attach mode against the cluster (up --dry-run), or use monitoring.mode: install")
+    if len(theirs) > 1:
+        raise AttachProblem(f"the cluster runs {len(theirs)} Prometheus objects ({_names(theirs)})",
+                            "name the one to attach to in monitoring.prometheus: <namespace>/<name>")
+    return theirs[0]
+
+
+def _names(objects: list[dict]) -> str:
+    return ", ".join(f"{o['metadata'].get('namespace')}/{o['metadata']['name']}" for o in objects)
+
+
 def attach_target(prometheus: dict, namespaces: dict[str, dict], sidecars: list[dict], operator_namespace: str,
                   reason: str) -> Target:
     """Attach mode: label our objects so that `prometheus` (a monitoring.coreos.com/v1 Prometheus, as read) selects

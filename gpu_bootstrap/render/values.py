@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_bootstrap.core.objects import escape_key, join_path, path_keys  # noqa: F401 - re-exported
 from gpu_bootstrap.security import redact
 
 
@@ -33,8 +34,8 @@ class ValuesPlan:
 
     def explain(self) -> list[str]:
         lines = [d.line() for d in self.derived]
-        for path in sorted(leaf_paths(self.overrides)):
-            lines.append(user_value_line(path, get_path(self.overrides, path), "gpu_operator.values"))
+        for path, value in sorted(leaf_items(self.overrides), key=lambda item: item[0]):
+            lines.append(user_value_line(path, value, "gpu_operator.values"))
         return lines
 
 
@@ -48,21 +49,31 @@ def user_value_line(path: str, value: Any, section: str) -> str:
 def set_path(tree: dict, path: str, value) -> None:
     if path.startswith(("nodes:", "pools:")):
         return  # node labels (on nodes, or on a pool's node template), not chart values
-    parts = path.split(".")
-    for part in parts[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[parts[-1]] = value
+    keys = path_keys(path)
+    for key in keys[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[keys[-1]] = value
 
 
-def get_path(tree: dict, path: str):
-    for part in path.split("."):
-        tree = tree[part]
+def get_path(tree: dict, path: str, default: Any = KeyError):
+    """The value at `path`; `default` when a key on the way is missing (KeyError raised when none is given)."""
+    for key in path_keys(path):
+        if not isinstance(tree, dict) or key not in tree:
+            if default is KeyError:
+                raise KeyError(path)
+            return default
+        tree = tree[key]
     return tree
 
 
-def leaf_paths(tree: dict, prefix: str = "") -> list[str]:
+def leaf_items(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """(path, value) of every leaf (a scalar, a list or an empty map), paths escaped as above."""
     out = []
     for key, value in tree.items():
-        path = f"{prefix}.{key}" if prefix else key
-        out.extend(leaf_paths(value, path) if isinstance(value, dict) and value else [path])
+        path = join_path(prefix, key)
+        out.extend(leaf_items(value, path) if isinstance(value, dict) and value else [(path, value)])
     return out
+
+
+def leaf_paths(tree: dict, prefix: str = "") -> list[str]:
+    return [path for path, _value in leaf_items(tree, prefix)]

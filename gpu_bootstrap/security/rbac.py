@@ -1,14 +1,24 @@
-"""Least-privilege RBAC for each command: `gpu-bootstrap rbac --for plan|dry-run|up|status|doctor`.
+"""Least-privilege RBAC for each command: `gpu-bootstrap rbac --for plan|dry-run|up|status|doctor|probe`.
 
-Three roles for the pipeline, from the least to the most:
-  plan     `up --dry-run=client`: get/list/watch only, and no Secrets at all (a helm release's record is a Secret
-           holding its values); for a pull request's CI, which runs code anyone may propose.
-  dry-run  `up --dry-run`: a server-side dry run of a write is authorized exactly like the write, so this role holds
-           create/patch on what `up` writes: it is write-equivalent for those resources, and for a trusted job only
-           (a main-branch pipeline). RBAC's escalation checks make it name the roles it may `bind` and `escalate`
-           (resourceNames: the roles our manifests and the charts bind or create, ROLE_NAMES), never all of them,
-           so a token bound to it cannot bind cluster-admin to itself. No delete, deletecollection or impersonate.
-  up       `up` itself: dry-run's rules plus what only a real run does (helm's installs, verify, removals).
+The roles, from the least to the most, and what keeps each one to its job (docs/security.md has the table of
+attacks each was put to on the real API server):
+  status   lists nodes, pods, events and services; proxies only to the Prometheus Service it reads (resourceNames,
+           in its namespace).
+  plan     `up --dry-run=client`: get/list only, no Secrets, ConfigMaps only in the namespaces it plans; for a pull
+           request's CI, which runs code anyone may propose.
+  doctor   reads, and the server-side dry runs of its admission checks. RBAC cannot tell a dry run from a write, so
+           the identity is kept dry by admission: a ValidatingAdmissionPolicy (identity_policy.py) denies every
+           request of it whose dryRun is not true. No node probe (that is `probe`).
+  dry-run  `up --dry-run`: the reads plus the writes `up` makes, kept dry the same way, so a token bound to it
+           writes nothing for real. Admission does not run for the admission configuration kinds themselves
+           (webhook configurations, admission policies and their bindings), so it holds no write on those: they
+           are judged client-side, as the plan role judges them.
+  probe    doctor plus the in-cluster node probe: a privileged DaemonSet that runs a script as root on every GPU
+           node, so NODE-ROOT-EQUIVALENT, for trusted use; its policy lets it write for real only the probe's own
+           namespaces (gpu-bootstrap-probe-*), their ConfigMap and DaemonSet.
+  up       `up` itself: everything. It installs privileged node agents (the gpu-operator's driver and toolkit
+           DaemonSets) and binds the charts' roles, so it is CLUSTER-ADMIN-EQUIVALENT: give it to an admin or a
+           protected deploy job, as a short-lived token.
 
 The table below says which API requests each step (and the pipeline around the steps) makes, by phase:
   READ   what check/doctor read (every pipeline command),
@@ -21,8 +31,10 @@ It was derived by recording the requests each command makes on the test emulator
 `up --dry-run`, `doctor` and `status` run on the emulator as a token bound to their generated roles (the emulator
 enforces RBAC) and succeed with no request refused, and fail with a 403 naming the rule when one is removed
 (tests/test_rbac.py); every request of whole `up` runs (helm's included) and of doctor on a running stack is checked
-against the generated `up` and `doctor` roles (tests/test_monitoring_emulator.py, tests/test_gpu_operator_emulator.py). Namespaced needs become Roles in their namespace; needs that span namespaces (lists across the cluster,
-cluster-scoped objects) go into the ClusterRole. No rule uses `*`.
+against the generated `up` and `doctor` roles (tests/test_monitoring_emulator.py, tests/test_gpu_operator_emulator.py);
+each role is attacked on the real API server (tests/live/test_attacks.py). Namespaced needs become Roles in their
+namespace; needs that span namespaces (lists across the cluster, cluster-scoped objects) go into the ClusterRole. No
+rule uses `*`. Each rule says which steps and checks need it (`Need.why`, printed as a comment above the rule).
 
 The charts' own objects (kube-prometheus-stack, gpu-operator) are listed by kind in CHART_KINDS, from the charts the
 version catalogue picks (a test renders the local charts and checks every kind is there).
@@ -34,8 +46,16 @@ from dataclasses import dataclass
 
 from gpu_bootstrap.core.objects import STATE_NAMESPACE
 
-COMMANDS = ("plan", "dry-run", "up", "status", "doctor")
-PLAN_VERBS = ("get", "list", "watch")  # all the plan role may do
+COMMANDS = ("plan", "dry-run", "up", "status", "doctor", "probe")
+DRY = ("dry-run", "doctor")  # identities an admission policy keeps dry (identity_policy.py)
+PLAN_VERBS = ("get", "list")  # all the plan role may do (it never watches)
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection", "bind", "escalate")
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+# the kinds admission does not run for (the API server exempts them from policies and webhooks alike, so nothing
+# could keep a write of them dry): no dry identity may write them
+ADMISSION_CONFIGURATION = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations",
+                           "validatingadmissionpolicies", "validatingadmissionpolicybindings",
+                           "mutatingadmissionpolicies", "mutatingadmissionpolicybindings")
 READ, WRITE, RUN, DOCTOR = "read", "write", "run", "doctor"
 CLUSTER = None  # a need's scope: cluster-wide (ClusterRole); else the key of a namespace in `namespaces()`
 APPLY = ("get", "patch", "create")  # server-side apply: patch, plus create when the object is new
@@ -48,13 +68,14 @@ class Need:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     scope: str | None = CLUSTER  # None: every namespace / cluster-scoped; else a key of namespaces(config)
-    names: tuple[str, ...] = ()  # resourceNames: only these objects (bind, escalate)
+    names: tuple[str, ...] = ()  # resourceNames: only these objects (bind, escalate, a Service's proxy)
+    why: str = ""  # which step or check needs it (filled in by needs() from where it came from, when not given)
 
 
 def need(group: str, resources: str, verbs: tuple[str, ...] | str, scope: str | None = CLUSTER,
-         names=()) -> Need:
+         names=(), why: str = "") -> Need:
     return Need(group, tuple(resources.split()), tuple(verbs.split()) if isinstance(verbs, str) else verbs, scope,
-                tuple(sorted(names)))
+                tuple(sorted(names)), why)
 
 
 # The charts' objects: (group, resource, namespaced?) of every kind they render (and their CRDs).
@@ -126,13 +147,18 @@ def _chart(step: str, scope: str, verbs: tuple[str, ...]) -> list[Need]:
 def _pipeline() -> dict[str, list[Need]]:
     """Every pipeline command (up, up --dry-run, doctor): the state record, the lock, the nodes."""
     return {
-        READ: [need("", "configmaps", "get", "state"), need("", "nodes", "get list"),
-               need("", "namespaces", "get"),
-               need("", "secrets", "get", "state")],  # the fingerprints' key (the plan role goes without)
-        RUN: [need("", "namespaces", "create patch"), need("", "configmaps", "create patch", "state"),
-              need("coordination.k8s.io", "leases", "get create update", "state"),
-              need("", "secrets", "get create", "state")],  # the fingerprints' key (pipeline/checkpoint.py KEY_SECRET)
-        DOCTOR: [need("authorization.k8s.io", "selfsubjectaccessreviews", "create")],
+        READ: [need("", "configmaps", "get", "state", why="the pipeline: its state record (what ran, with which "
+                                                            "inputs)"),
+               need("", "nodes", "get list", why="the pipeline: the configured GPU nodes exist"),
+               need("", "namespaces", "get", why="the pipeline: whether each namespace exists and is ours"),
+               need("", "secrets", "get", "state", why="the pipeline: the key of the state record's fingerprints "
+                                                        "(the plan role goes without: its plan says unknown)")],
+        RUN: [need("", "namespaces", "create patch", why="the pipeline: create and label our namespaces"),
+              need("", "configmaps", "create patch", "state", why="the pipeline: write its state record"),
+              need("coordination.k8s.io", "leases", "get create update", "state", why="the pipeline: its run lock"),
+              need("", "secrets", "get create", "state", why="the pipeline: the fingerprints' key (made once)")],
+        DOCTOR: [need("authorization.k8s.io", "selfsubjectaccessreviews", "create",
+                      why="doctor: which of up's permissions this identity lacks")],
     }
 
 
@@ -141,11 +167,12 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
     admission_kinds = "mutatingwebhookconfigurations validatingwebhookconfigurations validatingadmissionpolicies " \
                       "validatingadmissionpolicybindings"
     monitoring_install = config.monitoring.mode in ("install", "auto")  # auto installs when there is no Prometheus
-    probes = [need("", "pods", "create", "probe-default"), need("", "pods", "create", "state")]  # dry runs
+    probes = [need("", "pods", "create", where, why="admission: server-side dry runs of a GPU pod (is it steered? "
+                                                     "never stored)") for where in ("probe-default", "state")]
     attach_scope = "monitoring" if config.monitoring.mode == "install" else CLUSTER  # attach: the user's Prometheus
     return {
-        "preflight": {RUN: [need("", "configmaps", "create patch", "state"), *_cluster_probe(config)],
-                      DOCTOR: _cluster_probe(config)},
+        "preflight": {RUN: [need("", "configmaps", "create patch", "state",
+                                 why="preflight: the saved node facts (its report)")]},
         "node-prep": {READ: [need("", "nodes", "get list")], WRITE: [need("", "nodes", "patch")]},
         "gpu-pools": {
             READ: [need("karpenter.sh", "nodepools", "get list"), need("karpenter.k8s.aws", "ec2nodeclasses", "get list"),
@@ -250,23 +277,64 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
     }
 
 
-def _cluster_probe(config) -> list[Need]:
-    """preflight through the cluster (preflight.via cluster, or auto without an SSH route): a namespace per run (its
-    name is made per run, so the rules are cluster-wide), the script's ConfigMap and the probe DaemonSet in it, read
-    back with one pod list (and its events when the pods are refused), removed with the namespace; leftovers of
-    killed runs are found by label."""
+def probes_through_the_cluster(config) -> bool:
+    """Does preflight read the nodes through the in-cluster probe (preflight.via cluster, or auto without an SSH
+    route)?"""
     via = config.preflight.via
     if via == "auto":
         via = "ssh" if "ssh" in config.model_fields_set or any(n.address for n in config.nodes) else "cluster"
-    if via != "cluster":
-        return []
-    return [need("", "namespaces", "get list create delete"), need("", "configmaps", "create"),
-            need("apps", "daemonsets", "create"), need("", "pods events", "list"), need("", "nodes", "list")]
+    return via == "cluster"
 
 
-def _status() -> list[Need]:
-    """`status`: nodes, pods, FailedScheduling events, and Prometheus through the service proxy where it runs."""
-    return [need("", "nodes pods events services", "list"), need("", "services/proxy", "get")]
+def _cluster_probe() -> list[Need]:
+    """preflight through the cluster: a namespace per run (its name is made per run, so the rules are cluster-wide;
+    the probe identity's policy holds it to the probe's own namespaces), the script's ConfigMap and the probe
+    DaemonSet in it, read back with one pod list (and its events when the pods are refused), removed with the
+    namespace; leftovers of killed runs are found by label."""
+    why = "preflight through the cluster: the node probe's own namespace, its script and DaemonSet"
+    return [need("", "namespaces", "get list create delete", why=why), need("", "configmaps", "create", why=why),
+            need("apps", "daemonsets", "create", why=why),
+            need("", "pods events", "list", why="preflight through the cluster: the probe pods' results"),
+            need("", "nodes", "list", why="preflight through the cluster: why a node's probe did not finish")]
+
+
+@dataclass(frozen=True)
+class PrometheusService:
+    """The Service `status` queries through the API server's proxy, as the proxy's URL names it."""
+    namespace: str
+    service: str
+    port: str
+
+    @property
+    def proxy_name(self) -> str:
+        """The name RBAC checks a proxy request against: `<service>:<port>` (the URL's name segment)."""
+        return f"{self.service}:{self.port}"
+
+
+def prometheus_service(config, given: str | None = None) -> PrometheusService:
+    """--prometheus NAMESPACE/SERVICE[:PORT], else the one the monitoring step installs (its chart names the Service
+    `<fullname>-prometheus`, port `http-web`), else (attach) the Prometheus Operator's `prometheus-operated` Service
+    in front of the configured Prometheus."""
+    if given:
+        namespace, _, rest = given.partition("/")
+        service, _, port = rest.partition(":")
+        return PrometheusService(namespace, service, port or "9090")
+    section = config.monitoring if config is not None else None
+    if section is not None and section.mode == "attach" and section.prometheus:
+        return PrometheusService(section.prometheus.partition("/")[0], "prometheus-operated", "web")
+    namespace = section.namespace if section is not None else "monitoring"
+    release = section.release if section is not None else "kube-prometheus-stack"
+    return PrometheusService(namespace, f"{_fullname(release, 'kube-prometheus-stack', 26)}-prometheus", "http-web")
+
+
+def _status(prometheus: PrometheusService) -> list[Need]:
+    """`status`: nodes, pods, FailedScheduling events, Services (to find Prometheus), and the proxy to the one
+    Prometheus Service only, in its namespace: a proxy to any Service would reach around NetworkPolicy."""
+    return [need("", "nodes pods events services", "list", why="status: GPUs per node, namespace and pod; why pods "
+                                                               "wait; where Prometheus is"),
+            need("", "services/proxy", "get", "prometheus", (prometheus.proxy_name,),
+                 why=f"status: GPU utilisation from Prometheus ({prometheus.namespace}/{prometheus.proxy_name}) "
+                     f"through the API server's proxy, this Service only")]
 
 
 def enabled_steps(config, playbook: list[str]) -> list[str]:
@@ -279,38 +347,99 @@ def enabled_steps(config, playbook: list[str]) -> list[str]:
     return [step for step in playbook if on.get(step, True)]
 
 
-def namespaces(config) -> dict[str, str]:
-    return {"state": STATE_NAMESPACE, "operator": config.gpu_operator.namespace,
-            "monitoring": config.monitoring.namespace, "opa": config.admission.opa.namespace,
-            "scheduler": config.scheduler.namespace, "validation": config.validation.namespace,
-            "probe-default": "default", "kube-system": "kube-system"}
+def namespaces(config, prometheus: PrometheusService | None = None) -> dict[str, str]:
+    found = {"state": STATE_NAMESPACE, "probe-default": "default", "kube-system": "kube-system"}
+    if config is not None and hasattr(config, "gpu_operator"):  # status reads only the node-free sections
+        found.update({"operator": config.gpu_operator.namespace, "monitoring": config.monitoring.namespace,
+                      "opa": config.admission.opa.namespace, "scheduler": config.scheduler.namespace,
+                      "validation": config.validation.namespace})
+    if prometheus is not None:
+        found["prometheus"] = prometheus.namespace
+    return found
 
 
-def needs(command: str, config, steps: list[str]) -> list[Need]:
-    """What `command` uses for the enabled `steps` of the playbook."""
+PHASE_WORDS = {READ: "its check", WRITE: "its changes", RUN: "up only", DOCTOR: "doctor's checks"}
+
+
+def needs(command: str, config, steps: list[str], prometheus: PrometheusService | None = None,
+          admission_policies: bool = True) -> list[Need]:
+    """What `command` uses for the enabled `steps` of the playbook. `admission_policies`: the cluster serves
+    admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (1.30+), which keeps the dry identities dry; without
+    it doctor's identity goes without the dry-run pod creates of its admission checks (those checks say unknown)."""
     if command not in COMMANDS:
         raise ValueError(command)
     if command == "status":
-        return _status()
-    phases = {"up": (READ, WRITE, RUN), "dry-run": (READ, WRITE), "plan": (READ,), "doctor": (READ, DOCTOR)}[command]
+        return _status(prometheus or prometheus_service(config))
+    phases = {"up": (READ, WRITE, RUN), "dry-run": (READ, WRITE), "plan": (READ,), "doctor": (READ, DOCTOR),
+              "probe": (READ, DOCTOR)}[command]
     table = _steps(config)
     out = [n for phase in phases for n in _pipeline().get(phase, [])]
     for step in steps:
-        out += [n for phase in phases for n in table.get(step, {}).get(phase, [])]
+        for phase in phases:
+            out += [_origin(n, step, phase) for n in table.get(step, {}).get(phase, [])]
+    if "preflight" in steps and (command == "probe" or (command == "up" and probes_through_the_cluster(config))):
+        out += _cluster_probe()  # the probe identity exists for it, whatever preflight.via says (doctor --via)
     if command == "plan":
-        out = _read_only(out)
+        out = _read_only(out, config)
+    if command in ("dry-run", "doctor", "probe"):
+        out = _without_admission_configuration_writes(out)
+        out = _proxy_to(prometheus or prometheus_service(config), out)
+    if command == "doctor" and not admission_policies:
+        out = [n for n in out if not (n.resources == ("pods",) and "create" in n.verbs)]
     return out
 
 
-def _read_only(needs_: list[Need]) -> list[Need]:
-    """The plan role: only get/list/watch, and nothing of Secrets (what the plan cannot read it says is unknown)."""
+def _origin(item: Need, step: str, phase: str) -> Need:
+    if item.why:
+        return item
+    return Need(item.group, item.resources, item.verbs, item.scope, item.names, f"{step}: {PHASE_WORDS[phase]}")
+
+
+def _proxy_to(prometheus: PrometheusService, needs_: list[Need]) -> list[Need]:
+    """The service proxy to the one Prometheus Service only (doctor's check that it scrapes the GPUs), never to
+    every Service of the cluster."""
+    out = []
+    for item in needs_:
+        if item.resources == ("services/proxy",) and not item.names:
+            item = Need(item.group, item.resources, item.verbs, "prometheus", (prometheus.proxy_name,),
+                        item.why + f" (Prometheus {prometheus.namespace}/{prometheus.proxy_name} only)")
+        out.append(item)
+    return out
+
+
+def _without_admission_configuration_writes(needs_: list[Need]) -> list[Need]:
+    """A dry identity holds no write on the kinds admission does not run for: nothing could keep it dry there."""
+    out = []
+    for item in needs_:
+        if item.group == ADMISSION_GROUP and set(item.resources) & set(ADMISSION_CONFIGURATION):
+            verbs = tuple(v for v in item.verbs if v not in WRITE_VERBS)
+            if not verbs:
+                continue
+            item = Need(item.group, item.resources, verbs, item.scope, item.names, item.why)
+        out.append(item)
+    return out
+
+
+def _read_only(needs_: list[Need], config) -> list[Need]:
+    """The plan role: only get/list, nothing of Secrets (what the plan cannot read it says is unknown), and
+    ConfigMaps only in the namespaces it plans (a cluster-wide read would show every ConfigMap of the cluster)."""
     out = []
     for item in needs_:
         resources = tuple(r for r in item.resources if r != "secrets")
         verbs = tuple(v for v in item.verbs if v in PLAN_VERBS)
-        if resources and verbs:
-            out.append(Need(item.group, resources, verbs, item.scope, item.names))
+        if not (resources and verbs):
+            continue
+        if "configmaps" in resources and item.scope is CLUSTER:
+            out += [Need("", ("configmaps",), verbs, where, item.names, item.why + " (in the namespaces it plans)")
+                    for where in PLANNED_CONFIGMAPS]
+            resources = tuple(r for r in resources if r != "configmaps")
+            if not resources:
+                continue
+        out.append(Need(item.group, resources, verbs, item.scope, item.names, item.why))
     return out
+
+
+PLANNED_CONFIGMAPS = ("state", "monitoring", "scheduler", "opa")  # namespace keys where our ConfigMaps live
 
 
 @dataclass(frozen=True)
@@ -319,41 +448,59 @@ class Rules:
     namespaced: dict[str, list[dict]]  # namespace -> the Role's rules
 
 
-def rules(command: str, config, steps: list[str]) -> Rules:
+def rules(command: str, config, steps: list[str], prometheus: PrometheusService | None = None,
+          admission_policies: bool = True) -> Rules:
     """The needs merged into RBAC rules: one per (API group, verbs), resources sorted; namespaced verbs a
-    cluster-wide rule already grants are left out of the Roles."""
-    names = namespaces(config) if config is not None else {}
-    wide: dict[tuple[str, str, tuple], set] = defaultdict(set)
-    local: dict[str, dict[tuple[str, str, tuple], set]] = defaultdict(lambda: defaultdict(set))
-    for item in needs(command, config, steps):
+    cluster-wide rule already grants are left out of the Roles. Each rule's `why` (a key the manifests turn into a
+    comment) names the steps and checks that need it."""
+    prometheus = prometheus or prometheus_service(config)
+    names = namespaces(config, prometheus)
+    wide: dict[tuple[str, str, tuple], dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    local: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
+    for item in needs(command, config, steps, prometheus, admission_policies):
         for resource in item.resources:
             target = wide if item.scope is CLUSTER else local[names[item.scope]]
-            target[(item.group, resource, item.names)].update(item.verbs)
+            for verb in item.verbs:
+                target[(item.group, resource, item.names)][verb].add(item.why)
     for namespace, found in local.items():
         for key in list(found):
-            found[key] -= wide.get(key, set())
+            for verb in list(found[key]):
+                if verb in wide.get(key, {}):
+                    del found[key][verb]
             if not found[key]:
                 del found[key]
     return Rules(_merge(wide), {ns: _merge(found) for ns, found in sorted(local.items()) if found})
 
 
-def _merge(found: dict[tuple[str, str, tuple], set]) -> list[dict]:
+def _merge(found: dict[tuple[str, str, tuple], dict[str, set]]) -> list[dict]:
     """One rule per (API group, verbs, resourceNames), its resources sorted; named access merges by name too."""
     grouped: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = defaultdict(list)
+    whys: dict[tuple, set] = defaultdict(set)
     for (group, resource, names), verbs in sorted(found.items()):
-        grouped[(group, tuple(sorted(verbs)), names)].append(resource)
+        key = (group, tuple(sorted(verbs)), names)
+        grouped[key].append(resource)
+        whys[key].update(why for reasons in verbs.values() for why in reasons if why)
     rules_ = []
     for (group, verbs, names), resources in sorted(grouped.items()):
         rule = {"apiGroups": [group], "resources": sorted(resources)}
         if names:
             rule["resourceNames"] = list(names)
-        rules_.append({**rule, "verbs": list(verbs)})
+        rules_.append({**rule, "verbs": list(verbs), WHY: sorted(whys[(group, verbs, names)])})
     return rules_
 
 
-def manifests(command: str, config, steps: list[str], service_account: str | None = None) -> list[dict]:
-    """The ClusterRole, the Roles, and (given `namespace/name` of a ServiceAccount) their bindings."""
-    found = rules(command, config, steps)
+WHY = "__why__"  # a rule's reasons: printed as a comment above it, never part of the object sent to a cluster
+
+
+def without_reasons(rule_list: list[dict]) -> list[dict]:
+    return [{k: v for k, v in rule.items() if k != WHY} for rule in rule_list]
+
+
+def manifests(command: str, config, steps: list[str], service_account: str | None = None,
+              prometheus: PrometheusService | None = None, admission_policies: bool = True) -> list[dict]:
+    """The ClusterRole, the Roles, and (given `namespace/name` of a ServiceAccount) their bindings. Rules keep
+    their reasons under WHY (app/commands.py prints them as comments; without_reasons() drops them)."""
+    found = rules(command, config, steps, prometheus, admission_policies)
     name = f"gpu-bootstrap-{command}"
     labels = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "rbac"}
     docs = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",

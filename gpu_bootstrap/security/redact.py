@@ -21,7 +21,8 @@ REDACTED = "<redacted>"
 
 _SECRET_WORDS = (r"password|passwd|passphrase|secret|token|credentials?|api[-_]?key|apikey|private[-_]?key|"
                  r"(access|auth|client|routing|service|integration|signing|encryption|license|ssh)[-_]?key|"
-                 r"webhook[-_]?url|bearer|authorization|cookie|session[-_]?id|dsn|^pass$|^pwd$")
+                 r"webhook[-_]?url|bearer|authorization|cookie|session[-_]?id|dsn|^pass$|^pwd$|"
+                 r"(^|[-_.])auth$|^basic[-_]?auth|^\.?dockerconfigjson$|^\.?dockercfg$|htpasswd")
 SECRET_KEY = re.compile(_SECRET_WORDS, re.IGNORECASE)
 # keys that name a secret's *reference* or a setting about it, not its value (secretName: grafana-admin)
 _REFERENCE = re.compile(r"(name|names|ref|file|path|paths|dir|mount|mountpath|namespace|enabled|selector|type|tokens|"
@@ -30,14 +31,20 @@ _REFERENCE = re.compile(r"(name|names|ref|file|path|paths|dir|mount|mountpath|na
                         r"^(create|generate|rotate|auto)", re.IGNORECASE)
 
 _VALUE_PATTERNS = [  # (pattern, replacement): each keeps what identifies the thing and drops the secret part
-    (re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(-----END \1PRIVATE KEY-----|\Z)", re.DOTALL),
-     "-----BEGIN \\1PRIVATE KEY-----" + REDACTED + "-----END \\1PRIVATE KEY-----"),
+    (re.compile(r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z0-9 ]*)-----.*?(-----END \1-----|\Z)", re.DOTALL),
+     "-----BEGIN \\1-----" + REDACTED + "-----END \\1-----"),
+    # htpasswd lines (nginx, Prometheus' web config): user:<hash>
+    (re.compile(r"(?m)^([ \t]*[^:\s#]+):(\$apr1\$|\$2[abxy]?\$|\$[156]\$|\{SSHA?\})\S+"), "\\1:" + REDACTED),
     (re.compile(r"\b([a-z][a-z0-9+.-]*://[^/\s:@'\"]*:)[^/\s@'\"]+@", re.IGNORECASE), "\\1" + REDACTED + "@"),
     (re.compile(r"(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)|"
                 r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks|[a-z0-9.-]*webhook\.office\.com/webhook\w*|"
                 r"outlook\.office\.com/webhook)/)[^\s'\"<>]+", re.IGNORECASE), "\\1" + REDACTED),
-    (re.compile(r"([?&](?:access_token|token|api[-_]?key|apikey|key|sig|signature|password|secret|code)=)"
+    (re.compile(r"([?&][\w.-]*(?:token|key|sig|signature|password|passwd|secret|code|auth|credential)[\w.-]*=)"
                 r"[^&\s'\"#<>]+", re.IGNORECASE), "\\1" + REDACTED),
+    # a command-line flag that names a secret: --db-password=x, -api-key=x (not --token-file=/path: a reference)
+    (re.compile(r"(?<![\w-])(--?(?![\w.-]*(?:file|path|dir|name|ttl|mode)=)[A-Za-z0-9][\w.-]*?"
+                r"(?:password|passwd|secret|token|api[-_.]?key|apikey|credentials?|private[-_.]?key|access[-_.]?key|"
+                r"auth[-_.]?key|client[-_.]?key)[\w.-]*=)([^\s'\",]+)", re.IGNORECASE), "\\1" + REDACTED),
     (re.compile(r"\b(xox[abposr]-|gh[pousr]_|github_pat_|glpat-|nvapi-|sk-|hf_)[A-Za-z0-9_-]{10,}"),
      "\\1" + REDACTED),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "AKIA" + REDACTED),
@@ -55,10 +62,52 @@ _QUOTED_ASSIGNMENT = re.compile(r"""(?P<lead>(?:^|(?<=[^\w"']))(?P<q>["'])[ \t]*
                                 r"""[ \t]*)(?P<value>[^"'\n]+)(?P=q)""", re.MULTILINE)
 
 
+def reference(key: Any) -> bool:
+    """Does this key name a secret's reference or a setting about it (secretName, existingSecret, passwordFile)?"""
+    return bool(_REFERENCE.search(str(key)))
+
+
 def secret_key(key: Any) -> bool:
     """Does this key hold a secret's value (not a reference to one)?"""
     text = str(key)
     return bool(SECRET_KEY.search(text)) and not _REFERENCE.search(text)
+
+
+_URL = re.compile(r"\b((?:https?|wss?)://[^/\s'\"<>?#]+)(/[^\s'\"<>?#]*)")
+_BASE64_BLOB = re.compile(r"[A-Za-z0-9+/]{40,}={0,2}")
+_PUBLIC_PEM = re.compile(r"-----BEGIN (CERTIFICATE|PUBLIC KEY|X509 CRL|CERTIFICATE REQUEST)-----")
+
+
+def tokenish(part: str) -> bool:
+    """Does this look like a generated token (a webhook's path, an API key), not a word or a name? 16 or more
+    characters of a token's alphabet, digits among letters: `3f9a8b7c6d5e4f3a2b1c`, `AbC123xYz987LmN4`; not
+    `kube-prometheus-stack-prometheus-0` nor a version."""
+    if len(part) < 16 or not re.fullmatch(r"[A-Za-z0-9_~+=-]+", part):
+        return False
+    digits = sum(c.isdigit() for c in part)
+    upper, lower = sum(c.isupper() for c in part), sum(c.islower() for c in part)
+    return digits >= 4 or (digits >= 1 and upper >= 2 and lower >= 2)
+
+
+def _url_path(match: re.Match) -> str:
+    """A URL's path segments that look like tokens (a webhook's secret part) are replaced."""
+    segments = [REDACTED if tokenish(segment) else segment for segment in match.group(2).split("/")]
+    return match.group(1) + "/".join(segments)
+
+
+def _base64_pem(match: re.Match) -> str:
+    """A base64 blob that decodes to a PEM block other than a certificate or public key (a `tls.key` value)."""
+    import base64
+    import binascii
+    blob = match.group(0)
+    if not blob.startswith("LS0tLS1CRUdJT"):  # "-----BEGIN" in base64
+        return blob
+    try:
+        decoded = base64.b64decode(blob + "=" * (-len(blob) % 4)).decode("ascii", "replace")
+    except (binascii.Error, ValueError):
+        return blob
+    blocks = re.findall(r"-----BEGIN [^-]+-----", decoded)
+    return blob if blocks and all(_PUBLIC_PEM.match(b) for b in blocks) else REDACTED
 
 
 def text(value: str) -> str:
@@ -67,6 +116,10 @@ def text(value: str) -> str:
         return value
     for pattern, replacement in _VALUE_PATTERNS:
         value = pattern.sub(replacement, value)
+    if "://" in value:
+        value = _URL.sub(_url_path, value)
+    if "LS0tLS1CRUdJT" in value:
+        value = _BASE64_BLOB.sub(_base64_pem, value)
     if ":" in value or "=" in value:
         value = _QUOTED_ASSIGNMENT.sub(_quoted_assignment, value)
         value = _ASSIGNMENT.sub(_assignment, value)
@@ -89,6 +142,31 @@ def _assignment(match: re.Match) -> str:
     return f"{match.group('lead')}{quote}{REDACTED}{quote}"
 
 
+# a command-line flag that names a secret and takes its value as the next argument: ["--db-password", "x"]
+SECRET_FLAG = re.compile(r"--?[A-Za-z0-9][\w.-]*?(password|passwd|secret|token|api[-_.]?key|apikey|credentials?|"
+                         r"private[-_.]?key|access[-_.]?key|auth[-_.]?key|client[-_.]?key)[\w.-]*", re.IGNORECASE)
+# `user:password` as a whole value (curl's -u, Alertmanager's and registries' auth strings); not host:port, an image
+# tag or a version
+_USER_PASS = re.compile(r"[A-Za-z0-9._%+@-]{1,128}:(?P<password>[^\s:/@]{3,})")
+_NOT_A_PASSWORD = re.compile(r"v?[0-9]+([.-][0-9A-Za-z]+)*|latest|stable")
+# on screen, a `user:password` string is looked for only under keys about credentials: in rendered manifests the
+# shape is everywhere (role names, recording rules `apiserver_request:availability30d`); an export looks everywhere
+_CREDENTIAL_KEY = re.compile(r"auth|user|login|cred|basic|proxy|pass", re.IGNORECASE)
+_IMAGE_KEYS = re.compile(r"(image|tag|repository|version|registry|host|address|endpoint|url|addr)$", re.IGNORECASE)
+
+
+def user_password(value: str, key: Any = None) -> bool:
+    """Is this whole string a `user:password` pair? Its second part must look like a password: a digit, a capital
+    or a symbol in it, not only the lowercase words and dashes of a name (`system:kube-scheduler`, a recording rule's
+    `node_namespace_pod_container:container_memory_cache`), a version or a digest."""
+    found = _USER_PASS.fullmatch(value)
+    if not found or re.fullmatch(r"sha\d+:[0-9a-f]+", value) or \
+            re.fullmatch(r"[a-z_.-]+", found.group("password")):
+        return False
+    return not _NOT_A_PASSWORD.fullmatch(found.group("password")) and \
+        not (key is not None and _IMAGE_KEYS.search(str(key)))
+
+
 def tree(value: Any, key: Any = None) -> Any:
     """A copy of a YAML/JSON tree with secret values replaced; a Secret's data and stringData entirely."""
     if isinstance(value, dict):
@@ -96,21 +174,37 @@ def tree(value: Any, key: Any = None) -> Any:
             value = {k: ({name: REDACTED for name in v} if k in ("data", "stringData") and isinstance(v, dict)
                          else v) for k, v in value.items()}
         env_style = isinstance(value.get("name"), str) and secret_key(value["name"]) and "value" in value
-        return {k: (_hidden(v) if env_style and k == "value" else tree(v, k)) for k, v in value.items()}
+        return {k: (_hidden(v) if (env_style and k == "value") or k == "auths" else tree(v, k))
+                for k, v in value.items()}  # `auths`: a docker config's credentials, whatever their keys
     if isinstance(value, list):
-        return [tree(item, key) for item in value]
+        return [_hidden(item) if index and _takes_secret(value[index - 1]) else tree(item, key)
+                for index, item in enumerate(value)]
     if isinstance(value, str):
-        return _hidden(value) if key is not None and secret_key(key) else text(value)
+        if key is not None and secret_key(key):
+            return _hidden(value)
+        if key is not None and _CREDENTIAL_KEY.search(str(key)) and user_password(value, key):
+            return value.partition(":")[0] + ":" + REDACTED
+        return text(value)
     if key is not None and secret_key(key):
         return _hidden(value)  # a number is a secret too (adminPassword: 73195824)
     return value
 
 
+def _takes_secret(argument: Any) -> bool:
+    """A flag alone in an argument list whose next argument is its secret value."""
+    return isinstance(argument, str) and bool(SECRET_FLAG.fullmatch(argument)) and not \
+        re.search(r"(file|path|dir|name)$", argument, re.IGNORECASE)
+
+
 def _hidden(value: Any) -> Any:
     """A secret key's value: hidden when it holds something (an empty string or null hides nothing). A boolean is a
     switch (plans show true/false too), not a secret; any other scalar (a number, a date) is hidden."""
-    if isinstance(value, (dict, list)):
-        return tree(value)
+    if isinstance(value, dict):
+        # under a secret key every value of a map is one (basic_auth: {username, password}), but for references
+        # (existingSecret, passwordFile) and switches
+        return {k: tree(v, k) if _REFERENCE.search(str(k)) else _hidden(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hidden(item) for item in value]
     if value is None or isinstance(value, bool) or value == "":
         return value
     return REDACTED

@@ -70,7 +70,10 @@ def decide(ctx) -> render.Target:
         else:
             why = "the Prometheus Operator's CRDs exist but there is no Prometheus object"
         return render.install_target(section, f"monitoring.mode: auto: {why}")
-    chosen = _choose(section, theirs, found)
+    try:
+        chosen = render.choose_prometheus(section, theirs, found, PROMETHEUS_CRD)
+    except render.AttachProblem as problem:
+        raise MonitoringProblem(problem.message, problem.hint) from None
     name = f"{chosen['metadata'].get('namespace')}/{chosen['metadata']['name']}"
     reason = ("monitoring.mode: attach" if section.mode == "attach" else "monitoring.mode: auto: the cluster runs "
               "the Prometheus Operator") + f"; attaching to Prometheus {name} (it is not changed)"
@@ -85,29 +88,6 @@ def decide(ctx) -> render.Target:
         return render.attach_target(chosen, namespaces, render.grafana_sidecars(workloads), operator_ns, reason)
     except render.AttachProblem as problem:
         raise MonitoringProblem(problem.message, problem.hint) from None
-
-
-def _choose(section, theirs: list[dict], found: list[dict] | None) -> dict:
-    if section.prometheus:
-        namespace, _, name = section.prometheus.partition("/")
-        for prometheus in theirs:
-            if (prometheus["metadata"].get("namespace"), prometheus["metadata"]["name"]) == (namespace, name):
-                return prometheus
-        raise MonitoringProblem(f"monitoring.prometheus {section.prometheus}: no such Prometheus object",
-                                f"found: {_names(theirs) or 'none'}")
-    if not theirs:
-        where = f"{PROMETHEUS_CRD} is not served" if found is None else "no Prometheus object exists"
-        raise MonitoringProblem(f"monitoring.mode: attach, but there is no Prometheus to attach to ({where}; a plan "
-                                f"made with no cluster to read sees a fresh one)",
-                                "plan attach mode against the cluster (up --dry-run), or use monitoring.mode: install")
-    if len(theirs) > 1:
-        raise MonitoringProblem(f"the cluster runs {len(theirs)} Prometheus objects ({_names(theirs)})",
-                                "name the one to attach to in monitoring.prometheus: <namespace>/<name>")
-    return theirs[0]
-
-
-def _names(objects: list[dict]) -> str:
-    return ", ".join(f"{o['metadata'].get('namespace')}/{o['metadata']['name']}" for o in objects)
 
 
 def dcgm_scrape(ctx) -> dict | None:
@@ -135,6 +115,7 @@ class MonitoringFacts:
     release: dict = field(default_factory=dict)  # up_to_date, reason, installed, pending (install mode)
     namespace: pod_security.NamespaceDecision | None = None  # the stack's namespace, labelled privileged (install mode)
     crds: object = None  # render.crds.CrdPlan: the chart's CRDs to apply before the release (install mode)
+    unlooked: str = ""  # where leftovers could not be looked for (this identity may not list there)
 
 
 class Monitoring(Step):
@@ -191,7 +172,7 @@ class Monitoring(Step):
             facts = self._facts(ctx, target)
         except MonitoringProblem as problem:
             return Check(FAIL, problem.text())
-        warnings = list(target.warnings)
+        warnings = list(target.warnings) + ([facts.unlooked] if facts.unlooked else [])
         if facts.choice is not None and facts.choice.warning:
             warnings.append(facts.choice.warning)
         if target.mode == "attach" and not self._has_kube_state_metrics(ctx):
@@ -237,8 +218,9 @@ class Monitoring(Step):
                 drift[ref] = "missing"
             elif paths := differences(obj, live):
                 drift[ref] = "differs at " + ", ".join(paths[:3])
-        leftovers = [ref for ref in self._owned(ctx, rules_served) if ref not in {Ref.of(o) for o in desired}]
-        facts = dict(target=target, desired=desired, drift=drift, leftovers=leftovers,
+        owned, unlooked = self._owned_where_readable(ctx, rules_served, {Ref.of(o).namespace for o in desired})
+        leftovers = [ref for ref in owned if ref not in {Ref.of(o) for o in desired}]
+        facts = dict(target=target, desired=desired, drift=drift, leftovers=leftovers, unlooked=unlooked,
                      scrape=target.scrape_values(section.scrape_interval), kube_version=ctx.server_version())
         if target.mode == "install":
             chart, meta, choice = self.chart(ctx)
@@ -287,12 +269,27 @@ class Monitoring(Step):
             return {"up_to_date": False, "reason": "values changed", "installed": installed}
         return {"up_to_date": True, "reason": "up to date", "installed": installed}
 
-    def _owned(self, ctx, rules_served: bool) -> list[Ref]:
+    def _owned_where_readable(self, ctx, rules_served: bool, namespaces: set) -> tuple[list[Ref], str]:
+        """Our objects across the cluster; for an identity that may list them only in some namespaces (the plan
+        role reads ConfigMaps only where it plans), those namespaces, and what was not looked at (unknown, never
+        "none there")."""
+        try:
+            return self._owned(ctx, rules_served), ""
+        except ClusterError as error:
+            if error.status != 403:
+                raise
+        where = sorted(n for n in namespaces if n)
+        found = [ref for namespace in where for ref in self._owned(ctx, rules_served, namespace)]
+        return found, (f"objects of ours outside {', '.join(where)} (left by an earlier config) were not looked for: "
+                       f"this identity may not list ConfigMaps across the cluster")
+
+    def _owned(self, ctx, rules_served: bool, namespace: str | None = None) -> list[Ref]:
         found = [Ref("v1", "ConfigMap", o["metadata"]["name"], o["metadata"].get("namespace"))
-                 for o in ctx.kube.list("v1", "ConfigMap", label_selector=render.OWNED_SELECTOR)]
+                 for o in ctx.kube.list("v1", "ConfigMap", namespace=namespace, label_selector=render.OWNED_SELECTOR)]
         if rules_served:
             found += [Ref(MONITORING_API, "PrometheusRule", o["metadata"]["name"], o["metadata"].get("namespace"))
-                      for o in ctx.kube.list(MONITORING_API, "PrometheusRule", label_selector=render.OWNED_SELECTOR)]
+                      for o in ctx.kube.list(MONITORING_API, "PrometheusRule", namespace=namespace,
+                                             label_selector=render.OWNED_SELECTOR)]
         return found
 
     @staticmethod

@@ -88,7 +88,7 @@ class AdmissionChain:
 
     def validate(self, rt, namespace: str | None, obj: dict, old: dict | None, operation: str, dry_run: bool,
                  user: dict | None = None) -> None:
-        self._policies(rt, namespace, obj, old, operation, user)
+        self._policies(rt, namespace, obj, old, operation, user, dry_run)
         for config in self._configurations("validatingwebhookconfigurations"):
             for hook in config.get("webhooks") or []:
                 self._call(hook, rt, namespace, obj, old, operation, dry_run, mutating=False, user=user)
@@ -272,7 +272,7 @@ class AdmissionChain:
             raise WebhookError(f"received invalid webhook response: {error}")
 
     # --- ValidatingAdmissionPolicy -----------------------------------------------------------------------------------
-    def _policies(self, rt, namespace, obj, old, operation, user: dict | None = None) -> None:
+    def _policies(self, rt, namespace, obj, old, operation, user: dict | None = None, dry_run: bool = False) -> None:
         store = self.emulator.store
         with store.lock:
             policies = {k[1]: jcopy(v) for k, v in store.objects.get((GROUP, "validatingadmissionpolicies"), {}).items()}
@@ -283,9 +283,10 @@ class AdmissionChain:
             policy = policies.get(spec.get("policyName", ""))
             if policy is None or (policy.get("spec") or {}).get("paramKind"):
                 continue  # params are not modelled
-            self._evaluate_policy(policy, binding, rt, namespace, obj, old, operation, user)
+            self._evaluate_policy(policy, binding, rt, namespace, obj, old, operation, user, dry_run)
 
-    def _evaluate_policy(self, policy, binding, rt, namespace, obj, old, operation, user=None) -> None:
+    def _evaluate_policy(self, policy, binding, rt, namespace, obj, old, operation, user=None,
+                         dry_run: bool = False) -> None:
         spec, binding_spec = policy.get("spec") or {}, binding.get("spec") or {}
         constraints = spec.get("matchConstraints") or {}
         if not self._rules_match([{**r, "scope": r.get("scope", "*")} for r in constraints.get("resourceRules") or []],
@@ -298,7 +299,7 @@ class AdmissionChain:
                 resources["resourceRules"], rt, operation)) or not self._selected(resources, rt, namespace, obj, old)):
             return
         fail = spec.get("failurePolicy", "Fail") == "Fail"
-        request = self._request(rt, namespace, obj, old, operation, False, user)
+        request = self._request(rt, namespace, obj, old, operation, dry_run, user)
         ns_obj = self.emulator.store.objects.get(("", "namespaces"), {}).get(("", namespace)) if namespace else None
         variables = {"object": obj, "oldObject": old, "request": request, "namespaceObject": ns_obj}
         name, binding_name = policy["metadata"]["name"], binding["metadata"]["name"]

@@ -248,6 +248,7 @@ class Deployment:
     first: dict | None = None  # the first `up`'s JSON document
     first_log: Path | None = None
     up: bool = False
+    empty_dry_run: tuple | None = None  # `up --dry-run` with the dry-run role before the first `up` (local only)
 
     def run_up(self) -> tuple:
         return self.target.cli("up", "-c", str(self.config), "--playbook", str(self.target.playbook),
@@ -285,6 +286,8 @@ def deployment(target, tmp_path_factory):
     try:
         state.before = audit(target)
         state.nodes_before = {n: node_view(target, n) for n in names}
+        if target.local:
+            state.empty_dry_run = dry_run_as_its_role(state, folder)
         state.ensure()
         yield state
     finally:
@@ -292,6 +295,20 @@ def deployment(target, tmp_path_factory):
         if state.up and target.live:  # leave the cluster as we found it, whatever failed
             target.cli("teardown", "-c", str(state.config), "--playbook", str(target.playbook), "--yes",
                        "--purge-crds")
+
+
+def dry_run_as_its_role(state: Deployment, folder: Path) -> tuple:
+    """`up --dry-run` on the still empty cluster as a token of `rbac --for dry-run` (its policy keeps it dry): the
+    namespaces the role's header says to create first, then the plan. Its grant is removed after; the namespaces
+    stay for `up` to adopt, as a user's would."""
+    from tests.live.identities import grant, remove_all
+    target = state.target
+    kubeconfig = grant(target, state, "dry-run", folder, "gpu-bootstrap-live-empty/dry-run")
+    try:
+        return target.cli("up", "--dry-run", "-c", str(state.config), "--playbook", str(target.playbook),
+                          "--preflight-report", str(state.report), "--kubeconfig", str(kubeconfig))
+    finally:
+        remove_all(target, "gpu-bootstrap-live-empty")
 
 
 # --- pods the tests create: pause containers requesting the fake GPUs -------------------------------------------------

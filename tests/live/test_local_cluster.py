@@ -7,7 +7,6 @@ on the emulator (which has its own tests for each) and on external clusters (who
 """
 from __future__ import annotations
 
-import base64
 import json
 import random
 import time
@@ -86,101 +85,96 @@ def test_our_namespaces_pod_security_labels_are_enforced_by_the_real_plugin(depl
 
 
 # --- RBAC: each generated role, bound to a ServiceAccount, with a token from the TokenRequest API -------------------
+SERVICE_ACCOUNT = f"{SA_NAMESPACE}/{SA_NAME}"
+
+
 def grant(target, deployment, command: str, folder: Path, drop: tuple[str, str, str] | None = None) -> Path:
-    """Apply `gpu-bootstrap rbac --for COMMAND` (one rule's verb removed with drop=(kind, resource, verb)) and
-    return a kubeconfig holding a TokenRequest token of the ServiceAccount it binds."""
-    from tests.live.conftest import runner
-    from gpu_bootstrap.cli.commands import app
-    result = runner.invoke(app, ["rbac", "--for", command, "-c", str(deployment.config), "--playbook",
-                                 str(target.playbook), "--service-account", f"{SA_NAMESPACE}/{SA_NAME}"])
-    assert result.exit_code == 0, result.output
-    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
-    for doc in docs:
-        doc["metadata"].setdefault("labels", {})["gpu-bootstrap.io/live-test"] = "rbac"
-        if drop and doc["kind"] == drop[0]:
-            for rule in doc.get("rules") or []:
-                if drop[1] in rule["resources"]:
-                    rule["verbs"] = [v for v in rule["verbs"] if v != drop[2]]
-            doc["rules"] = [r for r in doc.get("rules") or [] if r["verbs"]]
-    target.kubectl("create", "namespace", SA_NAMESPACE, check=False)
-    target.kubectl("create", "serviceaccount", SA_NAME, "-n", SA_NAMESPACE, check=False)
-    target.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
-    token = target.kubectl("create", "token", SA_NAME, "-n", SA_NAMESPACE, "--duration=1h").stdout.strip()
-    ca = base64.b64encode(target.cluster.ca.read_bytes()).decode()
-    path = folder / f"kubeconfig-{command}"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "ci",
-        "clusters": [{"name": "local", "cluster": {"server": target.cluster.server,
-                                                   "certificate-authority-data": ca}}],
-        "users": [{"name": "ci", "user": {"token": token}}],
-        "contexts": [{"name": "ci", "context": {"cluster": "local", "user": "ci"}}]}))
-    path.chmod(0o600)
-    return path
+    from tests.live.identities import grant as grant_identity
+    return grant_identity(target, deployment, command, folder, SERVICE_ACCOUNT, drop)
 
 
 def can_i(target, verb: str, resource: str) -> bool:
-    result = target.kubectl("auth", "can-i", verb, resource, f"--as=system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}",
-                            check=False)
-    return result.stdout.strip() == "yes"
+    from tests.live.identities import can_i as may
+    return may(target, SERVICE_ACCOUNT, verb, resource)
 
 
 def run_as(target, deployment, kubeconfig: Path, command: str):
     args = {"up": ["up", "--preflight-report", str(deployment.report)],
             "dry-run": ["up", "--dry-run", "--preflight-report", str(deployment.report)],
             "plan": ["up", "--dry-run=client", "--preflight-report", str(deployment.report)],
-            "status": ["status"], "doctor": ["doctor", "--no-nodes"]}[command]
+            "status": ["status"], "doctor": ["doctor", "--no-nodes"],
+            "probe": ["doctor", "--via", "cluster"]}[command]
     if command != "status":
         args += ["-c", str(deployment.config), "--playbook", str(target.playbook)]
     return target.cli(*args, "--kubeconfig", str(kubeconfig))
 
 
 def as_token(kubeconfig: Path, *args: str, input: str | None = None):
-    """kubectl with only the ServiceAccount's token (its own kubeconfig), never the admin's."""
-    from tests.tools import client_env, run, tool
-    return run([tool("kubectl"), "--kubeconfig", str(kubeconfig), *args], client_env(kubeconfig.parent), 60, False,
-               input)
+    from tests.live.identities import as_token as token_kubectl
+    return token_kubectl(kubeconfig, *args, input=input)
 
 
 SELF_ADMIN = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
               "metadata": {"name": "live-test-self-admin"},
               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
               "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}]}
+PLANTED_LIVE_VALUE = "planted-live-s3cret-4417"  # a chart's env value changed by hand: the plan names it, never says it
 
 
-@pytest.mark.parametrize("command", ["status", "doctor", "plan", "dry-run", "up"])
+def refused_requests(log: Path, command: str) -> list[str]:
+    """The requests of a run the API server refused, from its log. The plan role's refusals by design are left
+    out: Secrets (those steps are unknown) and the cluster-wide list of our ConfigMaps (it lists them where it plans
+    instead, and says so)."""
+    expected = ('"secrets"', "secrets is forbidden", 'secrets "',
+                'cannot list resource "configmaps" in API group "" at the cluster scope') if command == "plan" else ()
+    return [line for line in log.read_text().splitlines()
+            if "forbidden" in line and not any(known in line for known in expected)]
+
+
+@pytest.mark.parametrize("command", ["status", "doctor", "probe", "plan", "dry-run", "up"])
 def test_each_generated_role_lets_its_command_succeed_and_a_removed_rule_is_named_in_a_403(
         deployment, target, command, tmp_path):
-    """Each `rbac --for` role, bound to a ServiceAccount whose token comes from the TokenRequest API: its command
-    succeeds with no request refused, and fails with a 403 naming `list nodes` once that rule is removed.
+    """Each `rbac --for` role (with its admission policy, for the kept identities), bound to a ServiceAccount whose
+    token comes from the TokenRequest API: its command succeeds with no request refused, and fails with a 403 naming
+    `list nodes` once that rule is removed. `probe` runs doctor with the in-cluster node probe.
 
     The same grant also proves (one grant and one run per role keep the live worker short):
-    - no pipeline role (plan, dry-run, up) can bind cluster-admin to itself, for real or as a server-side dry run
-      (RBAC's escalation check: the dry-run and up roles may bind only the roles they name);
+    - no pipeline role can bind cluster-admin to itself, for real or as a server-side dry run (RBAC's escalation
+      check: the dry-run and up roles may bind only the roles they name); tests/live/test_attacks.py attacks each
+      role in every way the review did;
     - the plan role reads no Secret and writes nothing;
-    - the plan role's `up --dry-run=client`, which cannot read helm's record of a release, finds one value of a
-      chart's object changed by hand (the Prometheus' retention) by rendering the chart and comparing the live
-      objects, and names it; every other step it can read is unchanged, the webhook's (its certificate's Secret)
-      unknown."""
+    - the plan role's `up --dry-run=client`, which cannot read helm's record of a release, finds values of a
+      chart's objects changed by hand (the Prometheus' retention, a Grafana env value) by rendering the chart and
+      comparing the live objects, and names each by its path, never its value; every other step it can read is
+      unchanged, the webhook's (its certificate's Secret) unknown."""
     deployment.ensure()
     prometheus = target.json("get", "prometheus", "-n", "monitoring")["items"][0]
     name, before = prometheus["metadata"]["name"], prometheus["spec"].get("retention")
     drifted = "3d" if before != "3d" else "4d"
+    grafana = None
     try:
         kubeconfig = grant(target, deployment, command, tmp_path)
         wait_until(lambda: can_i(target, "list", "nodes"), 30, "the role did not take effect")
         if command == "plan":
             target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
                            json.dumps({"spec": {"retention": drifted}}))
+            grafana = plant_grafana_env(target)
         result, document, log = run_as(target, deployment, kubeconfig, command)
-        assert result.exit_code == 0, f"{command} failed with its own role (log: {log}):\n{result.output}"
-        refusals = [line for line in log.read_text().splitlines() if "forbidden" in line]
-        if command == "plan":  # the plan role reads no Secret: those steps are unknown, never unchanged
-            refusals = [line for line in refusals if '"secrets"' not in line and "secrets is forbidden" not in line
-                        and 'secrets "' not in line]
-            assert_plan_names_only_the_drift(document, f"Prometheus monitoring/{name}: spec.retention: "
-                                                       f"rendered {before!r}, live {drifted!r}")
+        if command == "probe":  # KWOK runs no container: the probe pods were made and report nothing (unknown)
+            said = [c["message"] for n in document["nodes"] for c in n["checks"]]
+            assert any("not a probe result" in m for m in said), said
+        else:
+            assert result.exit_code == 0, f"{command} failed with its own role (log: {log}):\n{result.output}"
+        if command == "plan":
+            message = next(s for s in document["steps"] if s["id"] == "monitoring")["message"]
+            assert_plan_names_only_the_drift(document, f"Prometheus monitoring/{name}: spec.retention: the live "
+                                                       f"value differs from the rendered one")
+            assert f"env[{grafana[1]}].value: the live value differs from the rendered one" in message or \
+                "(and " in message, message
+            for shown in (result.output, log.read_text()):
+                assert PLANTED_LIVE_VALUE not in shown and f"'{grafana[2]}'" not in shown
             assert_plan_role_reads_no_secret_and_writes_nothing(target, deployment, kubeconfig)
-        assert refusals == [], f"a request of {command} was refused (log: {log})"
+        assert refused_requests(log, command) == [], f"a request of {command} was refused (log: {log})"
         if command in ("plan", "dry-run", "up"):
             assert_cannot_bind_cluster_admin_to_itself(target, kubeconfig, command)
         kubeconfig = grant(target, deployment, command, tmp_path, drop=("ClusterRole", "nodes", "list"))
@@ -194,10 +188,51 @@ def test_each_generated_role_lets_its_command_succeed_and_a_removed_rule_is_name
         if command == "plan":
             target.kubectl("patch", "prometheus", name, "-n", "monitoring", "--type", "merge", "-p",
                            json.dumps({"spec": {"retention": before}}))
+            if grafana is not None:
+                restore_grafana_env(target, grafana)
         target.kubectl("delete", "clusterrolebinding", "live-test-self-admin", "--ignore-not-found", check=False)
-        target.kubectl("delete", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l",
-                       "gpu-bootstrap.io/live-test=rbac", check=False)
-        target.kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=true")
+        from tests.live.identities import remove_all
+        remove_all(target, SA_NAMESPACE)
+
+
+def test_the_dry_run_role_plans_an_empty_cluster_with_no_request_refused(deployment, target):
+    """Before the session's first `up`, `up --dry-run` as a token of `rbac --for dry-run` (kept dry by its policy):
+    it plans every step and no request is refused, though the role holds no write on webhook configurations (those
+    are judged client-side) and nothing it sends is stored."""
+    if deployment.empty_dry_run is None:
+        pytest.skip("the empty cluster's dry run runs before the session's first `up`; this session began after it")
+    result, document, log = deployment.empty_dry_run
+    assert result.exit_code == 0, f"up --dry-run as the dry-run role failed (log: {log}):\n{result.output}"
+    assert refused_requests(log, "dry-run") == [], f"a request was refused (log: {log})"
+    statuses = {s["id"]: s["status"] for s in document["steps"]}
+    assert set(statuses.values()) <= {"planned", "unchanged", "skipped"}, statuses
+    assert statuses["admission"] == statuses["monitoring"] == "planned", statuses
+    assert "judged client-side" in log.read_text()
+
+
+def plant_grafana_env(target) -> tuple[str, str, str]:
+    """Change one env value the chart renders in Grafana's Deployment to a planted one; returns (container, env
+    name, the rendered value) to put back."""
+    found = target.json("get", "deployment", "-n", "monitoring", "-l", "app.kubernetes.io/name=grafana")["items"][0]
+    for container in found["spec"]["template"]["spec"]["containers"]:
+        for entry in container.get("env") or []:
+            if "value" in entry and entry["value"]:
+                patch = {"spec": {"template": {"spec": {"containers": [
+                    {"name": container["name"], "env": [{"name": entry["name"], "value": PLANTED_LIVE_VALUE}]}]}}}}
+                target.kubectl("patch", "deployment", found["metadata"]["name"], "-n", "monitoring", "-p",
+                               json.dumps(patch))
+                return found["metadata"]["name"], entry["name"], entry["value"]
+    raise AssertionError("Grafana's Deployment renders no env value to change")
+
+
+def restore_grafana_env(target, grafana: tuple[str, str, str]) -> None:
+    deployment_name, env, value = grafana
+    found = target.json("get", "deployment", deployment_name, "-n", "monitoring")
+    for container in found["spec"]["template"]["spec"]["containers"]:
+        for entry in container.get("env") or []:
+            if entry["name"] == env:
+                entry["value"] = value
+    target.kubectl("replace", "-f", "-", input=json.dumps(found))
 
 
 def assert_plan_names_only_the_drift(document: dict, drift: str) -> None:
@@ -214,13 +249,15 @@ def assert_plan_names_only_the_drift(document: dict, drift: str) -> None:
 
 
 def assert_plan_role_reads_no_secret_and_writes_nothing(target, deployment, kubeconfig: Path) -> None:
+    from tests.live.identities import generate
     for what in (["secrets", "-A"], ["secrets", "-n", "gpu-bootstrap"]):
         read = as_token(kubeconfig, "get", *what)
         assert read.returncode != 0 and 'cannot list resource "secrets"' in read.stderr, read.stderr
     made = as_token(kubeconfig, "create", "configmap", "live-test-x", "-n", "default")
     assert made.returncode != 0 and 'cannot create resource "configmaps"' in made.stderr, made.stderr
-    rules = [r for d in yaml.safe_load_all(grant_text(deployment, target, "plan")) if d for r in d.get("rules") or []]
-    assert {v for r in rules for v in r["verbs"]} <= {"get", "list", "watch"}
+    rules = [r for d in yaml.safe_load_all(generate(target, deployment, "plan", None)) if d
+             for r in d.get("rules") or []]
+    assert {v for r in rules for v in r["verbs"]} <= {"get", "list"}
     assert not [r for r in rules if "secrets" in r["resources"]]
 
 
@@ -230,15 +267,6 @@ def assert_cannot_bind_cluster_admin_to_itself(target, kubeconfig: Path, command
         assert made.returncode != 0, f"{command}: bound cluster-admin to itself {dry}"
         assert "forbidden" in made.stderr, made.stderr
     assert target.kubectl("get", "clusterrolebinding", "live-test-self-admin", check=False).returncode != 0
-
-
-def grant_text(deployment, target, command: str) -> str:
-    from gpu_bootstrap.cli.commands import app
-    from tests.live.conftest import runner
-    result = runner.invoke(app, ["rbac", "--for", command, "-c", str(deployment.config), "--playbook",
-                                 str(target.playbook)])
-    assert result.exit_code == 0, result.output
-    return result.stdout
 
 
 # --- CRD schemas ------------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_bootstrap.security import redact
+from gpu_bootstrap.security import redact, secret_values
 from gpu_bootstrap.core.objects import GITOPS_ANNOTATION
 from gpu_bootstrap.core.refs import Verb
 
@@ -28,9 +28,12 @@ class Release:
     chart: str  # the chart's name in its repository, an oci:// reference, or a local path
     repo: str | None
     version: str | None
-    values: dict  # without the values that are secrets (secret_paths)
+    values: dict  # without the values that are or may be secrets (secret_paths)
     derived: list[str]  # "path=value  ← why", as the plan says them
-    secret_paths: list[str] = field(default_factory=list)  # helm --set style paths (a.b[0].c)
+    secret_paths: list[str] = field(default_factory=list)  # helm --set style paths (a.b[0].c), never their values
+    # the values document the user puts in a Secret (or a file outside the bundle): the tree of secret_paths, each
+    # secret as a placeholder naming its path, and whole the lists that hold one (helm replaces a list, never merges it)
+    secret_skeleton: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -126,10 +129,16 @@ def _where(obj: dict) -> str:
 
 
 def _release(body: dict) -> Release:
-    values, secrets = split_secrets(body["values"])
+    values, secrets, skeleton = split_secrets(body["values"])
     chart = body["chart"]
     return Release(body["release"], body["namespace"], chart["ref"], chart.get("repo"), chart.get("version"),
-                   values, list(body.get("derived") or []), secrets)
+                   values, _without(list(body.get("derived") or []), secrets), secrets, skeleton)
+
+
+def _without(derived: list[str], secrets: list[str]) -> list[str]:
+    """The derived values' lines but those of a secret path (a value kept from a running release may be one): the
+    lines go into the bundle as comments."""
+    return [line for line in derived if line.partition("=")[0] not in secrets]
 
 
 # --- facts and secrets -----------------------------------------------------------------------------------------------
@@ -146,38 +155,7 @@ def values_without_facts(bundle: Bundle) -> list[str]:
     return found
 
 
-def split_secrets(values: dict) -> tuple[dict, list[str]]:
-    """(the values without the secret ones, their paths). A value is secret when security/redact.py would hide
-    it (a secret-looking key, a URL's password, a webhook URL, a private key, a token)."""
-    hidden = redact.tree(values)
-    paths: list[str] = []
-    return _drop_differing(values, hidden, "", paths), paths
-
-
-def _drop_differing(value, hidden, path: str, paths: list[str]):
-    if isinstance(value, dict) and isinstance(hidden, dict):
-        out = {}
-        for key, item in value.items():
-            sub = f"{path}.{_escape(key)}" if path else _escape(key)
-            kept = _drop_differing(item, hidden.get(key), sub, paths)
-            if kept is not _DROPPED:
-                out[key] = kept
-        return out
-    if isinstance(value, list) and isinstance(hidden, list) and len(value) == len(hidden):
-        out = []
-        for index, (item, other) in enumerate(zip(value, hidden)):
-            kept = _drop_differing(item, other, f"{path}[{index}]", paths)
-            out.append(None if kept is _DROPPED else kept)
-        return out
-    if value != hidden:
-        paths.append(path)
-        return _DROPPED
-    return value
-
-
-_DROPPED = object()
-
-
-def _escape(key) -> str:
-    """A key in helm's --set path syntax (a dot inside a key is escaped)."""
-    return re.sub(r"([.\[\]])", r"\\\1", str(key))
+def split_secrets(values: dict) -> tuple[dict, list[str], dict]:
+    """(the values without those that are or may be secret, their paths, the skeleton that brings them back):
+    security/secret_values.py decides."""
+    return secret_values.split(values)

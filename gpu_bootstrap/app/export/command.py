@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_bootstrap.security import redact
+from gpu_bootstrap.security import outdir, redact
 from gpu_bootstrap.core.errors import ConfigError, GpuBootstrapError, UsageError
 from gpu_bootstrap.app.export import bundle as bundle_module
 from gpu_bootstrap.app.export import formats
@@ -62,7 +62,7 @@ def export(options, engine: str, folder: Path, target: Target) -> Exported:
             ctx.close()
     files = formats.render(made, engine, target, rendered)
     secrets = {u.release.name: u.release.secret_paths for u in made.units if u.release and u.release.secret_paths}
-    files["README.md"] = readme(made, engine, target, secrets, options)
+    files["README.md"] = readme(made, engine, target, options)
     written = write(folder, files)
     return Exported(folder, engine, written, made, secrets)
 
@@ -166,9 +166,8 @@ def without_secrets(stream: str) -> tuple[str, list[str]]:
 # --- the folder ------------------------------------------------------------------------------------------------------
 def check_folder(folder: Path) -> None:
     """DIR is new, empty, or a previous export (its marker lists what it wrote); anything else is refused, so an
-    export never mixes with or removes files it did not write."""
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"-o {folder} exists and is not a directory")
+    export never mixes with or removes files it did not write; one holding a link is refused (security/outdir.py)."""
+    outdir.refuse_planted(folder, "-o")
     if folder.is_dir() and not (folder / MARKER).is_file():
         others = [p.name for p in folder.iterdir() if p.name not in (".git",)]
         if others:
@@ -177,8 +176,9 @@ def check_folder(folder: Path) -> None:
 
 
 def write(folder: Path, files: dict[str, str]) -> list[str]:
-    """Remove what the last export wrote, then write these files: folders 0700, files 0600 (as --render-dir)."""
-    from gpu_bootstrap.pipeline.render_dir import _write_private
+    """Remove what the last export wrote, then write these files: folders 0700, files 0600, never through a link
+    (as --render-dir)."""
+    outdir.refuse_planted(folder, "-o")  # again: the plan took a while, and the folder may have changed since
     marker = folder / MARKER
     if marker.is_file():
         for name in json.loads(marker.read_text()).get("files", []):
@@ -188,13 +188,10 @@ def write(folder: Path, files: dict[str, str]) -> list[str]:
         for path in sorted(folder.rglob("*"), reverse=True):  # folders the last export left empty
             if path.is_dir() and path.name != ".git" and ".git" not in path.parts and not any(path.iterdir()):
                 shutil.rmtree(path)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    outdir.make_folder(folder)
     for name, text in sorted(files.items()):
-        path = folder / name
-        for parent in reversed(path.relative_to(folder).parents[:-1]):
-            (folder / parent).mkdir(exist_ok=True, mode=0o700)
-        _write_private(path, text if text.endswith("\n") else text + "\n")
-    _write_private(marker, json.dumps({"files": sorted(files)}, indent=1) + "\n")
+        outdir.write(folder, name, text if text.endswith("\n") else text + "\n")
+    outdir.write(folder, MARKER, json.dumps({"files": sorted(files)}, indent=1) + "\n")
     return sorted(files)
 
 
@@ -213,7 +210,35 @@ HOW = {
 }
 
 
-def readme(made, engine: str, target: Target, secrets: dict[str, list[str]], options) -> str:
+SECRET_HOW = {
+    "flux": "Create the Secret `{secret}` in namespace `{ns}` with one key, `{key}`, holding the values document "
+            "below (the HelmRelease reads it with valuesFrom before its own values): `kubectl create secret generic "
+            "{secret} -n {ns} --from-file={key}=FILE`, or the same Secret from SOPS, Sealed Secrets or External "
+            "Secrets.",
+    "helmfile": "Write the values document below to `{file}` (relative to this folder: outside it, so it stays out "
+                "of Git; helmfile stops when the file is missing), or point that entry of helmfile.yaml at your "
+                "secret store (helm-secrets, SOPS).",
+    "argocd": "Argo CD takes values only from Git or the Application, so bring these with what your Argo CD uses for "
+              "secrets: a second source from a private repository (`sources` with a `$values` ref), "
+              "argocd-vault-plugin placeholders, or the chart's own `existingSecret`-style settings with a Secret "
+              "you create.",
+    "manifests": "The chart was rendered without these values, so its objects hold the chart's defaults there: "
+                 "set them with the chart's own `existingSecret`-style settings (a Secret you create), or render "
+                 "the chart yourself with the values document below.",
+}
+
+
+def secret_instructions(release, engine: str, target: Target) -> list[str]:
+    """What to create for one release's secret values: where, which keys, and the values document's skeleton (each
+    secret a placeholder naming its path; never a value)."""
+    how = SECRET_HOW[engine].format(secret=formats.secret_name(release.name), ns=target.flux_namespace,
+                                    key=formats.SECRET_VALUES_KEY, file=formats.helmfile_secret_file(release.name))
+    return [f"### `{release.name}`: {len(release.secret_paths)} value(s) left out", "",
+            "Left out because they are or may be secret: " + ", ".join(f"`{p}`" for p in release.secret_paths)
+            + ".", "", how, "", "```yaml", formats.dump(release.secret_skeleton).rstrip("\n"), "```", ""]
+
+
+def readme(made, engine: str, target: Target, options) -> str:
     lines = [f"# gpu-bootstrap export ({engine})", "",
              f"What `gpu-bootstrap up` would apply to a fresh cluster of Kubernetes {made.kube_version} with these "
              f"GPU nodes, for {engine}. Written by `gpu-bootstrap export`; export again to update it (the files of "
@@ -243,16 +268,10 @@ def readme(made, engine: str, target: Target, secrets: dict[str, list[str]], opt
     else:
         lines.append("Nothing: every change of the plan is an object here.")
     lines += ["", "## Secrets", ""]
-    if secrets:
-        lines.append("Secret values of the config were left out of this folder. Create them in the cluster:")
-        for release, paths in secrets.items():
-            if engine == "flux":
-                lines.append(f"- `{release}`: a Secret `{formats.secret_name(release)}` in {target.flux_namespace}, one key "
-                             f"per value (the HelmRelease's valuesFrom reads them): {', '.join(paths)}")
-            else:
-                lines.append(f"- `{release}`: {', '.join(paths)}: encrypt them with SOPS (or your secret manager) "
-                             f"and merge them into the release's values")
-    elif not made.withheld:
+    releases = [u.release for u in made.units if u.release and u.release.secret_paths]
+    for release in releases:
+        lines += secret_instructions(release, engine, target)
+    if not releases and not made.withheld:
         lines.append("No secret value is in this folder, and none was left out.")
     if made.withheld:
         lines.append("Secrets the charts render were left out (their values do not go to Git): "

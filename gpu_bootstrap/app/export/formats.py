@@ -88,7 +88,7 @@ def values_comment(release: Release) -> str:
              f"cluster's facts and config)".replace("  ", " ")]
     lines += [f"#   {line}" for line in release.derived]
     if release.secret_paths:
-        lines.append("# secret values left out (put them in a Secret; see README.md): "
+        lines.append("# values left out as they are or may be secret (see README.md, Secrets): "
                      + ", ".join(release.secret_paths))
     return "\n".join(lines) + "\n"
 
@@ -186,8 +186,9 @@ def _helm_release_folder(unit: Unit, target: Target) -> dict[str, str]:
             "upgrade": {"crds": "CreateReplace", "remediation": {"retries": 3}},
             "values": release.values}
     if release.secret_paths:
-        spec["valuesFrom"] = [{"kind": "Secret", "name": secret_name(release.name), "valuesKey": path,
-                               "targetPath": path} for path in release.secret_paths]
+        # one values document (helm merges it as a values file: lists whole), not one targetPath per value: a
+        # Secret's keys may not hold `[` or `\`, and a targetPath cannot carry a list
+        spec["valuesFrom"] = [{"kind": "Secret", "name": secret_name(release.name), "valuesKey": SECRET_VALUES_KEY}]
     helm_release = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
                     "metadata": {"name": release.name, "namespace": target.flux_namespace,
                                  "labels": dict(MANAGED)}, "spec": spec}
@@ -198,9 +199,19 @@ def _helm_release_folder(unit: Unit, target: Target) -> dict[str, str]:
                                                    "resources": ["helmrepository.yaml", "helmrelease.yaml"]})}
 
 
+SECRET_VALUES_KEY = "values.yaml"
+HELMFILE_SECRETS = "../gpu-bootstrap-secret-values"  # outside the bundle: next to the export's folder, not in Git
+
+
 def secret_name(release: str) -> str:
-    """The Secret (the user creates it) that holds a release's secret values, one key per value path."""
+    """The Secret (the user creates it) that holds a release's secret values, as one values document under
+    SECRET_VALUES_KEY."""
     return f"{release}-secret-values"
+
+
+def helmfile_secret_file(release: str) -> str:
+    """The values file, outside the bundle, that holds a release's secret values for helmfile."""
+    return f"{HELMFILE_SECRETS}/{release}.yaml"
 
 
 def repo_alias(release: Release) -> str:
@@ -234,8 +245,11 @@ def helmfile(bundle: Bundle) -> dict[str, str]:
                 chart = f"{alias}/{release.chart}"
             values = f"values/{release.name}.yaml"
             files[values] = _with_comment(release, dump(release.values))
+            # the secret values from a file outside the bundle (helmfile fails when it is missing)
+            secret = [helmfile_secret_file(release.name)] if release.secret_paths else []
             entry = {"name": release.name, "namespace": release.namespace, "chart": chart,
-                     "version": release.version, "values": [values], "labels": {"gpu-bootstrap/unit": unit.id}}
+                     "version": release.version, "values": [values, *secret],
+                     "labels": {"gpu-bootstrap/unit": unit.id}}
         if previous:
             entry["needs"] = [previous]
         previous = f"{entry['namespace']}/{entry['name']}"

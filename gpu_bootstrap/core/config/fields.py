@@ -15,6 +15,7 @@ from gpu_bootstrap.core.errors import ConfigError
 
 
 DEFAULT_CONFIG = "gpu-bootstrap.yaml"
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
 POSIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
@@ -45,6 +46,15 @@ def check_node_name(name: str) -> str:
         raise ValueError(f"{name[:60]!r} is not a valid Kubernetes node name (lowercase letters, digits, '-' and '.', "
                          f"starting and ending with a letter or digit, at most 253 characters)")
     return name
+
+
+def check_dns_label(value: str, limit: int = 63) -> str:
+    """A namespace, release or other object name that must be a DNS-1123 label: it also goes into label values,
+    Service host names and the shell lines `rbac` prints, so nothing else is let through."""
+    if len(value) > limit or not DNS1123_LABEL.fullmatch(value):
+        raise ValueError(f"{value[:60]!r} must be a lowercase DNS label of at most {limit} characters (letters, "
+                         f"digits and '-', starting and ending with a letter or digit)")
+    return value
 
 
 def check_address(address: str) -> str:

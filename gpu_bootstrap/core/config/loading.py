@@ -196,12 +196,13 @@ def load(path: Path | None, environ: dict | None = None, overrides: dict | None 
 
 
 class _Sections(BaseModel):
-    """The sections a command without nodes needs (simulate, status); the others are not read."""
+    """The sections a command without nodes needs (simulate, status, rbac --for status); the others are not read."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     node_prep: NodePrepConfig = Field(default_factory=NodePrepConfig)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)  # where status finds Prometheus
 
 
 def load_sections(path: Path | None, environ: dict | None = None,

@@ -204,9 +204,7 @@ class GpuOperatorConfig(Section):
     @field_validator("release", "namespace")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if len(value) > 53 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value):
-            raise ValueError(f"{value!r} must be a lowercase DNS label of at most 53 characters")
-        return value
+        return check_dns_label(value, 53)  # helm's limit on a release name
 
     @field_validator("version")
     @classmethod
@@ -486,6 +484,8 @@ class ValidateConfig(Section):
     nodes: Literal["all", "sample"] | int = Field("all", description="all GPU nodes, one ('sample'), or N of them")
     namespace: str = "gpu-bootstrap"
     timeout: int = Field(300, ge=10, le=3600)
+
+    _namespace = field_validator("namespace")(classmethod(lambda cls, v: check_dns_label(v)))
 
 
 
