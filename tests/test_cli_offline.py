@@ -26,7 +26,7 @@ def invoke(*args: str, tmp_path: Path):
 @pytest.mark.parametrize("example, kube", [("minimal.yaml", []), ("three-gpu-nodes.yaml", ["--kube-version", "1.24"])])
 def test_offline_dry_run_writes_the_node_prep_patches(example, kube, tmp_path):
     out = tmp_path / "out"
-    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / example), "--render-dir", str(out), *kube,
+    result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / example), "--render-dir", str(out), *kube,
                     tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     folder = out / "02-node-prep"
@@ -41,14 +41,25 @@ def test_offline_dry_run_writes_the_node_prep_patches(example, kube, tmp_path):
 
 @pytest.mark.unit
 def test_offline_json_document(tmp_path):
-    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "-o", "json",
-                    tmp_path=tmp_path)
+    """An offline plan with no node facts decides the gpu-operator's driver and toolkit values blind: it is
+    incomplete (found: it said "ok": true and exited 0, so a CI gate passed on it). Without --allow-incomplete it
+    exits 1 with "ok": false and names what is missing; with it, 0, naming the same."""
+    refused = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "-o", "json",
+                     tmp_path=tmp_path)
+    assert refused.exit_code == 1
+    document = json.loads(refused.stdout)
+    assert document["ok"] is False and document["exit_code"] == 1
+    assert document["incomplete"] == ["gpu-operator: driver.enabled, toolkit.enabled decided without node facts (pass "
+                                      "--preflight-report FILE, or plan against the cluster)"]
+    assert document["error"].endswith("— pass --allow-incomplete to accept a partial plan")
+    result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "-o",
+                    "json", tmp_path=tmp_path)
     assert result.exit_code == 0
     document = json.loads(result.stdout)
-    assert document["ok"] is True
+    assert document["ok"] is True and document["incomplete"] == json.loads(refused.stdout)["incomplete"]
     assert [(s["id"], s["status"], s["changes"]) for s in document["steps"]] == [
         ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-pools", "skipped", 0),
-        ("monitoring", "planned", 8), ("gpu-operator", "planned", 4), ("binpack-scheduler", "planned", 9),
+        ("monitoring", "planned", 8), ("gpu-operator", "incomplete", 4), ("binpack-scheduler", "planned", 9),
         ("admission-opa", "planned", 8), ("admission", "planned", 3), ("validate", "planned", 3)]
     assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
                                                "saved 'gpu-bootstrap doctor -o json') to plan with them")
@@ -61,7 +72,7 @@ def test_render_dir_is_refreshed_not_accumulated(tmp_path):
     (out / "07-old-step").mkdir(parents=True)
     (out / "keep.txt").write_text("mine")
     for _ in range(2):
-        invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
+        invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
                tmp_path=tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["02-node-prep", "04-monitoring", "05-gpu-operator",
                                                     "06-binpack-scheduler", "07-admission-opa", "08-admission",
@@ -71,7 +82,7 @@ def test_render_dir_is_refreshed_not_accumulated(tmp_path):
 
 @pytest.mark.unit
 def test_skip_leaves_a_step_out(tmp_path):
-    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--skip", "node-prep",
+    result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--skip", "node-prep",
                     "-o", "json", tmp_path=tmp_path)
     assert json.loads(result.stdout)["steps"][1] == {"id": "node-prep", "status": "skipped", "changes": 0,
                                                       "message": "left out (--skip)"}
@@ -87,7 +98,7 @@ def test_skip_leaves_a_step_out(tmp_path):
     (["--kube-version", "one.two"], "not a Kubernetes version"),
 ])
 def test_bad_selection_exits_2(args, message, tmp_path):
-    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), *args, tmp_path=tmp_path)
+    result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), *args, tmp_path=tmp_path)
     assert result.exit_code == 2 and message in result.output, result.output
 
 
@@ -101,11 +112,11 @@ def test_offline_needs_dry_run(tmp_path):
 def test_custom_playbook_file(tmp_path):
     playbook = tmp_path / "mine.yaml"
     playbook.write_text("name: mine\nsteps: [node-prep]\n")  # no preflight: a playbook may leave steps out
-    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--playbook",
+    result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--playbook",
                     str(playbook), tmp_path=tmp_path)
     assert result.exit_code == 0 and "(mine)" in result.output
     playbook.write_text("steps: [node-prep, warp-drive]\n")
-    bad = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--playbook",
+    bad = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--playbook",
                  str(playbook), tmp_path=tmp_path)
     assert bad.exit_code == 2 and "unknown step 'warp-drive'" in bad.output
 
@@ -120,7 +131,7 @@ def test_unknown_flag_is_a_usage_error():
 def test_help_teaches_with_examples():
     result = runner.invoke(app, ["up", "--help"])
     assert result.exit_code == 0
-    for text in ("--dry-run", "--offline", "--render-dir", "--only", "--force-unlock", "Examples"):
+    for text in ("--dry-run", "--offline", "--allow-incomplete", "--render-dir", "--only", "--force-unlock", "Examples"):
         assert text in result.output
 
 
@@ -133,7 +144,7 @@ def test_version_and_module_entry_point(tmp_path):
 
 def test_default_log_file_is_private_and_named_on_failure(tmp_path):
     env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
-    process = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "-c",
+    process = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "--allow-incomplete", "-c",
                               str(tmp_path / "missing.yaml")], capture_output=True, text=True, cwd=ROOT, env=env)
     assert process.returncode == 2
     [log] = list((tmp_path / "state" / "gpu-bootstrap" / "logs").glob("up-*.log"))
@@ -144,11 +155,11 @@ def test_default_log_file_is_private_and_named_on_failure(tmp_path):
 @pytest.mark.unit
 def test_validation_pods_use_the_binpack_scheduler_when_the_playbook_deploys_it(tmp_path):
     out = tmp_path / "out"
-    invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
+    invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
            tmp_path=tmp_path)
     pod = yaml.safe_load((out / "09-validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
     assert pod["spec"]["schedulerName"] == "gpu-binpack-scheduler"
-    invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
+    invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
            "--playbook", str(ROOT / "tests" / "playbooks" / "no-scheduler.yaml"), tmp_path=tmp_path)
     pod = yaml.safe_load((out / "04-validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
     assert "schedulerName" not in pod["spec"]
@@ -156,7 +167,7 @@ def test_validation_pods_use_the_binpack_scheduler_when_the_playbook_deploys_it(
 
 @pytest.mark.unit
 def test_a_cluster_too_old_for_the_scheduler_profile_fails_its_check(tmp_path):
-    result = invoke("up", "--dry-run", "--offline", "--kube-version", "1.22", "-c", str(EXAMPLES / "minimal.yaml"),
+    result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "--kube-version", "1.22", "-c", str(EXAMPLES / "minimal.yaml"),
                     "--only", "binpack-scheduler", tmp_path=tmp_path)
     assert result.exit_code == 1
     assert "[binpack-scheduler] scheduler: Kubernetes 1.22 is too old for the bin-packing profile" in \
@@ -169,8 +180,34 @@ def test_a_cluster_too_old_for_the_scheduler_profile_fails_its_check(tmp_path):
 def test_an_offline_plan_picks_the_newest_known_scheduler_patch_not_x_y_0(kube, image, tmp_path):
     """--kube-version 1.24 (or none: the default minor) plans for that minor's newest known patch; an exact version is
     kept exactly."""
-    result = invoke("up", "--dry-run", "--offline", "-c", str(EXAMPLES / "minimal.yaml"), "--only", "binpack-scheduler",
+    result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--only", "binpack-scheduler",
                     "-o", "json", *kube, tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     message = json.loads(result.stdout)["steps"][0]["message"]
     assert f"registry.k8s.io/kube-scheduler:{image};" in message, message
+
+
+def test_the_readmes_first_command_runs_without_helm_and_says_what_is_missing(tmp_path):
+    """README's first command on a fresh machine (no helm on PATH, no chart repository): it plans, exits 0 and names
+    the charts it could not render with how to get helm; the same plan without the README's --allow-incomplete exits
+    1 with one line naming the flag."""
+    import shlex
+    readme = (EXAMPLES.parent / "README.md").read_text().splitlines()
+    command = readme[readme.index("```bash") + 1].split(" && ", 1)[1]
+    args = [a.replace("out/", str(tmp_path / "out") + "/") for a in shlex.split(command)[1:]]
+    env = {k: v for k, v in os.environ.items() if k not in ("GPU_BOOTSTRAP_HELM",)}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
+                                  if not (Path(p) / "helm").exists() and ".tools" not in p)
+    env["GPU_BOOTSTRAP_LOG_DIR"] = str(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "gpu_bootstrap", *args, "--log-file", str(tmp_path / "log")],
+                         cwd=EXAMPLES.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    said = " ".join((run.stdout + run.stderr).split())
+    assert "incomplete, accepted (--allow-incomplete): monitoring: kube-prometheus-stack manifests not rendered " \
+           "(helm not found — install helm v3.14+ or v4 on PATH" in said, said
+    strict = subprocess.run([sys.executable, "-m", "gpu_bootstrap", *[a for a in args if a != "--allow-incomplete"],
+                             "--log-file", str(tmp_path / "log2")], cwd=EXAMPLES.parent, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert strict.returncode == 1
+    errors = [line for line in strict.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].endswith("pass --allow-incomplete to accept a partial plan"), strict.stderr

@@ -281,7 +281,9 @@ def test_an_unreachable_node_fails_the_export_instead_of_guessing(tmp_path):
     """A node whose facts could not be read (its SSH check failed in the report) is unknown, not absent."""
     report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
     document = json.loads(report.read_text())
-    document["nodes"][1]["checks"] = [{"id": "ssh", "status": "fail", "message": "connection refused"}]
+    document["nodes"][1]["checks"] = [{"id": "ssh", "status": "fail", "message": "connection refused"}] + [
+        {"id": i, "status": "skip", "message": "skipped: no SSH session"}
+        for i in ("nvidia-driver", "nouveau", "container-runtime", "nvidia-container-toolkit")]
     report.write_text(json.dumps(document))
     result, out = export(tmp_path, "flux", EXAMPLES / "fleet-gitops.yaml", "1.33", report)
     assert result.exit_code != 0, result.output

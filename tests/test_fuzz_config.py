@@ -54,7 +54,7 @@ DOCUMENTS = st.dictionaries(KEY, VALUES, max_size=6) | VALUES
 def plan(tmp_path: Path, content: bytes):
     config = tmp_path / "gpu-bootstrap.yaml"
     config.write_bytes(content)
-    result = runner.invoke(app, ["up", "--dry-run", "--offline", "--kube-version", "1.24", "-c", str(config),
+    result = runner.invoke(app, ["up", "--dry-run", "--offline", "--allow-incomplete", "--kube-version", "1.24", "-c", str(config),
                                  "--log-file", str(tmp_path / "log")])
     return config, result
 

@@ -62,7 +62,7 @@ def step(document: dict, step_id: str) -> dict:
 
 def render(tmp_path: Path, body: str = POOLS) -> list[dict]:
     out = tmp_path / "out"
-    result, document = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, body)),
+    result, document = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(write_config(tmp_path, body)),
                               "--only", "node-prep,gpu-pools", "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     assert step(document, "gpu-pools")["status"] == "planned"
@@ -73,7 +73,7 @@ def render(tmp_path: Path, body: str = POOLS) -> list[dict]:
 def test_a_plan_made_without_a_cluster_says_karpenter_was_not_checked(tmp_path):
     """With no cluster, whether Karpenter's CRDs are installed is unknown: the plan renders for karpenter.sh/v1 and
     says it could not check, instead of refusing as if they were absent."""
-    result, document = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, POOLS)),
+    result, document = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(write_config(tmp_path, POOLS)),
                               "--only", "node-prep,gpu-pools", tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     pools = step(document, "gpu-pools")
@@ -153,7 +153,7 @@ def test_disruption_never_consolidates_busy_gpu_nodes(tmp_path):
 
 @pytest.mark.unit
 def test_no_pools_no_op(tmp_path):
-    result, document = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, "")),
+    result, document = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(write_config(tmp_path, "")),
                               tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     assert step(document, "gpu-pools") == {"id": "gpu-pools", "status": "skipped", "changes": 0,
@@ -176,7 +176,7 @@ def test_no_pools_no_op(tmp_path):
 @pytest.mark.unit
 def test_bad_pools_name_the_field_and_line(tmp_path, body, expected):
     config = write_config(tmp_path, body)
-    result = runner.invoke(app, ["up", "--dry-run", "--offline", "-c", str(config), "--log-file",
+    result = runner.invoke(app, ["up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(config), "--log-file",
                                  str(tmp_path / "log")])
     assert result.exit_code == 2
     assert f"{config}{expected}" in " ".join(result.output.split()), result.output
@@ -279,7 +279,7 @@ def test_without_karpenter_crds_the_step_refuses_and_says_what_to_do(cluster, tm
 def test_bottlerocket_pools_keep_the_operators_driver_and_device_plugin_off_and_the_plan_says_why(tmp_path):
     body = POOLS + "gpu_operator: {sharing: {mode: time-slicing}}\n"
     out = tmp_path / "out"
-    result, document = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, body)), "--only",
+    result, document = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(write_config(tmp_path, body)), "--only",
                               "gpu-pools,gpu-operator", "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     release = yaml.safe_load((out / "05-gpu-operator" / "release.yaml").read_text())
@@ -299,7 +299,7 @@ def test_bottlerocket_pools_keep_the_operators_driver_and_device_plugin_off_and_
 def test_al2023_pools_keep_only_the_operators_driver_and_toolkit_off(tmp_path):
     body = POOLS.split("  - name: gpu-bottlerocket")[0]
     out = tmp_path / "out"
-    result, _ = invoke("up", "--dry-run", "--offline", "-c", str(write_config(tmp_path, body)), "--only",
+    result, _ = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(write_config(tmp_path, body)), "--only",
                        "gpu-pools,gpu-operator", "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     release = yaml.safe_load((out / "05-gpu-operator" / "release.yaml").read_text())
@@ -389,7 +389,7 @@ def test_a_node_that_joins_from_a_pool_is_a_gpu_node_with_its_pools_facts(cluste
 def test_a_bad_nodes_selector_names_the_field(tmp_path):
     config = tmp_path / "gpu-bootstrap.yaml"
     config.write_text("ssh: {user: root}\nnodes: karpenter.sh/nodepool=gpu pool\n")
-    result = runner.invoke(app, ["up", "--dry-run", "--offline", "-c", str(config), "--log-file",
+    result = runner.invoke(app, ["up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(config), "--log-file",
                                  str(tmp_path / "log")])
     assert result.exit_code == 2
     assert f"{config}:2: nodes: 'karpenter.sh/nodepool=gpu pool' is not a label selector" in " ".join(
@@ -398,7 +398,7 @@ def test_a_bad_nodes_selector_names_the_field(tmp_path):
 
 @pytest.mark.unit
 def test_a_selector_no_node_matches_yet_plans_the_pools(tmp_path):
-    result, document = invoke("up", "--dry-run", "--offline", "-c", str(Path(__file__).resolve().parent.parent /
+    result, document = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(Path(__file__).resolve().parent.parent /
                                                                         "examples" / "karpenter-pools.yaml"),
                               tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
@@ -413,7 +413,7 @@ def test_without_node_prep_labels_nfd_follows_an_equality_selector(tmp_path):
     config = tmp_path / "gpu-bootstrap.yaml"
     config.write_text("nodes: karpenter.sh/nodepool=gpu\nnode_prep: {gpu_present_label: false}\n" + POOLS)
     out = tmp_path / "out"
-    result, _ = invoke("up", "--dry-run", "--offline", "-c", str(config), "--only", "node-prep,gpu-operator",
+    result, _ = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(config), "--only", "node-prep,gpu-operator",
                        "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     values = yaml.safe_load((out / "05-gpu-operator" / "values.yaml").read_text())

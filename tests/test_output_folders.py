@@ -35,7 +35,7 @@ def untouched(victim: Path) -> bool:
 
 
 def plan(tmp_path: Path, render: Path):
-    return runner.invoke(app, ["up", "--dry-run", "--offline", "--kube-version", "1.31", "-c",
+    return runner.invoke(app, ["up", "--dry-run", "--offline", "--allow-incomplete", "--kube-version", "1.31", "-c",
                                str(EXAMPLES / "minimal.yaml"), "--render-dir", str(render), "--log-file",
                                str(tmp_path / "log")])
 

@@ -253,6 +253,18 @@ def test_unreachable_refused_and_hung_nodes_fail_while_the_others_complete(priva
     assert nodes["blackhole"]["ssh"]["status"] == "fail"
     for name in ("stopped", "wrong-key", "shell-hangs", "blackhole"):
         assert nodes[name]["nvidia-driver"]["status"] == "skip"
+    # unreachable, hung and healthy nodes alike: the document is a valid preflight report (`--preflight-report`)
+    from gpu_bootstrap.probes.report import schema_problem
+    assert schema_problem(json.loads(process.stdout)) is None
+
+
+def test_doctors_json_is_a_preflight_report_its_schema_takes(farm, tmp_path):
+    """Every scenario of the farm (healthy, no driver, nouveau, k3s, CRI-O, ...): `doctor -o json` validates against
+    docs/preflight-report.schema.json, and `up --preflight-report` takes it."""
+    from gpu_bootstrap.probes.report import schema_problem
+    result, document = doctor(farm, tmp_path)
+    assert document is not None and len(document["nodes"]) >= 5, result.output
+    assert schema_problem(document) is None
 
 
 # --- hostile values ------------------------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_no_planted_secret_in_any_output_of_a_dry_run(tmp_path):
     ci = subprocess.run(["bash", "-e", "-c", ci_plan_script()], cwd=work, env=env, capture_output=True, text=True,
                         timeout=300)
     assert ci.returncode == 0, ci.stderr
-    verbose = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "-c",
+    verbose = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "--allow-incomplete", "-c",
                               str(work / "gpu-bootstrap.yaml"), "--render-dir", str(tmp_path / "verbose"), "-vv",
                               "--log-file", str(tmp_path / "run.log")], cwd=work, env=env, capture_output=True,
                              text=True, timeout=300)
@@ -285,7 +285,7 @@ def test_no_planted_secret_of_any_kind_in_a_plan_its_log_or_its_render_dir(tmp_p
                        "values": planted.monitoring_values()}}))
     outputs = {}
     for output in ("text", "json"):
-        run = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "-c", str(config),
+        run = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(config),
                               "--kube-version", "1.33", "--render-dir", str(tmp_path / output), "-vv", "-o", output,
                               "--log-file", str(tmp_path / f"{output}.log")], capture_output=True, text=True,
                              timeout=300, env=dict(os.environ, NO_COLOR="1", COLUMNS="200"))

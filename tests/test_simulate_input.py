@@ -124,8 +124,8 @@ def test_the_real_openb_traces_are_within_the_limits(name):
     (json.dumps({"nodes": [healthy_node("gpu-node-1")]}, indent=1).encode().replace(b"Ubuntu", b"\xdcbuntu"),
      "report.json:9 is not UTF-8 text (byte 0xdc at offset 122)"),
     (b"[" * 100_000, "report.json is not valid JSON"),
-    (json.dumps({"nodes": [{"name": ["gpu-node-1"], "checks": []}]}).encode(),
-     "report.json: nodes[0].name is not a string"),
+    (json.dumps({"nodes": [{**healthy_node("gpu-node-1"), "name": ["gpu-node-1"]}]}).encode(),
+     "report.json: nodes[0].name: ['gpu-node-1'] is not of type 'string'"),
 ], ids=["binary", "latin-1", "deep", "name-list"])
 def test_a_binary_or_malformed_preflight_report_is_a_clear_config_error(tmp_path, content, message):
     report = write(tmp_path / "report.json", content)

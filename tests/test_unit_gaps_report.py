@@ -13,10 +13,14 @@ from gpu_bootstrap.probes.checks import NodeCheck, NodeReport, unreachable
 pytestmark = pytest.mark.unit
 
 HOW = "write one with: gpu-bootstrap doctor -o json > report.json"
+SCHEMA = ("its format: docs/preflight-report.schema.json (examples/preflight-report.json is one); write one with: "
+          "gpu-bootstrap doctor -o json > report.json")
 
 
 def good(name: str) -> NodeReport:
-    return NodeReport(name, [NodeCheck("ssh", "pass", "Ubuntu", {"os": "Ubuntu"}), NodeCheck("nouveau", "warn", "?")])
+    """A node as doctor reports it: all five checks, each with the facts it read."""
+    from tests.nodes.reports import healthy_node
+    return NodeReport.from_json(healthy_node(name, gpus=1))
 
 
 def test_the_record_is_our_configmap_with_the_facts_their_source_and_time():
@@ -28,7 +32,7 @@ def test_the_record_is_our_configmap_with_the_facts_their_source_and_time():
                         "data": {"nodes.json": json.dumps(report.document([reports["b"], reports["a"]]),
                                                           sort_keys=True),
                                  "source": "ssh", "time": "2026-11-23T12:00:00Z"}}
-    assert manifest["data"]["nodes.json"].startswith('{"nodes": [{"checks": [{"data": {"os": "Ubuntu"}, "id": "ssh"')
+    assert manifest["data"]["nodes.json"].startswith('{"nodes": [{"checks": [{"data": {"arch": "x86_64", ')
     assert (report.RECORD_NAMESPACE, report.RECORD_NAME) == ("gpu-bootstrap", "gpu-bootstrap-node-facts")
 
 
@@ -76,13 +80,22 @@ def test_a_report_gives_the_wanted_nodes_in_the_order_asked(tmp_path):
     (b"{nodes", "preflight report {path} is not valid JSON: Expecting property name enclosed in double quotes: "
                 "line 1 column 2 (char 1)", ""),
     ([], "preflight report {path}: expected the output of 'gpu-bootstrap doctor -o json' (an object with a 'nodes' "
-         "list)", ""),
+         "list)", SCHEMA),
     ({"nodes": {"a": 1}}, "preflight report {path}: expected the output of 'gpu-bootstrap doctor -o json' (an object "
-                          "with a 'nodes' list)", ""),
-    ({"nodes": [good("a").to_json(), ["not", "a", "node"]]}, "preflight report {path}: nodes[1] is malformed", ""),
-    ({"nodes": [{"name": 7, "checks": []}]}, "preflight report {path}: nodes[0].name is not a string", ""),
-    ({"nodes": [{"name": "a", "checks": [{"id": "ssh", "status": "pass"}, {"id": "gpu-count", "status": "pass"}]}]},
-     "preflight report {path}: nodes[0] has unknown checks ['gpu-count']", ""),
+                          "with a 'nodes' list)", SCHEMA),
+    ({"nodes": [good("a").to_json(), ["not", "a", "node"]]},
+     "preflight report {path}: nodes[1]: ['not', 'a', 'node'] is not of type 'object'", SCHEMA),
+    ({"nodes": [{**good("a").to_json(), "name": 7}]}, "preflight report {path}: nodes[0].name: 7 is not of type "
+                                                     "'string'", SCHEMA),
+    ({"nodes": [{"name": "a", "checks": [*good("a").to_json()["checks"], {"id": "gpu-count", "status": "pass"}]}]},
+     "preflight report {path}: nodes[0].checks[5].id (gpu-count, pass): 'gpu-count' is not one of ['ssh', "
+     "'nvidia-driver', 'nouveau', 'container-runtime', 'nvidia-container-toolkit']", SCHEMA),
+    ({"nodes": [{"name": "a", "checks": good("a").to_json()["checks"][:2]}]},
+     "preflight report {path}: nodes[0].checks: no nouveau check (every node has all of ssh, nvidia-driver, nouveau, "
+     "container-runtime, nvidia-container-toolkit)", SCHEMA),
+    # found: a hand-written report whose checks carried no facts was taken, then the plan asked for the report
+    ({"nodes": [{"name": "a", "checks": [{**c, "data": {}} for c in good("a").to_json()["checks"]]}]},
+     "preflight report {path}: nodes[0].checks[0].data (ssh, pass): 'arch' is a required property", SCHEMA),
     ({"nodes": [good("a").to_json()]}, "preflight report {path} has no facts for b, c",
      "run 'gpu-bootstrap doctor -o json' again with every configured node"),
 ])
@@ -100,3 +113,14 @@ def test_a_missing_or_unreadable_report_file(tmp_path):
     with pytest.raises(ConfigError) as raised:
         report.load(tmp_path, ["a"])  # a directory: the OS's own words
     assert raised.value.message == f"cannot read the preflight report {tmp_path}: Is a directory"
+
+
+def test_the_sample_report_is_one_the_schema_and_the_loader_take():
+    """examples/preflight-report.json (README's first command reads it) validates against the published schema
+    (docs/preflight-report.schema.json, written by scripts/generate-docs from report.schema()) and loads."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    sample = root / "examples" / "preflight-report.json"
+    assert report.schema_problem(json.loads(sample.read_text())) is None
+    assert json.loads((root / "docs" / "preflight-report.schema.json").read_text()) == report.schema()
+    assert list(report.load(sample, ["node5", "node6", "node7"])) == ["node5", "node6", "node7"]

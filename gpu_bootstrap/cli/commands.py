@@ -100,7 +100,10 @@ def up(common, dry_run: Annotated[Optional[DryRun], Option("--dry-run", metavar=
        allow_operand_restart: Annotated[bool, Option("--allow-operand-restart", help=(
            "Let a plan change the driver, toolkit or runtime values of a running gpu-operator (it restarts the "
            "operands on every GPU node)."))] = False,
-       via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None) -> None:
+       via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None,
+       allow_incomplete: Annotated[bool, Option("--allow-incomplete", help=(
+           "With --dry-run: accept a partial plan (a chart that could not be rendered, values decided without node "
+           "facts) and exit 0, naming what is missing. Without it such a plan exits 1."))] = False) -> None:
     """Bring the cluster to the configured state, step by step; resumes where a previous run stopped.
 
     Who runs `up` is cluster-admin-equivalent: it installs privileged node agents (the gpu-operator's driver and
@@ -131,7 +134,7 @@ def up(common, dry_run: Annotated[Optional[DryRun], Option("--dry-run", metavar=
         note = f"rendered manifests: {render_dir}/" if render_dir else None
         flag = {None: "", "server": " --dry-run", "client": " --dry-run=client"}[mode]
         if not show_results(results, reporter, options.json, f"gpu-bootstrap up{flag} ({playbook.name})", note,
-                            plan=mode is not None):
+                            plan=mode is not None, allow_incomplete=allow_incomplete):
             raise typer.Exit(EXIT_FAILED)
 
     run("up", common, body)
@@ -198,7 +201,10 @@ def images(common, offline: Annotated[bool, Option("--offline", help=(
            output: Annotated[ImagesOutput, Option("-o", "--output", help=(
                "text for people, json for machines, or a mirroring tool's file on stdout: hauler (an Images "
                "manifest), zarf (a package's zarf.yaml), skopeo (a `skopeo sync --src yaml` file)."))
-                             ] = ImagesOutput.text) -> None:
+                             ] = ImagesOutput.text,
+           allow_incomplete: Annotated[bool, Option("--allow-incomplete", help=(
+               "Accept a partial list (a chart that could not be rendered) and exit 0, naming what is missing. "
+               "Without it such a list exits 1."))] = False) -> None:
     """List every image the configured platform pulls on this cluster: our own, the charts' (hooks included) and the
     gpu-operator's operands (the driver per GPU node OS), sorted, each once, with who pulls it.
 
@@ -220,17 +226,17 @@ def images(common, offline: Annotated[bool, Option("--offline", help=(
         found = application.images(options)
         if output.value in ("hauler", "zarf", "skopeo"):
             from gpu_bootstrap.app.export import mirror
-            if found.incomplete:
+            if found.incomplete and not allow_incomplete:
                 from gpu_bootstrap.core.errors import GpuBootstrapError
                 raise GpuBootstrapError(f"the image list is incomplete: {'; '.join(found.incomplete)}",
-                                        "gpu-bootstrap images says which chart could not be rendered")
+                                        "pass --allow-incomplete to accept a partial list")
             text = {"hauler": mirror.hauler, "skopeo": mirror.skopeo,
                     "zarf": lambda f: mirror.zarf(f, __version__)}[output.value](found)
             typer.echo(text, nl=False)
             return
         from gpu_bootstrap.cli.images_view import show_images
         present = application.check_images(found) if check else None
-        if not show_images(found, present, options.json):
+        if not show_images(found, present, options.json, allow_incomplete):
             raise typer.Exit(EXIT_FAILED)
 
     run("images", common, body)

@@ -7,10 +7,11 @@ import json
 import typer
 
 
-def show_images(found, present: dict[str, bool] | None, as_json: bool) -> bool:
-    """Print the list (and the --check answers); False when the list is incomplete or an image is missing."""
+def show_images(found, present: dict[str, bool] | None, as_json: bool, allow_incomplete: bool = False) -> bool:
+    """Print the list (and the --check answers); False when an image is missing, or the list is incomplete and
+    that was not allowed."""
     missing = sorted(ref for ref, there in (present or {}).items() if not there)
-    ok = not missing and not found.incomplete
+    ok = not missing and (allow_incomplete or not found.incomplete)
     if as_json:
         document = found.document()
         if present is not None:
@@ -31,7 +32,9 @@ def show_images(found, present: dict[str, bool] | None, as_json: bool) -> bool:
     for note in found.notes:
         typer.echo(f"note: {note}")
     for problem in found.incomplete:
-        typer.echo(f"INCOMPLETE: {problem}", err=True)
+        typer.echo(f"incomplete{' (accepted: --allow-incomplete)' if allow_incomplete else ''}: {problem}", err=True)
+    if found.incomplete and not allow_incomplete:
+        typer.echo("error: the image list is incomplete — pass --allow-incomplete to accept a partial list", err=True)
     if present is not None:
         if missing:
             typer.echo(f"{len(missing)} of {len(present)} images missing from {found.mirror}:", err=True)

@@ -211,20 +211,34 @@ def plan_verdict(results) -> str:
     return text
 
 
-def show_results(results, reporter, as_json: bool, title: str, note: str | None = None, plan: bool = False) -> bool:
+def incomplete_steps(results) -> list[str]:
+    """'step: what is missing' of every step whose plan is incomplete (a chart not rendered, values decided without
+    the facts they depend on)."""
+    return [f"{r.id}: {r.message.removeprefix('planned, but ')}" for r in results if r.status == "incomplete"]
+
+
+def show_results(results, reporter, as_json: bool, title: str, note: str | None = None, plan: bool = False,
+                 allow_incomplete: bool = False) -> bool:
     """The summary of up or teardown (a table, or the JSON document); a failed step is also named on stderr.
-    `plan`: a dry run, summed up in one line (plan_verdict; "plan" in the JSON). Returns whether every step
-    succeeded."""
+    `plan`: a dry run, summed up in one line (plan_verdict; "plan" in the JSON); an incomplete plan fails unless
+    `allow_incomplete`, and either way names what is missing. Returns whether it succeeded."""
     failed = next((f"[{r.id}] {r.message}" for r in results if r.status in ("failed", "interrupted")), None)
+    missing = incomplete_steps(results) if plan else []
+    if missing and not failed and not allow_incomplete:
+        failed = (f"the plan is incomplete: {'; '.join(missing)} — pass --allow-incomplete to accept a partial "
+                  f"plan")
     if as_json:
         document = results_document(results, not failed, failed, 1 if failed else None)
         if plan:
             document["plan"] = plan_verdict(results)
+            document["incomplete"] = missing
         print_json(document)
     else:
         reporter.summary(results, title)
         if plan:
             reporter.note(f"plan: {plan_verdict(results)}")
+        if missing and allow_incomplete:
+            reporter.note(f"incomplete, accepted (--allow-incomplete): {'; '.join(missing)}")
         if note:
             reporter.note(note)
     if failed:

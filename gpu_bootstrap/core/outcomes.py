@@ -18,3 +18,6 @@ class Check:
     done: bool = False
     facts: Any = None
     warnings: list[str] = field(default_factory=list)
+    # what the plan had to decide without the facts it depends on (gpu-operator: driver.enabled with no node facts):
+    # such a plan is incomplete, not "planned"
+    unknown: list[str] = field(default_factory=list)

@@ -199,10 +199,14 @@ class Runner:
         status, message = "planned" if changes else "unchanged", _noted(check.message, check)
         if notes := self.ctx.gate.notes_for(step.id):
             message = "; ".join([message, *notes])
-        if problems := self.ctx.gate.problems.get(step.id):
-            # a plan whose manifests could not be rendered is not a complete plan: say so, not "planned"
+        problems = list(self.ctx.gate.problems.get(step.id, []))
+        if check.unknown:
+            problems.append(f"{', '.join(check.unknown)} decided without node facts (pass --preflight-report FILE, "
+                            f"or plan against the cluster)")
+        if problems:
+            # a plan whose manifests could not be rendered, or that decided values without the facts they depend on,
+            # is not a complete plan: say so, not "planned"
             status, message = "incomplete", "planned, but " + "; ".join(problems)
-            self.ctx.reporter.warn(f"{step.id}: {'; '.join(problems)}")
         self._finish(StepResult(step.id, status, len(changes), message, planned=changes))
 
     def _passed_with_these_inputs(self, step: Step, record) -> str:

@@ -10,6 +10,8 @@ from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.probes.checks import CHECK_IDS, NodeReport
 
 
+SCHEMA_HINT = ("its format: docs/preflight-report.schema.json (examples/preflight-report.json is one); write one "
+               "with: gpu-bootstrap doctor -o json > report.json")
 RECORD_NAMESPACE = "gpu-bootstrap"
 RECORD_NAME = "gpu-bootstrap-node-facts"
 
@@ -37,6 +39,87 @@ def recorded_facts(config_map: dict | None) -> tuple[dict[str, NodeReport], str]
     return reports, f"recorded by preflight at {data.get('time', '?')} from {data.get('source', '?')}"
 
 
+# --- the report's schema ---------------------------------------------------------------------------------------------
+STATUSES = ("pass", "warn", "fail", "skip")
+# the facts each check carries when it read them (pass, warn): a check that claims to have read a node but carries
+# none of its facts is refused (taken as it is, it would make a driver or a runtime look absent)
+FACTS = {
+    "ssh": (("pass",), {"os": "string", "os_id": "string", "kernel": "string", "arch": "string"}),
+    "nvidia-driver": (("pass", "warn"), {"driver_version": ["string", "null"], "gpus": "array"}),
+    "nouveau": (("pass", "warn", "fail"), {"loaded": ["boolean", "null"]}),
+    "container-runtime": (("pass",), {"runtime": "string", "config_path": "string", "socket": ["string", "null"],
+                                      "distribution": "string"}),
+    "nvidia-container-toolkit": (("pass", "warn"), {"installed": "boolean", "runtime_configured": "boolean",
+                                                    "default_runtime": "boolean"}),
+}
+POOL_FACTS = {"pool": "string"}  # ssh skipped: a node of a Karpenter pool of ours, its facts from the pool
+
+
+def schema() -> dict:
+    """The preflight report's JSON Schema (draft 7): what `doctor -o json` writes and `--preflight-report` reads;
+    published as docs/preflight-report.schema.json."""
+    def facts(check_id: str, statuses, fields: dict) -> dict:
+        return {"if": {"properties": {"id": {"const": check_id}, "status": {"enum": list(statuses)}},
+                       "required": ["id", "status"]},
+                "then": {"properties": {"data": {"type": "object", "required": sorted(fields),
+                                                 "properties": {k: {"type": v} for k, v in fields.items()}}},
+                         "required": ["data"]}}
+    check = {"type": "object", "required": ["id", "status"],
+             "properties": {"id": {"enum": list(CHECK_IDS)}, "status": {"enum": list(STATUSES)},
+                            "message": {"type": "string"}, "data": {"type": "object"}},
+             "allOf": [facts(i, statuses, fields) for i, (statuses, fields) in FACTS.items()]
+             + [facts("ssh", ("skip",), POOL_FACTS)]}
+    node = {"type": "object", "required": ["name", "checks"],
+            "properties": {"name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                                    "maxLength": 253},
+                           "source": {"type": "string"},
+                           "checks": {"type": "array", "items": check,
+                                      "allOf": [{"contains": {"properties": {"id": {"const": i}}}}
+                                                for i in CHECK_IDS]}}}
+    return {"$schema": "http://json-schema.org/draft-07/schema#",
+            "$id": "https://gpu-bootstrap.dev/preflight-report.schema.json",
+            "title": "gpu-bootstrap preflight report",
+            "description": "The GPU nodes' facts: the output of `gpu-bootstrap doctor -o json`, read by "
+                           "`gpu-bootstrap up|export|images --preflight-report FILE`. Every node carries the five "
+                           "checks; a check that read its node (pass, warn) carries its facts in `data`.",
+            "type": "object", "required": ["nodes"],
+            "properties": {"nodes": {"type": "array", "minItems": 1, "items": node},
+                           "checks": {"type": "array"}, "ok": {"type": "boolean"}}}
+
+
+def schema_problem(data) -> str | None:
+    """The first place where `data` breaks the schema, as `path: what` (path in the document's own terms:
+    nodes[0].checks[1].data), or None."""
+    import jsonschema
+    validator = jsonschema.Draft7Validator(schema())
+    errors = list(validator.iter_errors(data))
+    if not errors:
+        return None
+    # the first problem in the document's order (a reader fixes the file from the top)
+    error = min(errors, key=lambda e: [(isinstance(p, str), p) for p in e.absolute_path])
+    while error.context:  # an allOf/if-then failure: the innermost says which field
+        error = jsonschema.exceptions.best_match(error.context)
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    node_check = _which_check(data, list(error.absolute_path))
+    if error.validator == "contains":  # jsonschema would quote the whole list
+        message = f"no {error.schema['contains']['properties']['id']['const']} check (every node has all of " \
+                  f"{', '.join(CHECK_IDS)})"
+    else:
+        message = error.message if len(error.message) <= 200 else error.message[:197] + "..."
+    return f"{where or '(top)'}{node_check}: {message}"
+
+
+def _which_check(data, path: list) -> str:
+    """' (nvidia-driver, pass)' when the path is inside a check: says which one without reading the file again."""
+    try:
+        if len(path) >= 4 and path[0] == "nodes" and path[2] == "checks":
+            check = data["nodes"][path[1]]["checks"][path[3]]
+            return f" ({check.get('id')}, {check.get('status')})"
+    except (KeyError, IndexError, TypeError, AttributeError):
+        pass
+    return ""
+
+
 def load(path: Path, wanted: list[str]) -> dict[str, NodeReport]:
     """Read a report and return the reports of the wanted nodes; a malformed file or a missing node is bad input."""
     try:
@@ -60,7 +143,9 @@ def load(path: Path, wanted: list[str]) -> dict[str, NodeReport]:
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, list):
         raise ConfigError(f"preflight report {path}: expected the output of 'gpu-bootstrap doctor -o json' "
-                          f"(an object with a 'nodes' list)")
+                          f"(an object with a 'nodes' list)", SCHEMA_HINT)
+    if problem := schema_problem(data):
+        raise ConfigError(f"preflight report {path}: {problem}", SCHEMA_HINT)
     reports = {}
     for index, entry in enumerate(nodes):
         try:

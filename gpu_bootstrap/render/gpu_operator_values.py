@@ -40,6 +40,7 @@ class Unknown(Refusal):
 FACT_DEPENDENT = ("driver", "toolkit", "cdi")  # the subtrees derived from node facts
 CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "",
                             "effect": "NoSchedule"}  # the chart's own default for the operator and NFD's master
+NO_FACTS = "no node facts"  # the reason of a value the chart's default decided for want of node facts
 RESTARTING = ("driver.enabled", "toolkit.enabled", "toolkit.env", "cdi.enabled", "cdi.nriPluginEnabled")
 
 
@@ -197,7 +198,7 @@ def _driver(facts, section, derived, labels, warnings) -> None:
     mode = section.driver_management
     if not facts:
         enabled = mode != "host"
-        derived.append(Derived("driver.enabled", enabled, "no node facts (offline without --preflight-report): "
+        derived.append(Derived("driver.enabled", enabled, f"{NO_FACTS} (offline without --preflight-report): "
                                                           + ("the chart's default" if enabled else
                                                              "gpu_operator.driver_management: host")))
         if enabled:
@@ -282,7 +283,7 @@ def _driver_upgrade(policy, derived) -> None:
 
 def _toolkit(facts, section, operator_version, derived, warnings) -> None:
     if not facts:
-        derived.append(Derived("toolkit.enabled", True, "no node facts (offline without --preflight-report): the "
+        derived.append(Derived("toolkit.enabled", True, f"{NO_FACTS} (offline without --preflight-report): the "
                                                         "chart's default"))
         return
     ready = [f for f in facts if f.toolkit_installed and f.toolkit_configured and f.toolkit_default]

@@ -301,16 +301,17 @@ class GpuOperator(Step):
                               namespace, crds, ns_plan)
         warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings) + crds.kept
         warnings += [ns_plan.advice] if ns_plan.advice else []
+        unknown = [d.path for d in plan.derived if d.because.startswith(values_render.NO_FACTS)]
         if ns_plan.action == "label" and release["up_to_date"] and not label_patches and not crds.changes:
             return Check(WARN, f"{section.release} {version} up to date; its namespace needs "
-                               f"{pod_security.ENFORCE}=privileged", facts=facts, warnings=warnings)
+                               f"{pod_security.ENFORCE}=privileged", facts=facts, warnings=warnings, unknown=unknown)
         if release["up_to_date"] and not label_patches and not crds.changes:
             return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts,
                          warnings=warnings)
         todo = release["reason"] if not release["up_to_date"] else "up to date"
         if crds.changes:
             todo += f"; {len(crds.changes)} CRD(s) to apply first"
-        return Check(WARN, f"{section.release} {version}: {todo}", facts=facts, warnings=warnings)
+        return Check(WARN, f"{section.release} {version}: {todo}", facts=facts, warnings=warnings, unknown=unknown)
 
     def _release_state(self, ctx, status: dict | None, chart: Chart, version: str, values: dict | None) -> dict:
         """Is the deployed release (helm status) what we would deploy? values=None: no node facts (doctor

@@ -17,8 +17,7 @@ from typing import Any
 from gpu_bootstrap.security import redact, secret_values
 from gpu_bootstrap.core.objects import GITOPS_ANNOTATION
 from gpu_bootstrap.core.refs import Verb
-
-NO_FACTS = "no node facts"  # render/gpu_operator_values.py: a value the chart's default decided, no fact
+from gpu_bootstrap.render.gpu_operator_values import NO_FACTS  # a value the chart's default decided, no fact
 
 
 @dataclass
