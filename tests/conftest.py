@@ -241,6 +241,10 @@ _touched: set[str] = set()
 _host_free_unmarked: list[str] = []
 
 
+TOOLS_ON_PATH = ("helm", "kubectl", "go", "promtool", "prometheus", "opa")  # a unit test finds none of them
+TOOL_VARIABLES = ("PATH", "GPU_BOOTSTRAP_HELM")
+
+
 class HostUse(BaseException):  # not Exception: code under test that catches Exception must not hide it
     """A unit test reached for a host resource."""
 
@@ -260,12 +264,23 @@ def _host_guard(nodeid: str, strict: bool):
     subprocess.Popen._execute_child = refuse("starts a process")
     socket.socket.connect = refuse("opens a socket connection")
     socket.socket.bind = refuse("listens on a socket")
+    environ = {name: os.environ.get(name) for name in TOOL_VARIABLES}
+    if strict:  # no tool from PATH: the unit layer passes the same with and without helm, kubectl or Go installed
+        for name in TOOL_VARIABLES:
+            os.environ.pop(name, None)
+        os.environ["PATH"] = os.pathsep.join(p for p in (environ["PATH"] or "").split(os.pathsep)
+                                             if not any(Path(p, tool).exists() for tool in TOOLS_ON_PATH))
     try:
         yield
     finally:
         subprocess.Popen._execute_child = original["starts a process"]
         socket.socket.connect = original["opens a socket connection"]
         socket.socket.bind = original["listens on a socket"]
+        for name, value in environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _guarded(item) -> bool:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.render import certificates as certs
-from gpu_bootstrap.steps.admission import AdmissionOpa
+from gpu_bootstrap.steps.admission_opa import AdmissionOpa
 from tests.kubeapi import cel, rego
 from tests.tools import missing
 
@@ -26,6 +26,7 @@ runner = CliRunner()
 SCHEDULER = "gpu-binpack-scheduler"
 OPA_NS = "gpu-bootstrap-admission"
 STEPS = "binpack-scheduler,admission-opa,admission"
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
 GPU_OVERRIDES = json.dumps({"spec": {"containers": [{"name": "main", "image": "cuda",
                                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
 
@@ -83,9 +84,10 @@ def test_up_steers_gpu_pods_and_a_stopped_opa_blocks_no_cpu_pod(cluster, tmp_pat
     assert "a dry-run GPU pod is steered (schedulerName gpu-binpack-scheduler)" in steps["admission"]["message"]
     emu = cluster.emu
 
-    created = kubectl_run(cluster, "trainer")
+    created = kubectl_run(cluster, "trainer")  # a GPU pod as users write it: no scheduler, no toleration
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout)["spec"]["schedulerName"] == SCHEDULER
+    assert TOLERATION in json.loads(created.stdout)["spec"]["tolerations"]
     web = kubectl_run(cluster, "web", gpu=False)
     assert json.loads(web.stdout)["spec"]["schedulerName"] == "default-scheduler"
     exempt = kubectl_run(cluster, "operator-like", namespace="kube-system")
@@ -120,6 +122,44 @@ def test_up_steers_gpu_pods_and_a_stopped_opa_blocks_no_cpu_pod(cluster, tmp_pat
     messages = " ".join(c["message"] for c in doctor["checks"])
     assert "which has no ready endpoints: GPU pods are not steered" in messages, messages
     assert "policy not answering as configured" in messages
+
+
+def test_with_no_scheduler_running_gpu_pods_keep_theirs_get_the_toleration_and_are_scheduled(cluster, tmp_path):
+    """Found on the real API server: `up --only node-prep,admission-opa,admission` steered a tenant's GPU pod to a
+    bin-packing scheduler nothing had deployed, and it stayed Pending for good. Now admission steers only to a
+    scheduler that runs: the plan says why it does not, the GPU pod keeps the default scheduler, gets the GPU taint's
+    toleration, and is scheduled on a tainted GPU node; doctor says the same. Once the scheduler runs, the next `up`
+    steers again."""
+    config = write_config(tmp_path, cluster)
+    result, document = cli("up", config, tmp_path, steps="node-prep,admission-opa,admission")
+    assert result.exit_code == 0, result.output
+    said = steps_of(document)["admission"]["message"]
+    assert "GPU pods are not steered: gpu-binpack-scheduler is not deployed" in said, said
+    assert "a dry-run GPU pod is left on its scheduler" in said and "one without a toleration gets the GPU " \
+        "taint's" in said, said
+    created = kubectl_run(cluster, "trainer")
+    assert created.returncode == 0, created.stderr
+    spec = json.loads(created.stdout)["spec"]
+    assert spec["schedulerName"] == "default-scheduler" and TOLERATION in spec["tolerations"]
+    cluster.emu.settle()
+    assert cluster.emu.get("pods", "trainer", "default")["spec"].get("nodeName") in ("gpu-1", "gpu-2")
+    assert all(t["key"] == "nvidia.com/gpu" for n in ("gpu-1", "gpu-2")
+               for t in cluster.emu.get("nodes", n)["spec"]["taints"])  # node-prep tainted them
+    result, doctor = cli("doctor", config, tmp_path, "--no-nodes")
+    messages = " ".join(c["message"] for c in doctor["checks"])
+    assert "GPU pods are not steered: gpu-binpack-scheduler is not deployed" in messages, messages
+    # doctor tells whether the API server's ExtendedResourceToleration plugin is on (kubeadm leaves it off)
+    assert "ExtendedResourceToleration is off (kubeadm's default): admission gives GPU pods the GPU taint's " \
+        "toleration" in messages, messages
+    cluster.emu.store.extended_resource_toleration = True
+    result, doctor = cli("doctor", config, tmp_path, "--no-nodes")
+    assert "ExtendedResourceToleration is on" in " ".join(c["message"] for c in doctor["checks"])
+    cluster.emu.store.extended_resource_toleration = False
+    result, document = cli("up", config, tmp_path, steps="binpack-scheduler,admission-opa,admission")
+    assert result.exit_code == 0, result.output
+    assert "a dry-run GPU pod is steered" in steps_of(document)["admission"]["message"]
+    steered = kubectl_run(cluster, "trainer-2")
+    assert json.loads(steered.stdout)["spec"]["schedulerName"] == SCHEDULER
 
 
 def pod_as(cluster, name: str, namespace: str = "default", node: str | None = None, owner: str | None = None,

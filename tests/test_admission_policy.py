@@ -2,7 +2,9 @@
 rendered OPA policy (behind the rendered webhook's namespaceSelector), and with a real CEL runtime on the rendered
 matchConditions and ValidatingAdmissionPolicy — which must agree on every row.
 
-Verdicts: "patch" (mutated to our scheduler), "deny" (rejected with the message), "allow" (untouched).
+Verdicts: "patch" (steered to our scheduler and given the GPU taint's toleration), "steer" (steered; it tolerates the
+taint already), "tolerate" (given the toleration only: already on our scheduler, or steering is off because the
+scheduler does not run), "deny" (rejected with the message), "bound" (rejected for naming a node), "allow".
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import admission_policy as policy_render
 from tests.kubeapi import cel, rego
+from tests.kubeapi.patches import json_patch
 from tests.kubeapi.selectors import selector_object_matches
 from tests.tools import missing
 
@@ -47,7 +50,7 @@ def test_the_rego_engine_encodes_a_marshalled_object_as_opa_does():
 
 # --- fixtures -------------------------------------------------------------------------------------------------------
 def pod(resources=None, init_resources=None, scheduler="default-scheduler", node_name=None, owner=None,
-        annotations=None) -> dict:
+        annotations=None, tolerations=None) -> dict:
     meta = {"name": "p", "namespace": "team-a"}
     if owner:
         meta["ownerReferences"] = [{"apiVersion": "apps/v1" if owner != "Node" else "v1", "kind": owner, "name": "o",
@@ -61,6 +64,8 @@ def pod(resources=None, init_resources=None, scheduler="default-scheduler", node
         spec["schedulerName"] = scheduler
     if node_name:
         spec["nodeName"] = node_name
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
@@ -151,39 +156,80 @@ TABLE = [
      {"exclude_namespaces": ["lab"], "_drop_exempt": True}),
     ("namespace labelled to ignore (no longer an opt-out)", review(pod(GPU)), {"gpu-bootstrap.io/admission": "ignore"},
      "patch", "deny", {}),
-    ("already on our scheduler", review(pod(GPU, scheduler=SCHEDULER)), {}, "allow", "allow", {}),
+    ("already on our scheduler", review(pod(GPU, scheduler=SCHEDULER)), {}, "tolerate", "allow", {}),
     ("on another scheduler", review(pod(GPU, scheduler="volcano")), {}, "allow", "allow", {}),
     ("on another scheduler, overridden", review(pod(GPU, scheduler="volcano")), {}, "patch", "deny",
      {"override_other_schedulers": True}),
-    ("ours, with override", review(pod(GPU, scheduler=SCHEDULER)), {}, "allow", "allow",
+    ("ours, with override", review(pod(GPU, scheduler=SCHEDULER)), {}, "tolerate", "allow",
      {"override_other_schedulers": True}),
     ("UPDATE operation", review(pod(GPU), operation="UPDATE"), {}, "allow", "allow", {}),
+    # the GPU taint's toleration: added (mode mutate) unless the pod tolerates the taint already; never a reason to
+    # reject
+    ("tolerates the taint's key (Exists)", review(pod(GPU, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])),
+     {}, "steer", "deny", {}),
+    ("tolerates every taint", review(pod(GPU, tolerations=[{"operator": "Exists"}])), {}, "steer", "deny", {}),
+    ("tolerates the taint's key, value and effect", review(pod(GPU, tolerations=[
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}])), {},
+     "steer", "deny", {}),
+    ("tolerates another value", review(pod(GPU, tolerations=[{"key": "nvidia.com/gpu", "value": "other"}])), {},
+     "patch", "deny", {}),
+    ("tolerates another effect", review(pod(GPU, tolerations=[
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}])), {}, "patch", "deny", {}),
+    ("tolerates another key", review(pod(GPU, tolerations=[{"key": "dedicated", "operator": "Exists"}])), {},
+     "patch", "deny", {}),
+    ("cpu pod without the toleration", review(pod({"limits": {"cpu": "1"}})), {}, "allow", "allow", {}),
+    # the scheduler does not run (not deployed, not ready, gone): GPU pods keep their scheduler
+    ("steering off: a gpu pod", review(pod(GPU)), {}, "tolerate", "allow", {"_steer": False}),
+    ("steering off: a gpu pod that tolerates", review(pod(GPU, tolerations=[{"operator": "Exists"}])), {},
+     "allow", "allow", {"_steer": False}),
+    ("steering off: a gpu pod naming a node", review(pod(GPU, node_name="gpu-1")), {}, "bound", "bound",
+     {"_steer": False}),
+    # node-prep off: no taint, no toleration
+    ("no taint: a gpu pod", review(pod(GPU)), {}, "steer", "deny", {"_no_taint": True}),
+    ("no taint: on our scheduler", review(pod(GPU, scheduler=SCHEDULER)), {}, "allow", "allow", {"_no_taint": True}),
 ]
 IDS = [row[0] for row in TABLE]
 
 
-def configured(mode: str, settings: dict) -> cfg.Config:
+def configured(mode: str, settings: dict) -> tuple[cfg.Config, policy_render.Policy]:
     settings = dict(settings)
     scheduler_ns = settings.pop("_scheduler_ns", None)
+    steer = settings.pop("_steer", True)
+    taint = None if settings.pop("_no_taint", False) else policy_render.CONFIG_TAINT
     if settings.pop("_drop_exempt", False):
-        return cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}], "admission": {"mode": mode, **settings}})
-    config = conf(mode=mode, **settings)
+        config = cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}], "admission": {"mode": mode, **settings}})
+    else:
+        config = conf(mode=mode, **settings)
     if scheduler_ns:
         config = cfg.Config.model_validate({**config.model_dump(by_alias=True),
                                             "scheduler": {"namespace": scheduler_ns}})
-    return config
+    return config, policy_render.of(config, steer, taint)
 
 
 def namespace_labels(review_doc: dict, extra: dict) -> dict:
     return {"kubernetes.io/metadata.name": review_doc["request"]["namespace"], **extra}
 
 
-def rego_verdict(config: cfg.Config, review_doc: dict, labels: dict) -> str:
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+
+
+def changed(before: dict, after: dict) -> str:
+    """The verdict of a mutation: what it changed of the pod."""
+    steered = after.get("schedulerName") == SCHEDULER != before.get("schedulerName")
+    tolerations = after.get("tolerations") or []
+    tolerated = tolerations != (before.get("tolerations") or [])
+    if tolerated:  # appended, the pod's own tolerations kept
+        assert tolerations == [*(before.get("tolerations") or []), TOLERATION], tolerations
+    return {(True, True): "patch", (True, False): "steer", (False, True): "tolerate"}.get((steered, tolerated),
+                                                                                         "allow")
+
+
+def rego_verdict(config: cfg.Config, policy, review_doc: dict, labels: dict) -> str:
     """What the API server gets back through the webhook: not called outside its namespaceSelector, else OPA's."""
-    hook = render.webhook_configuration(config, "1.29.0", "")["webhooks"][0]  # no matchConditions: OPA decides alone
+    hook = render.webhook_configuration(config, "1.29.0", "", policy)["webhooks"][0]  # no matchConditions
     if not selector_object_matches(hook["namespaceSelector"], namespace_labels(review_doc, labels)):
         return "allow"
-    modules = {"gpu-pods.rego": policy_render.rego(policy_render.of(config))}
+    modules = {"gpu-pods.rego": policy_render.rego(policy)}
     answer = rego.Policy(modules).decide("data.system.main", review_doc)
     if rego.opa_available():  # OPA's own engine must agree, field for field
         assert rego.OpaPolicy(modules).decide("data.system.main", review_doc) == answer
@@ -198,47 +244,49 @@ def rego_verdict(config: cfg.Config, review_doc: dict, labels: dict) -> str:
         return "deny"
     if "patch" in response:
         assert response["patchType"] == "JSONPatch"
-        assert json.loads(base64.b64decode(response["patch"])) == [
-            {"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER}]
-        return "patch"
+        obj = review_doc["request"]["object"]
+        after = json_patch(obj, json.loads(base64.b64decode(response["patch"])))
+        return changed(obj["spec"], after["spec"])
     return "allow"
 
 
-def cel_verdict(config: cfg.Config, review_doc: dict, labels: dict) -> str:
+def cel_verdict(config: cfg.Config, policy, review_doc: dict, labels: dict) -> str:
     """The same decision from the CEL the API server evaluates (>= 1.30): in mode mutate the mutating policy's
-    matchConditions and mutation (what engine vap runs; the webhook's own conditions are checked against OPA in
+    matchConditions and mutations (what engine vap runs; the webhook's own conditions are checked against OPA in
     test_match_conditions_send_opa_exactly_what_it_acts_on), then the ValidatingAdmissionPolicy backstop on the
     object as mutated, in both modes."""
     request = review_doc["request"]
-    obj = request["object"]
-    vap = render.validating_policy(config)[0]["spec"]
+    obj = before = request["object"]
+    vap = render.validating_policy(config, policy)[0]["spec"]
     constraints = vap["matchConstraints"]
     if request["operation"] not in constraints["resourceRules"][0]["operations"] or \
             not selector_object_matches(constraints["namespaceSelector"], namespace_labels(review_doc, labels)):
         return "allow"
-    mutated = False
     if config.admission.mode == "mutate":
-        policy = render.mutating_policy(config, "admissionregistration.k8s.io/v1")[0]["spec"]
-        if all(cel.truth(c["expression"], object=obj, request=request) for c in policy["matchConditions"]):
-            applied = cel.evaluate(policy["mutations"][0]["applyConfiguration"]["expression"], object=obj,
-                                   request=request)
-            obj = {**obj, "spec": {**obj["spec"], **applied["spec"]}}
-            mutated = True
+        mutating = render.mutating_policy(config, "admissionregistration.k8s.io/v1", policy)[0]["spec"]
+        if all(cel.truth(c["expression"], object=obj, request=request) for c in mutating["matchConditions"]):
+            for mutation in mutating["mutations"]:
+                if mutation["patchType"] == "ApplyConfiguration":
+                    applied = cel.evaluate(mutation["applyConfiguration"]["expression"], object=obj, request=request)
+                    obj = {**obj, "spec": {**obj["spec"], **applied["spec"]}}
+                else:
+                    patch = cel.evaluate(mutation["jsonPatch"]["expression"], object=obj, request=request)
+                    obj = json_patch(obj, [dict(op) for op in patch])
     variables = {"object": obj, "oldObject": request.get("oldObject"), "request": request}
     if all(cel.truth(c["expression"], **variables) for c in vap["matchConditions"]):
         for validation in vap["validations"]:
             if not cel.truth(validation["expression"], **variables):
                 return "bound" if "spec.nodeName" in validation["message"] else "deny"
-    return "patch" if mutated else "allow"
+    return changed(before["spec"], obj["spec"])
 
 
 @pytest.mark.parametrize("mode", ["mutate", "enforce"])
 @pytest.mark.parametrize("name, review_doc, labels, mutate, enforce, settings", TABLE, ids=IDS)
 def test_rego_and_cel_give_the_expected_verdict(mode, name, review_doc, labels, mutate, enforce, settings):
-    config = configured(mode, settings)
+    config, policy = configured(mode, settings)
     expected = mutate if mode == "mutate" else enforce
-    assert rego_verdict(config, review_doc, labels) == expected
-    assert cel_verdict(config, review_doc, labels) == expected
+    assert rego_verdict(config, policy, review_doc, labels) == expected
+    assert cel_verdict(config, policy, review_doc, labels) == expected
 
 
 @pytest.mark.parametrize("mode", ["mutate", "enforce"])
@@ -246,8 +294,8 @@ def test_match_conditions_send_opa_exactly_what_it_acts_on(mode):
     """With matchConditions (>= 1.30) OPA is called exactly for the CREATEs it changes or rejects: CPU and exempt
     pods never reach it, so a broken OPA cannot even slow them down."""
     for name, review_doc, labels, mutate, enforce, settings in TABLE:
-        config = configured(mode, settings)
-        hook = render.webhook_configuration(config, "1.31.0", "")["webhooks"][0]
+        config, policy = configured(mode, settings)
+        hook = render.webhook_configuration(config, "1.31.0", "", policy)["webhooks"][0]
         request = review_doc["request"]
         if request["operation"] != "CREATE" or \
                 not selector_object_matches(hook["namespaceSelector"], namespace_labels(review_doc, labels)):
@@ -259,21 +307,24 @@ def test_match_conditions_send_opa_exactly_what_it_acts_on(mode):
 
 def test_exemptions_need_the_requester_the_api_server_authenticated():
     """A request with no userInfo (or an empty one) claims nothing: the CEL guards evaluate, and deny the claim."""
-    config = configured("enforce", {})
+    config, policy = configured("enforce", {})
     doc = review(pod(GPU, node_name="gpu-1"))
     del doc["request"]["userInfo"]
-    assert rego_verdict(config, doc, {}) == "bound"
-    assert cel_verdict(config, doc, {}) == "bound"
+    assert rego_verdict(config, policy, doc, {}) == "bound"
+    assert cel_verdict(config, policy, doc, {}) == "bound"
 
 
 def test_the_mutating_admission_policy_sets_the_field_the_webhook_patches():
-    config = configured("mutate", {})
-    [policy, binding] = render.mutating_policy(config, "admissionregistration.k8s.io/v1")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    expression = policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+    config, policy = configured("mutate", {})
+    [mutating, binding] = render.mutating_policy(config, "admissionregistration.k8s.io/v1", policy)
+    assert binding["spec"]["policyName"] == mutating["metadata"]["name"]
+    expression = mutating["spec"]["mutations"][0]["applyConfiguration"]["expression"]
     assert cel.evaluate(expression) == {"spec": {"schedulerName": SCHEDULER}}
-    hook_conditions = render.webhook_configuration(config, "1.31.0", "")["webhooks"][0]["matchConditions"]
-    assert policy["spec"]["matchConditions"][:-2] == hook_conditions[:-1]  # the same exemptions
+    assert [m["patchType"] for m in mutating["spec"]["mutations"]] == ["ApplyConfiguration", "JSONPatch"]
+    hook_conditions = render.webhook_configuration(config, "1.31.0", "", policy)["webhooks"][0]["matchConditions"]
+    assert mutating["spec"]["matchConditions"][:-2] == hook_conditions[:-1]  # the same exemptions
+    off = render.mutating_policy(config, "admissionregistration.k8s.io/v1", configured("mutate", {"_steer": False})[1])
+    assert [m["patchType"] for m in off[0]["spec"]["mutations"]] == ["JSONPatch"]  # no steering while it is down
 
 
 # --- OPA's own API: data.system.authz ------------------------------------------------------------------------------

@@ -63,7 +63,9 @@ def test_offline_json_document(tmp_path):
         ("admission-opa", "planned", 8), ("admission", "planned", 3), ("validate", "planned", 3)]
     assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
                                                "saved 'gpu-bootstrap doctor -o json') to plan with them")
-    assert document["steps"][1]["message"] == "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2"
+    assert document["steps"][1]["message"] == (
+        "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2; GPU pods that do not tolerate "
+        "nvidia.com/gpu=present:NoSchedule get the toleration from admission (mode mutate)")
 
 
 @pytest.mark.unit

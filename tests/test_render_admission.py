@@ -11,7 +11,7 @@ import pytest
 from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import certificates as certs
-from gpu_bootstrap.steps.admission import decide
+from gpu_bootstrap.steps.admission_opa import decide
 from gpu_bootstrap.core import catalogue as images
 from tests.tools import tool
 

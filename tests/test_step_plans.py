@@ -22,7 +22,8 @@ from gpu_bootstrap.render import scheduler as scheduler_render
 from gpu_bootstrap.core.outcomes import FAIL, PASS, SKIP, WARN
 from gpu_bootstrap.render import admission as admission_render
 from gpu_bootstrap.render import certificates as certs
-from gpu_bootstrap.steps.admission import Admission, AdmissionFacts, AdmissionOpa, OpaFacts, decide
+from gpu_bootstrap.steps.admission import Admission, AdmissionFacts
+from gpu_bootstrap.steps.admission_opa import AdmissionOpa, OpaFacts, decide
 from gpu_bootstrap.steps.binpack_scheduler import BinpackScheduler, SchedulerFacts
 from gpu_bootstrap.steps.gpu_operator import GpuOperator, OperatorFacts
 from gpu_bootstrap.steps.monitoring import Monitoring, MonitoringFacts

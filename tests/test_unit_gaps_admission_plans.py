@@ -10,7 +10,8 @@ import pytest
 from gpu_bootstrap.core.refs import Ref, Verb
 from gpu_bootstrap.render import admission as admission_render
 from gpu_bootstrap.render import certificates as certs
-from gpu_bootstrap.steps.admission import Admission, AdmissionFacts, AdmissionOpa, decide
+from gpu_bootstrap.steps.admission import Admission, AdmissionFacts
+from gpu_bootstrap.steps.admission_opa import AdmissionOpa, decide
 from tests.test_step_plans import NOW, SEED, check_of, config, context, opa_facts
 
 pytestmark = pytest.mark.unit

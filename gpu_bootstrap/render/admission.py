@@ -64,14 +64,15 @@ def namespace(config) -> dict:
                 pod_security.ENFORCE: pod_security.RESTRICTED})}
 
 
-def policy_files(config) -> dict[str, str]:
+def policy_files(config, policy=None) -> dict[str, str]:
     """The files OPA loads: the admission policy and the authorization policy of its own API."""
-    return {POLICY_FILE: policy_render.rego(policy_render.of(config)), AUTHZ_FILE: policy_render.authz_rego()}
+    return {POLICY_FILE: policy_render.rego(policy or policy_render.of(config)),
+            AUTHZ_FILE: policy_render.authz_rego()}
 
 
-def policy_configmap(config) -> dict:
+def policy_configmap(config, policy=None) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(POLICY_CONFIGMAP, config.admission.opa.namespace),
-            "data": policy_files(config)}
+            "data": policy_files(config, policy)}
 
 
 def network_policy(config) -> dict:
@@ -117,12 +118,13 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 DECODING_LIMITS = f"server.decoding.max_length={MAX_REQUEST_BYTES},server.decoding.gzip.max_length={MAX_REQUEST_BYTES}"
 
 
-def deployment(config, tls_hash: str, tolerate: dict | None = None) -> dict:
-    """OPA serving the policy over TLS on the Secret's certificate. `tls_hash` (the certificate's fingerprint) is in
-    the pod template, so a new certificate rolls the pods and an unchanged one does not."""
+def deployment(config, tls_hash: str, tolerate: dict | None = None, policy=None) -> dict:
+    """OPA serving the policy over TLS on the Secret's certificate. `tls_hash` (the certificate's fingerprint) and
+    the policy's are in the pod template, so a new certificate or policy rolls the pods and an unchanged one does
+    not."""
     settings = config.admission
     opa_ns = settings.opa.namespace
-    files = policy_files(config)
+    files = policy_files(config, policy)
     # --authentication=token --authorization=basic: every request goes through data.system.authz.allow (AUTHZ_FILE),
     # which allows the webhook's POST to / and GET /health to anyone and nothing else to anybody: no token exists,
     # so the policy can be changed only by changing the ConfigMap (docs/security.md).
@@ -208,12 +210,12 @@ def cert_manager_objects(config) -> list[dict]:
 
 
 # --- what points the API server at it ------------------------------------------------------------------------------
-def webhook_configuration(config, kube_version: str, ca_bundle: str | None) -> dict:
+def webhook_configuration(config, kube_version: str, ca_bundle: str | None, policy=None) -> dict:
     """Mutating (mode mutate) or Validating (mode enforce); CREATE on pods only; failurePolicy Ignore
     (docs/steps/admission.md: a webhook whose server is down must never block the cluster; the in-process backstop
     policy catches what it misses). `ca_bundle` None: cert-manager injects it (or it is not known yet)."""
     settings = config.admission
-    policy = policy_render.of(config)
+    policy = policy or policy_render.of(config)
     mutating = settings.mode == "mutate"
     client = {"service": {"namespace": settings.opa.namespace, "name": NAME, "port": 443}}
     if ca_bundle and settings.certificates == "generated":
@@ -242,10 +244,10 @@ def _constraints(policy) -> dict:
             "namespaceSelector": policy_render.namespace_selector(policy)}
 
 
-def validating_policy(config) -> list[dict]:
+def validating_policy(config, policy=None) -> list[dict]:
     """The in-process check (>= 1.30): a GPU pod that is still not on our scheduler after mutation is rejected with
     the field to set. It cannot go down; failurePolicy Ignore so that not even a bug in it can block other pods."""
-    policy = policy_render.of(config)
+    policy = policy or policy_render.of(config)
     return [{"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicy", "metadata": _meta(CONFIG_NAME),
              "spec": {"failurePolicy": "Ignore", "matchConstraints": _constraints(policy),
                       "matchConditions": policy_render.exemption_conditions(policy),
@@ -254,28 +256,50 @@ def validating_policy(config) -> list[dict]:
              "spec": {"policyName": CONFIG_NAME, "validationActions": ["Deny"]}}]
 
 
-def mutating_policy(config, api_version: str) -> list[dict]:
-    """engine vap, mode mutate: a MutatingAdmissionPolicy (v1beta1 on 1.34-1.35 when enabled, v1 from 1.36)."""
-    policy = policy_render.of(config)
+def mutating_policy(config, api_version: str, policy=None) -> list[dict]:
+    """engine vap, mode mutate: a MutatingAdmissionPolicy (v1beta1 on 1.34-1.35 when enabled, v1 from 1.36): the
+    scheduler (while it runs) and the GPU taint's toleration."""
+    policy = policy or policy_render.of(config)
+    mutations = []
+    if policy.steer:
+        mutations.append({"patchType": "ApplyConfiguration",
+                          "applyConfiguration": {"expression": policy_render.apply_configuration(policy)}})
+    if policy.toleration is not None:
+        mutations.append({"patchType": "JSONPatch",
+                          "jsonPatch": {"expression": policy_render.toleration_patch(policy)}})
     return [{"apiVersion": api_version, "kind": "MutatingAdmissionPolicy", "metadata": _meta(CONFIG_NAME),
              "spec": {"failurePolicy": "Ignore", "reinvocationPolicy": "Never",
                       "matchConstraints": _constraints(policy),
                       "matchConditions": policy_render.mutation_conditions(policy),
-                      "mutations": [{"patchType": "ApplyConfiguration",
-                                     "applyConfiguration": {"expression": policy_render.apply_configuration(policy)}}]}},
+                      "mutations": mutations}},
             {"apiVersion": api_version, "kind": "MutatingAdmissionPolicyBinding", "metadata": _meta(CONFIG_NAME),
              "spec": {"policyName": CONFIG_NAME}}]
 
 
 # --- the sample pods verify and doctor send as server-side dry runs ----------------------------------------------------
-def sample_pod(name: str, namespace: str, gpu: bool = True, node_name: str | None = None) -> dict:
+def tolerates(toleration: dict, taint: dict) -> bool:
+    """Does this toleration tolerate the taint `taint` names (key, value, effect)? Kubernetes' own rule."""
+    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return toleration.get("key", "") in ("", taint["key"])
+    return toleration.get("key") == taint["key"] and toleration.get("value", "") == taint.get("value", "")
+
+
+EXTENDED_RESOURCE_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def sample_pod(name: str, namespace: str, gpu: bool = True, node_name: str | None = None,
+               tolerate: bool = True) -> dict:
     container = {"name": "probe", "image": images.default("pause"),  # never started: server-side dry runs only
                  "securityContext": pod_security.restricted_container()}
     if gpu:
         container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
     # restricted: the namespace it is tried in may enforce it (gpu-bootstrap's own does)
     spec = {"securityContext": pod_security.restricted_pod(65535), "automountServiceAccountToken": False,
-            "containers": [container], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+            "containers": [container]}
+    if tolerate:
+        spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     if node_name:
         spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod",

@@ -48,6 +48,12 @@ class Policy:
     exempt_namespaces: tuple[str, ...]
     override_other_schedulers: bool
     operator_namespace: str = "gpu-operator"  # where the gpu-operator's validator creates its pods
+    # steer GPU pods to the bin-packing scheduler only while it runs (the admission step decides: deployed and
+    # holding its Lease, or deployed by this very run before admission); otherwise they keep their scheduler
+    steer: bool = True
+    # the GPU taint's toleration (mode mutate adds it to the GPU pods it routes that do not tolerate the taint yet);
+    # None when node-prep does not taint the GPU nodes
+    toleration: dict | None = None
 
     @property
     def message(self) -> str:
@@ -69,14 +75,30 @@ class Policy:
         return f"system:serviceaccount:{self.operator_namespace}:{VALIDATOR_SERVICE_ACCOUNT}"
 
 
-def of(config) -> Policy:
+CONFIG_TAINT = object()  # of(): the toleration of the config's own taint (node-prep enabled)
+
+
+def of(config, steer: bool = True, taint=CONFIG_TAINT) -> Policy:
     """The policy the config asks for: exempt = kube-system, the scheduler's and OPA's own namespaces, plus
     admission.exempt_namespaces. The gpu-operator's namespace is not exempt as a whole: its DaemonSets' pods and
-    its validator's pods are, by who creates them."""
+    its validator's pods are, by who creates them. `steer`: the bin-packing scheduler runs (or this run deploys it
+    first); `taint`: the taint the GPU nodes carry (None: none), by default the config's when node-prep is on."""
     settings = config.admission
     exempt = [*BUILTIN_EXEMPT, config.scheduler.namespace, settings.opa.namespace, *settings.exempt_namespaces]
+    if taint is CONFIG_TAINT:
+        section = config.node_prep
+        taint = section.taint.as_taint() if section.enabled and section.taint else None
     return Policy(config.scheduler.name, settings.mode, tuple(sorted(set(exempt))),
-                  settings.override_other_schedulers, config.gpu_operator.namespace)
+                  settings.override_other_schedulers, config.gpu_operator.namespace, steer, toleration(taint))
+
+
+def toleration(taint: dict | None) -> dict | None:
+    """The toleration admission adds for the GPU taint: exactly that taint (key, value and effect), so it tolerates
+    nothing else and can be told from the `Exists` one the API server's ExtendedResourceToleration plugin adds."""
+    if taint is None:
+        return None
+    found = {"key": taint["key"], "operator": "Equal", "value": taint.get("value", ""), "effect": taint["effect"]}
+    return found if found["value"] else {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
 
 
 def namespace_selector(policy: Policy) -> dict:
@@ -91,23 +113,70 @@ def rego(policy: Policy) -> str:
     """The policy OPA serves at its root path: data.system.main answers an admission.k8s.io/v1 AdmissionReview with
     the AdmissionReview response (a base64 JSONPatch when it mutates, a 403 for a GPU pod that names a node)."""
     if policy.override_other_schedulers:
+        routed = """routed if true"""
         wants = """wants_ours if object.get(input.request.object.spec, "schedulerName", "") != scheduler"""
     else:
+        routed = (f"""routed if object.get(input.request.object.spec, "schedulerName", "") in """
+                  f"""{{"", "{DEFAULT_SCHEDULER}", scheduler}}""")
         wants = f"""wants_ours if object.get(input.request.object.spec, "schedulerName", "") in {{"", "{DEFAULT_SCHEDULER}"}}"""
     if policy.mode == "mutate":
-        verdict = """steered := {
+        verdict = """changed := {
 	"uid": input.request.uid,
 	"allowed": true,
 	"patchType": "JSONPatch",
-	"patch": base64.encode(json.marshal([{"op": "add", "path": "/spec/schedulerName", "value": scheduler}])),
-}"""
+	"patch": base64.encode(json.marshal(patches)),
+}
+
+patches := array.concat(steering, tolerating)
+
+steering := [{"op": "add", "path": "/spec/schedulerName", "value": scheduler}] if steer else := []
+
+tolerating := [toleration_patch] if needs_toleration else := []
+
+toleration_patch := {"op": "add", "path": "/spec/tolerations/-", "value": toleration} if {
+	"tolerations" in object.keys(input.request.object.spec)
+} else := {"op": "add", "path": "/spec/tolerations", "value": [toleration]}
+
+changes if count(patches) > 0"""
     else:
-        verdict = """steered := {
+        verdict = """changed := {
 	"uid": input.request.uid,
 	"allowed": false,
 	"status": {"code": 403, "reason": "Forbidden", "message": message},
-}"""
-    return f"""# Rendered by gpu-bootstrap (admission step): keep GPU pods on the bin-packing scheduler.
+}
+
+changes if steer"""
+    taint = policy.toleration
+    tolerates = "toleration := {}\n\nneeds_toleration if false  # node-prep does not taint the GPU nodes"
+    if taint is not None and policy.mode == "mutate":
+        tolerates = f"""toleration := {json.dumps(taint)}
+
+needs_toleration if {{
+	applies
+	routed
+	not tolerated
+}}
+
+tolerated if {{
+	some t in object.get(input.request.object.spec, "tolerations", [])
+	tolerates(t)
+}}
+
+tolerates(t) if {{
+	object.get(t, "operator", "Equal") == "Exists"
+	object.get(t, "key", "") in {{"", toleration.key}}
+	object.get(t, "effect", "") in {{"", toleration.effect}}
+}}
+
+tolerates(t) if {{
+	object.get(t, "operator", "Equal") == "Equal"
+	object.get(t, "key", "") == toleration.key
+	object.get(t, "value", "") == object.get(toleration, "value", "")
+	object.get(t, "effect", "") in {{"", toleration.effect}}
+}}"""
+    steering_on = "steering_on if true" if policy.steer else "steering_on if false  # the scheduler does not run"
+    return f"""# Rendered by gpu-bootstrap (admission step): keep GPU pods on the bin-packing scheduler (while it runs) and
+# let them tolerate the GPU nodes' taint.
 # OPA evaluates data.system.main for a webhook that calls its root path.
 package system
 
@@ -135,8 +204,8 @@ main := {{
 
 response := bound if {{
 	names_a_node
-}} else := steered if {{
-	steer
+}} else := changed if {{
+	changes
 }} else := {{"uid": input.request.uid, "allowed": true}}
 
 {verdict}
@@ -162,8 +231,13 @@ names_a_node if {{
 
 steer if {{
 	applies
+	steering_on
 	wants_ours
 }}
+
+{steering_on}
+
+{tolerates}
 
 node_name := object.get(input.request.object.spec, "nodeName", "")
 
@@ -228,6 +302,8 @@ gpu_resource(name) if startswith(name, "nvidia.com/gpu.")
 gpu_resource(name) if startswith(name, "nvidia.com/mig-")
 
 {wants}
+
+{routed}
 """
 
 
@@ -283,30 +359,70 @@ def wants_ours_expression(policy: Policy) -> str:
             f"object.spec.schedulerName == '{DEFAULT_SCHEDULER}'")
 
 
+def routed_expression(policy: Policy) -> str:
+    """The pods admission routes: those it steers and those already on our scheduler or the default one (a pod on
+    another scheduler is not ours to change, unless override_other_schedulers)."""
+    if policy.override_other_schedulers:
+        return "true"
+    return (f"!has(object.spec.schedulerName) || object.spec.schedulerName in "
+            f"['', '{DEFAULT_SCHEDULER}', {json.dumps(policy.scheduler)}]")
+
+
+def tolerated_expression(policy: Policy) -> str:
+    """The pod already tolerates the GPU taint (an `Exists` toleration of its key or of every key, or an `Equal` one
+    of its key and value; no effect or the taint's)."""
+    taint = policy.toleration
+    key, value, effect = json.dumps(taint["key"]), json.dumps(taint.get("value", "")), json.dumps(taint["effect"])
+    return ("has(object.spec.tolerations) && object.spec.tolerations.exists(t, "
+            f"((has(t.operator) && t.operator == 'Exists') ? (!has(t.key) || t.key == '' || t.key == {key}) : "
+            f"(has(t.key) && t.key == {key} && (has(t.value) ? t.value : '') == {value})) && "
+            f"(!has(t.effect) || t.effect == '' || t.effect == {effect}))")
+
+
+def _changes_expression(policy: Policy) -> str:
+    """The pod gets changed: steered (while the scheduler runs), or given the toleration (mode mutate)."""
+    parts = [f"({wants_ours_expression(policy)})"] if policy.steer else []
+    if policy.toleration is not None and policy.mode == "mutate":
+        parts.append(f"(({routed_expression(policy)}) && !({tolerated_expression(policy)}))")
+    return " || ".join(parts) or "false"
+
+
 def match_conditions(policy: Policy) -> list[dict]:
-    """The webhook's matchConditions: only the pods OPA changes or rejects reach it (those it steers, and those that
-    name a node)."""
-    return exemption_conditions(policy) + [{"name": "steered-or-bound", "expression":
-                                            f"({NAMES_A_NODE}) || ({wants_ours_expression(policy)})"}]
+    """The webhook's matchConditions: only the pods OPA changes or rejects reach it (those it steers or gives the
+    toleration, and those that name a node)."""
+    return exemption_conditions(policy) + [{"name": "changed-or-bound", "expression":
+                                            f"({NAMES_A_NODE}) || {_changes_expression(policy)}"}]
 
 
 def mutation_conditions(policy: Policy) -> list[dict]:
-    """The MutatingAdmissionPolicy's matchConditions: the pods it steers (a bound pod is left to the backstop)."""
+    """The MutatingAdmissionPolicy's matchConditions: the pods it steers or gives the toleration (a bound pod is left
+    to the backstop)."""
     return exemption_conditions(policy) + [{"name": "not-bound-to-a-node", "expression": f"!({NAMES_A_NODE})"},
-                                           {"name": "not-on-the-wanted-scheduler",
-                                            "expression": wants_ours_expression(policy)}]
+                                           {"name": "changed", "expression": _changes_expression(policy)}]
 
 
 def validations(policy: Policy) -> list[dict]:
-    """The ValidatingAdmissionPolicy's validations, in both modes: a matching pod may not name a node, and one that is
-    still not on our scheduler (after any mutation) fails."""
-    return [{"expression": f"!({NAMES_A_NODE})", "message": policy.node_message, "reason": "Forbidden"},
-            {"expression": f"!({wants_ours_expression(policy)})", "message": policy.message, "reason": "Forbidden"}]
+    """The ValidatingAdmissionPolicy's validations: a matching pod may not name a node, and, while the scheduler
+    runs, one that is still not on it (after any mutation) fails. A missing toleration is not a reason to reject."""
+    found = [{"expression": f"!({NAMES_A_NODE})", "message": policy.node_message, "reason": "Forbidden"}]
+    if policy.steer:
+        found.append({"expression": f"!({wants_ours_expression(policy)})", "message": policy.message,
+                      "reason": "Forbidden"})
+    return found
 
 
 def apply_configuration(policy: Policy) -> str:
-    """The MutatingAdmissionPolicy's mutation (patchType ApplyConfiguration)."""
+    """The MutatingAdmissionPolicy's scheduler mutation (patchType ApplyConfiguration)."""
     return f"Object{{spec: Object.spec{{schedulerName: {json.dumps(policy.scheduler)}}}}}"
+
+
+def toleration_patch(policy: Policy) -> str:
+    """The MutatingAdmissionPolicy's toleration mutation (patchType JSONPatch): appended, as a list's items cannot
+    be merged by an apply configuration without replacing the pod's own tolerations."""
+    taint = json.dumps(policy.toleration)
+    return (f"!({routed_expression(policy)}) || ({tolerated_expression(policy)}) ? [] : "
+            f"has(object.spec.tolerations) ? [JSONPatch{{op: 'add', path: '/spec/tolerations/-', value: {taint}}}] : "
+            f"[JSONPatch{{op: 'add', path: '/spec/tolerations', value: [{taint}]}}]")
 
 
 # --- OPA's own API ------------------------------------------------------------------------------------------------------

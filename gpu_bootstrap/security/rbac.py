@@ -170,6 +170,11 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
     probes = [need("", "pods", "create", where, why="admission: server-side dry runs of a GPU pod (is it steered? "
                                                      "never stored)") for where in ("probe-default", "state")]
     attach_scope = "monitoring" if config.monitoring.mode == "install" else CLUSTER  # attach: the user's Prometheus
+    # admission steers GPU pods only to a scheduler that runs: its Deployment, its pods and its Lease
+    steering = [need("apps", "deployments", "get", "scheduler", why="admission: does the bin-packing scheduler run?"),
+                need("", "pods", "list", "scheduler", why="admission: does the bin-packing scheduler run?"),
+                need("coordination.k8s.io", "leases", "get", "scheduler",
+                     why="admission: does the bin-packing scheduler hold its Lease?")]
     return {
         "preflight": {RUN: [need("", "configmaps", "create patch", "state",
                                  why="preflight: the saved node facts (its report)")]},
@@ -237,7 +242,8 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             DOCTOR: [need("", "pods", "list"), need("", "pods", "list", "scheduler"),
                      need("coordination.k8s.io", "leases", "get", "scheduler")]},
         "admission-opa": {
-            READ: [need("", "secrets serviceaccounts configmaps services", "get list", "opa"),
+            READ: [*steering,
+                   need("", "secrets serviceaccounts configmaps services", "get list", "opa"),
                    need("apps", "deployments", "get list", "opa"),
                    need("policy", "poddisruptionbudgets", "get list", "opa"),
                    need("networking.k8s.io", "networkpolicies", "get list", "opa"),
@@ -259,7 +265,8 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             DOCTOR: [need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa"),
                      need("networking.k8s.io", "networkpolicies", "list", "opa"), need("", "pods", "create", "opa")]},
         "admission": {
-            READ: [need("admissionregistration.k8s.io", admission_kinds, "get list"),
+            READ: [*steering,
+                   need("admissionregistration.k8s.io", admission_kinds, "get list"),
                    need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
                         "get list"),
                    need("", "secrets", "get", "opa"),

@@ -16,7 +16,7 @@ REGISTRY: dict[str, str | None] = {
     "gpu-pools": "gpu_bootstrap.steps.gpu_pools:GpuPools",
     "gpu-operator": "gpu_bootstrap.steps.gpu_operator:GpuOperator",
     "binpack-scheduler": "gpu_bootstrap.steps.binpack_scheduler:BinpackScheduler",
-    "admission-opa": "gpu_bootstrap.steps.admission:AdmissionOpa",
+    "admission-opa": "gpu_bootstrap.steps.admission_opa:AdmissionOpa",
     "admission": "gpu_bootstrap.steps.admission:Admission",
     "monitoring": "gpu_bootstrap.steps.monitoring:Monitoring",
     "validate": "gpu_bootstrap.steps.validate:Validate",

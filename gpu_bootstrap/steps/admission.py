@@ -1,332 +1,31 @@
-"""admission-opa and admission: keep every GPU pod on the bin-packing scheduler.
+"""admission: keep every GPU pod on the bin-packing scheduler, while it runs, and let GPU pods tolerate the GPU taint.
 
-Two steps, so that the runner's order does what matters most for a webhook: `admission-opa` deploys OPA (its
-certificate in a Secret, its policy, the Deployment, Service and PDB) and verifies it is ready; only then does
-`admission` create the webhook configuration (and, from Kubernetes 1.30, the in-process backstop policy) and prove
-with server-side dry runs that a GPU pod is steered and a CPU pod is not. Teardown runs in reverse: the webhook
-configuration goes first, OPA after it. With `engine: vap` there is no server: `admission-opa` is skipped and
-`admission` creates admission policies only.
+Once `admission-opa` (steps/admission_opa.py) has OPA ready, this step creates the webhook configuration (and, from
+Kubernetes 1.30, the in-process backstop policy) and proves with server-side dry runs that a GPU pod is steered (or
+rejected, in mode enforce), that one without the GPU taint's toleration gets it (mode mutate), and that a CPU pod is
+not touched. It steers only to a scheduler that runs (steps/admission_state.py): skipped, not yet ready or gone, GPU
+pods keep their scheduler, and the plan says why. With `engine: vap` there is no server: it creates admission
+policies only.
 
 The webhook's failurePolicy is Ignore (docs/steps/admission.md): a broken OPA never blocks a pod; the
 backstop policy, evaluated inside the API server, rejects GPU pods that were not steered, with the field to set.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import os
 import time
-from dataclasses import dataclass, field
 
 from gpu_bootstrap.core.errors import ClusterError, ConfigError, Unreachable
-from gpu_bootstrap.core.catalogue import locate_pods, registry_inputs
-from gpu_bootstrap.core.objects import differences, pod_ready, pod_state, toleration_for
 from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import admission_policy as policy_render
 from gpu_bootstrap.render import certificates as certs
-from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.core.versions import minor_of
-from gpu_bootstrap.steps.node_prep import gpu_taint, no_room_warning
-
-GROUP = render.GROUP
-OPA_KINDS = (  # (apiVersion, kind) owned in OPA's namespace, in apply order
-    ("v1", "ServiceAccount"), ("v1", "ConfigMap"), ("v1", "Secret"), ("apps/v1", "Deployment"), ("v1", "Service"),
-    ("policy/v1", "PodDisruptionBudget"), ("networking.k8s.io/v1", "NetworkPolicy"),
-    (render.CERT_MANAGER, "Issuer"), (render.CERT_MANAGER, "Certificate"),
-)
-MAP_VERSIONS = (f"{GROUP}/v1", f"{GROUP}/v1beta1")
-WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+from gpu_bootstrap.steps.admission_opa import AdmissionOpa, _bundle_has
+from gpu_bootstrap.steps.admission_state import (GROUP, MAP_VERSIONS, WEBHOOK_KINDS, object_drift, owned_refs,
+                                                 policy_for, served)
+from gpu_bootstrap.steps.node_prep import gpu_taint
 
 
-def utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
-
-
-def served(kube, api_version: str, kind: str) -> bool:
-    """Whether API discovery shows the kind. A failure to ask is not an answer: it propagates (unknown ≠ absent)."""
-    try:
-        kube.resource(api_version, kind)
-        return True
-    except Unreachable:
-        raise
-    except ClusterError as error:
-        if error.status:  # 403, 500, ...: we could not read discovery
-            raise
-        return False  # "the cluster does not serve …" / "serves no …"
-
-
-def _owned(kube, kinds, namespace: str | None, exclude: set) -> list[Ref]:
-    found = []
-    for api_version, kind in kinds:
-        try:
-            items = kube.list(api_version, kind, namespace, label_selector=render.OWNED_SELECTOR)
-        except Unreachable:
-            raise
-        except ClusterError as error:
-            if error.status:
-                raise
-            continue  # a kind this cluster does not serve holds nothing of ours
-        for obj in items:
-            ref = Ref(api_version, kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
-            if ref not in exclude and ref not in found:
-                found.append(ref)
-    return found
-
-
-def _drift(kube, desired: list[dict]) -> dict:
-    drift = {}
-    for obj in desired:
-        ref = Ref.of(obj)
-        live = kube.get(ref.api_version, ref.kind, ref.name, ref.namespace)
-        if live is None:
-            drift[ref] = "missing"
-        elif paths := differences(obj, live):
-            drift[ref] = "differs at " + ", ".join(paths[:3])
-    return drift
-
-
-# --- admission-opa ----------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Certificate:
-    """The outcome of the certificate decision (pure, see `decide`)."""
-
-    secret: dict | None  # the Secret to write (None: keep the stored one as it is)
-    bundle: str  # the CAs the webhook must trust
-    tls_hash: str  # the serving certificate's fingerprint (in the pod template)
-    reason: str  # why the Secret is written ('' when it is kept)
-    old_ca_kept: bool = False
-
-
-@dataclass(frozen=True)
-class OpaFacts:
-    namespace: str  # "missing", "ours" or "theirs"
-    objects: list  # the wanted objects besides the Namespace and the Secret, in apply order
-    drift: dict
-    leftovers: list
-    stored: certs.Stored | None = field(repr=False, default=None)  # the Secret's content (generated mode)
-    rolled_out: str | None = None  # the tls hash every OPA replica runs with, when the rollout is complete
-    webhook: tuple[str, str] | None = None  # (kind, caBundle PEM) of our live webhook configuration
-    now: _dt.datetime | None = None
-    seed: bytes = field(repr=False, default=b"")
-
-
-def decide(config, stored: certs.Stored | None, now: _dt.datetime, seed: bytes,
-           rolled_out: str | None) -> Certificate:
-    """Keep the stored certificate, or issue a new CA and serving certificate (rotation keeps the old CA trusted
-    until every OPA replica serves the new one); drop the old CA once the rollout to the new one is complete."""
-    namespace = config.admission.opa.namespace
-    reason = certs.renewal_reason(stored, render.NAME, namespace, now, config.admission.rotate_before_days)
-    if reason is None:
-        signer = stored.signer
-        bundle = stored.ca_bundle
-        if len(certs.split_bundle(bundle)) > 1 and rolled_out == certs.fingerprint(stored.cert_pem):
-            trimmed = certs.join_bundle([signer])
-            return Certificate(render.tls_secret(config, stored.cert_pem, stored.key_pem, trimmed), trimmed,
-                               certs.fingerprint(stored.cert_pem), "every replica serves the new certificate: the "
-                                                                   "old CA is no longer trusted")
-        return Certificate(None, bundle, certs.fingerprint(stored.cert_pem), "")
-    issued = certs.issue(render.NAME, namespace, now, seed)
-    keep_old = stored is not None and stored.signer is not None and now < certs.inspect(stored.cert_pem).not_after
-    bundle = certs.join_bundle([issued.ca_pem] + ([stored.signer] if keep_old else []))
-    return Certificate(render.tls_secret(config, issued.cert_pem, issued.key_pem, bundle), bundle,
-                       certs.fingerprint(issued.cert_pem), reason, keep_old)
-
-
-class AdmissionOpa(Step):
-    id = "admission-opa"
-    title = "Deploy OPA, the admission webhook's server"
-    clock = staticmethod(utc_now)  # tests replace it with a clock near expiry
-    entropy = staticmethod(lambda: os.urandom(32))
-
-    def enabled(self, ctx) -> bool:
-        return ctx.config.admission.enabled and ctx.config.admission.engine == "opa"
-
-    def inputs(self, ctx) -> dict:
-        settings = ctx.config.admission
-        return {"admission": settings.model_dump(mode="json"), "policy": policy_render.of(ctx.config).__dict__,
-                "kube": ctx.server_version(), **registry_inputs(ctx.config)}
-
-    def _objects(self, ctx, tls_hash: str, nodes: list[dict]) -> list[dict]:
-        """`nodes`: the cluster's nodes; when tainting the GPU nodes leaves none free, OPA tolerates the taint."""
-        config = ctx.config
-        tolerate = None
-        if no_room_warning(nodes, config, ctx.options.playbook):
-            tolerate = toleration_for(gpu_taint(config, ctx.options.playbook))
-        objects = [render.service_account(config), render.policy_configmap(config)]
-        if config.admission.certificates == "cert-manager":
-            objects += render.cert_manager_objects(config)
-        objects += [render.deployment(config, tls_hash, tolerate), render.service(config),
-                    render.network_policy(config)]
-        if pdb := render.disruption_budget(config):
-            objects.append(pdb)
-        return locate_pods(objects, config.registry)  # OPA's image from registry.mirror, when set
-
-    def check(self, ctx) -> Check:
-        config = ctx.config
-        ns = config.admission.opa.namespace
-        live_ns = ctx.kube.get("v1", "Namespace", ns)
-        namespace = "missing" if live_ns is None else "ours" if (live_ns["metadata"].get("labels") or {}).get(
-            "app.kubernetes.io/managed-by") == "gpu-bootstrap" else "theirs"
-        generated = config.admission.certificates == "generated"
-        secret = ctx.kube.get("v1", "Secret", render.SECRET, ns)
-        stored = certs.Stored.from_secret(secret) if generated else None
-        rolled_out = self._rolled_out(ctx)
-        webhook = self._live_webhook(ctx)
-        now, seed = self.clock(), self.entropy()
-        cert = decide(config, stored, now, seed, rolled_out) if generated else None
-        objects = self._objects(ctx, cert.tls_hash if cert else "", ctx.kube.list("v1", "Node"))
-        drift = _drift(ctx.kube, objects)
-        if namespace == "missing":
-            drift[Ref("v1", "Namespace", ns)] = "missing"
-        elif namespace == "ours" and pod_security.enforced(live_ns) != pod_security.RESTRICTED:
-            drift[Ref("v1", "Namespace", ns)] = f"needs {pod_security.ENFORCE}={pod_security.RESTRICTED}"
-        if generated and secret is not None and cert.secret is None:
-            if paths := differences({k: v for k, v in render.tls_secret(config, "", "", "").items() if k != "data"},
-                                    secret):
-                drift[Ref("v1", "Secret", render.SECRET, ns)] = "differs at " + ", ".join(paths[:3])
-        keep = {Ref.of(o) for o in objects} | {Ref("v1", "Secret", render.SECRET, ns)}
-        leftovers = _owned(ctx.kube, OPA_KINDS, ns, keep)
-        facts = OpaFacts(namespace, objects, drift, leftovers, stored, rolled_out, webhook, now, seed)
-        pending = {}
-        if cert and cert.secret is not None:
-            pending[Ref("v1", "Secret", render.SECRET, ns)] = cert.reason
-        pending.update(drift)
-        if pending or leftovers:
-            parts = [f"{ref.kind} {ref.name}: {why}" for ref, why in list(pending.items())[:4]]
-            parts += [f"{ref.kind} {ref.name}: no longer wanted" for ref in leftovers[:2]]
-            return Check(WARN, "; ".join(parts), facts=facts)
-        state = self._running(ctx)
-        if state.status != PASS:
-            return Check(WARN, state.message, facts=facts)
-        expiry = ""
-        if stored is not None:
-            expiry = f", certificate valid for {certs.days_left(stored.cert_pem, now):.0f} more day(s)"
-        return Check(PASS, f"OPA runs in {ns} ({state.message}{expiry})", done=True, facts=facts)
-
-    def plan(self, ctx, check: Check) -> list[Change]:
-        facts: OpaFacts = check.facts
-        config = ctx.config
-        ns = config.admission.opa.namespace
-        changes = []
-        if facts.namespace == "missing":
-            changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", ns), "create", "OPA's own namespace (exempt "
-                                  f"from the policy; {pod_security.ENFORCE}={pod_security.RESTRICTED}: OPA's pods "
-                                  "pass it)", render.namespace(config)))
-        elif Ref("v1", "Namespace", ns) in facts.drift:
-            changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", ns),
-                                  f"label {pod_security.ENFORCE}={pod_security.RESTRICTED}",
-                                  "OPA's own namespace: its pods pass the restricted profile", render.namespace(config)))
-        cert = decide(config, facts.stored, facts.now, facts.seed, facts.rolled_out) \
-            if config.admission.certificates == "generated" else None
-        secret_ref = Ref("v1", "Secret", render.SECRET, ns)
-        if cert is not None and cert.secret is not None:
-            if facts.webhook is not None and not _bundle_has(facts.webhook[1], cert.bundle):
-                # First make the API server trust the new CA (beside the old one), then switch the certificate.
-                changes.append(Change(Verb.PATCH, Ref(f"{GROUP}/v1", facts.webhook[0], render.CONFIG_NAME),
-                                      "trust the new CA beside the old one", "certificate rotation: no request may "
-                                      "fail while the replicas switch", _ca_patch(cert.bundle), "json"))
-            info = certs.inspect(certs.split_bundle(cert.bundle)[0])
-            details = (f"new CA {info.subject}, valid until {info.not_after:%Y-%m-%d}",
-                       f"ca.crt holds {len(certs.split_bundle(cert.bundle))} CA(s); the private key stays in the Secret")
-            trim = facts.stored is not None and cert.tls_hash == certs.fingerprint(facts.stored.cert_pem)
-            summary = "create" if facts.stored is None else "drop the old CA" if trim else "rotate"
-            changes.append(Change(Verb.APPLY, secret_ref, summary, cert.reason, cert.secret,
-                                  details=() if trim else details))
-        elif secret_ref in facts.drift and cert is not None:
-            body = render.tls_secret(config, facts.stored.cert_pem, facts.stored.key_pem, facts.stored.ca_bundle)
-            changes.append(Change(Verb.APPLY, secret_ref, "update", facts.drift[secret_ref], body))
-        for obj in facts.objects:
-            ref = Ref.of(obj)
-            why = facts.drift.get(ref)
-            if why:
-                changes.append(Change(Verb.APPLY, ref, "create" if why == "missing" else "update", why, obj))
-        for ref in facts.leftovers:
-            changes.append(Change(Verb.DELETE, ref, "remove", "no longer wanted by the config"))
-        return changes
-
-    # --- state ---------------------------------------------------------------------------------------------------
-    def _deployment(self, ctx) -> dict | None:
-        return ctx.kube.get("apps/v1", "Deployment", render.NAME, ctx.config.admission.opa.namespace)
-
-    def _rolled_out(self, ctx) -> str | None:
-        """The tls hash of the pod template when every replica is updated to it and available, else None."""
-        deploy = self._deployment(ctx)
-        if deploy is None:
-            return None
-        status, wanted = deploy.get("status") or {}, (deploy.get("spec") or {}).get("replicas", 1)
-        complete = status.get("observedGeneration", 0) >= deploy["metadata"].get("generation", 1) and \
-            status.get("updatedReplicas", 0) == wanted and status.get("replicas", 0) == wanted and \
-            status.get("availableReplicas", 0) >= wanted
-        template = ((deploy.get("spec") or {}).get("template") or {}).get("metadata") or {}
-        return (template.get("annotations") or {}).get(render.TLS_HASH) if complete else None
-
-    def _live_webhook(self, ctx) -> tuple[str, str] | None:
-        for kind in WEBHOOK_KINDS:
-            live = ctx.kube.get(f"{GROUP}/v1", kind, render.CONFIG_NAME)
-            if live and (live["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpu-bootstrap":
-                hooks = live.get("webhooks") or [{}]
-                bundle = (hooks[0].get("clientConfig") or {}).get("caBundle") or ""
-                try:
-                    import base64
-                    return kind, base64.b64decode(bundle).decode()
-                except (ValueError, UnicodeDecodeError):
-                    return kind, ""
-        return None
-
-    def _running(self, ctx) -> Check:
-        settings = ctx.config.admission
-        deploy = self._deployment(ctx)
-        ns = settings.opa.namespace
-        if deploy is None:
-            return Check(WARN, f"Deployment {ns}/{render.NAME} does not exist")
-        status = deploy.get("status") or {}
-        wanted = settings.opa.replicas
-        rolled = status.get("observedGeneration", 0) >= deploy["metadata"].get("generation", 1) and \
-            status.get("updatedReplicas", 0) == wanted and status.get("replicas", 0) == wanted
-        if not rolled or status.get("availableReplicas", 0) < wanted:
-            pods = ctx.kube.list("v1", "Pod", ns, label_selector=f"app.kubernetes.io/name={render.NAME}")
-            trouble = next((f"; pod {p['metadata']['name']}: {pod_state(p)}" for p in pods if not pod_ready(p)), "")
-            if "ImagePull" in trouble or "ErrImage" in trouble:
-                trouble += " — set admission.opa.image to a mirror that has it"
-            return Check(WARN, f"{status.get('availableReplicas', 0)} of {wanted} OPA replica(s) available{trouble}")
-        if settings.certificates == "cert-manager" and ctx.kube.get("v1", "Secret", render.SECRET, ns) is None:
-            return Check(WARN, f"cert-manager has not issued Secret {ns}/{render.SECRET} yet")
-        return Check(PASS, f"{wanted} replica(s) ready")
-
-    def verify(self, ctx) -> Check:
-        timeout = ctx.config.admission.wait_timeout
-        deadline = time.monotonic() + timeout
-        while True:
-            state = self._running(ctx)
-            if state.status == PASS or time.monotonic() >= deadline:
-                break
-            time.sleep(1.0)
-        if state.status != PASS:
-            return Check(FAIL, f"{state.message} after {timeout}s")
-        return Check(PASS, f"OPA runs in {ctx.config.admission.opa.namespace} ({state.message})", done=True)
-
-    def undo_plan(self, ctx) -> list[Change]:
-        ns = ctx.config.admission.opa.namespace
-        changes = [Change(Verb.DELETE, ref, "remove", "teardown of OPA")
-                   for ref in reversed(_owned(ctx.kube, OPA_KINDS, ns, set()))]
-        live_ns = ctx.kube.get("v1", "Namespace", ns)
-        if live_ns and (live_ns["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpu-bootstrap":
-            changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", ns), "remove", "OPA's namespace (created by "
-                                                                                      "gpu-bootstrap)"))
-        return changes
-
-
-def _bundle_has(live_bundle: str, wanted: str) -> bool:
-    have = {c.strip() for c in certs.split_bundle(live_bundle)}
-    return all(c.strip() in have for c in certs.split_bundle(wanted))
-
-
-def _ca_patch(bundle: str) -> list[dict]:
-    return [{"op": "test", "path": "/webhooks/0/name", "value": render.WEBHOOK_NAME},
-            {"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": certs.b64(bundle)}]
-
-
-# --- admission --------------------------------------------------------------------------------------------------------
 AdmissionFacts = ObjectsFacts
 
 
@@ -339,7 +38,7 @@ class Admission(Step):
 
     def inputs(self, ctx) -> dict:
         return {"admission": ctx.config.admission.model_dump(mode="json"),
-                "policy": policy_render.of(ctx.config).__dict__, "kube": ctx.server_version()}
+                "policy": policy_for(ctx)[0].__dict__, "kube": ctx.server_version()}
 
     def _refuse_vap(self, kube_version: str, mode: str, why: str) -> ConfigError:
         return ConfigError(
@@ -378,26 +77,24 @@ class Admission(Step):
         """The objects to apply, in order, and notes for the plan. Raises ConfigError for what cannot work here."""
         config, version = ctx.config, ctx.server_version()
         settings = config.admission
-        notes = []
+        policy, not_steering = policy_for(ctx)
+        notes = [not_steering] if not_steering else []
         if labelled := self._labelled_namespaces(ctx):
             notes.append(f"namespace(s) {', '.join(labelled[:5])} carry {policy_render.IGNORE_LABEL}="
                          f"{policy_render.IGNORE_VALUE}, which no longer exempts anything (anyone who may label a "
                          f"namespace could use it): list them in admission.exempt_namespaces if they must stay exempt")
-        if "binpack-scheduler" not in ctx.options.playbook or not config.scheduler.enabled:
-            notes.append(f"this playbook does not deploy the bin-packing scheduler: make sure a scheduler named "
-                         f"{config.scheduler.name} runs, or steered GPU pods stay Pending")
         vap = served(ctx.kube, f"{GROUP}/v1", "ValidatingAdmissionPolicy") if render.cel_available(version) else False
         if settings.engine == "vap":
             if settings.mode == "enforce":
                 if not vap:
                     raise self._refuse_vap(version, "enforce", "ValidatingAdmissionPolicy (GA in 1.30) is not served")
-                return render.validating_policy(config), notes
+                return render.validating_policy(config, policy), notes
             version_served = next((v for v in MAP_VERSIONS if served(ctx.kube, v, "MutatingAdmissionPolicy")), None)
             if version_served is None:
                 raise self._refuse_vap(version, "mutate", "API discovery shows no MutatingAdmissionPolicy")
             # The backstop too: it rejects the GPU pods that name a node, which no mutation can steer.
-            return render.mutating_policy(config, version_served) + (
-                render.validating_policy(config) if vap else []), notes
+            return render.mutating_policy(config, version_served, policy) + (
+                render.validating_policy(config, policy) if vap else []), notes
         self._refuse_without_opa(ctx)
         bundle = None
         if settings.certificates == "generated":
@@ -407,9 +104,9 @@ class Admission(Step):
                              f"admission-opa step creates it before this step runs)")
             else:
                 bundle = stored.ca_bundle
-        objects = [render.webhook_configuration(config, version, bundle)]
+        objects = [render.webhook_configuration(config, version, bundle, policy)]
         if vap:
-            objects += render.validating_policy(config)
+            objects += render.validating_policy(config, policy)
         else:
             notes.append(f"Kubernetes {'.'.join(map(str, minor_of(version)))} has no CEL admission (1.30+): every "
                          f"pod created outside the exempt namespaces reaches OPA, and there is no in-process backstop")
@@ -417,20 +114,25 @@ class Admission(Step):
 
     def check(self, ctx) -> Check:
         desired, notes = self.desired(ctx)
-        drift = _drift(ctx.kube, desired)
+        drift = object_drift(ctx.kube, desired)
         keep = {Ref.of(o) for o in desired}
         kinds = [(f"{GROUP}/v1", k) for k in WEBHOOK_KINDS]
         if render.cel_available(ctx.server_version()):
             kinds += [(f"{GROUP}/v1", "ValidatingAdmissionPolicyBinding"), (f"{GROUP}/v1", "ValidatingAdmissionPolicy")]
             kinds += [(v, k) for v in MAP_VERSIONS for k in ("MutatingAdmissionPolicyBinding",
                                                              "MutatingAdmissionPolicy")]
-        leftovers = _owned(ctx.kube, kinds, None, keep)
+        leftovers = owned_refs(ctx.kube, kinds, None, keep)
         facts = AdmissionFacts(desired, drift, leftovers, tuple(notes))
         if drift or leftovers:
             parts = [f"{ref.kind} {ref.name}: {why}" for ref, why in drift.items()]
             parts += [f"{ref.kind} {ref.name}: no longer wanted" for ref in leftovers]
             return Check(WARN, "; ".join(parts[:4]), facts=facts, warnings=notes)
         what = ", ".join(sorted({o["kind"] for o in desired}))
+        policy, why = policy_for(ctx)
+        if not policy.steer:  # in place, as it should be while the scheduler does not run: said, not hidden
+            status = PASS if not ctx.config.scheduler.enabled else WARN
+            return Check(status, f"{why} ({what})", done=True, facts=facts,
+                         warnings=[n for n in notes if n != why])
         return Check(PASS, f"{ctx.config.admission.mode} GPU pods to {ctx.config.scheduler.name} ({what})", done=True,
                      facts=facts, warnings=notes)
 
@@ -448,24 +150,32 @@ class Admission(Step):
         raise ClusterError("no namespace to probe admission in ('default' and 'gpu-bootstrap' are missing or exempt)")
 
     def probe(self, ctx) -> list[tuple[str, bool, str]]:
-        """Server-side dry runs (they pass through admission, store nothing): (what, as expected, detail)."""
+        """Server-side dry runs (they pass through admission, store nothing): (what, as expected, detail). What is
+        expected follows the policy now: steered (mutate) or rejected (enforce) only while the scheduler runs; the
+        GPU taint's toleration added in mode mutate."""
         config = ctx.config
         ns = self.probe_namespace(ctx)
-        scheduler = config.scheduler.name
+        policy, _why = policy_for(ctx)
+        mutate = config.admission.mode == "mutate"
         results = []
         try:
             answer = ctx.kube.create(render.sample_pod("gpu-bootstrap-admission-probe-gpu", ns), dry_run=True)
             got = (answer.get("spec") or {}).get("schedulerName")
-            if config.admission.mode == "mutate":
-                results.append(("GPU pod", got == scheduler, f"schedulerName {got}"))
+            if not policy.steer:
+                results.append(("GPU pod", got in (None, policy_render.DEFAULT_SCHEDULER),
+                                f"schedulerName {got} (not steered: the scheduler does not run)"))
+            elif mutate:
+                results.append(("GPU pod", got == policy.scheduler, f"schedulerName {got}"))
             else:
                 results.append(("GPU pod", False, f"admitted with schedulerName {got}, not rejected"))
         except ClusterError as error:
             if isinstance(error, Unreachable) or not error.status:
                 raise
-            ok = config.admission.mode == "enforce" and error.status in (400, 403, 422) and \
+            ok = policy.steer and not mutate and error.status in (400, 403, 422) and \
                 "spec.schedulerName" in error.message
             results.append(("GPU pod", ok, f"rejected ({error.status}): {error.message}"))
+        if mutate and policy.toleration is not None:
+            results.append(self._probe_toleration(ctx, ns, policy))
         bound = render.sample_pod("gpu-bootstrap-admission-probe-bound", ns, node_name=(
             config.nodes[0].name if config.nodes else "gpu-bootstrap-probe"))
         results.append(self._probe_bound(ctx, bound))
@@ -478,6 +188,23 @@ class Admission(Step):
                 raise
             results.append(("CPU pod", False, f"rejected ({error.status}): {error.message}"))
         return results
+
+    @staticmethod
+    def _probe_toleration(ctx, ns: str, policy) -> tuple[str, bool, str]:
+        """A GPU pod as users write it (no toleration): after admission it tolerates the GPU taint."""
+        what = "GPU pod without a toleration"
+        pod = render.sample_pod("gpu-bootstrap-admission-probe-untolerating", ns, tolerate=False)
+        try:
+            answer = ctx.kube.create(pod, dry_run=True)
+        except ClusterError as error:
+            if isinstance(error, Unreachable) or not error.status:
+                raise
+            return what, False, f"rejected ({error.status}): {error.message}"
+        tolerations = (answer.get("spec") or {}).get("tolerations") or []
+        taint = policy.toleration
+        ok = any(render.tolerates(t, taint) for t in tolerations)
+        return what, ok, ("tolerates the GPU taint" if ok else
+                          f"does not tolerate {taint['key']}:{taint['effect']} after admission")
 
     @staticmethod
     def _probe_bound(ctx, pod: dict) -> tuple[str, bool, str]:
@@ -505,9 +232,13 @@ class Admission(Step):
             return Check(FAIL, "admission does not behave as configured after "
                                f"{timeout}s — " + "; ".join(failed))
         verdict = results[0][2]
-        return Check(PASS, f"a dry-run GPU pod is {'steered' if ctx.config.admission.mode == 'mutate' else 'rejected'}"
-                           f" ({verdict[:80]}); a GPU pod naming a node is rejected; a CPU pod passes untouched",
-                     done=True)
+        policy, why = policy_for(ctx)
+        first = ("steered" if ctx.config.admission.mode == "mutate" else "rejected") if policy.steer else \
+            "left on its scheduler"
+        tolerated = "; one without a toleration gets the GPU taint's" if any(
+            w == "GPU pod without a toleration" for w, _ok, _d in results) else ""
+        return Check(PASS, f"a dry-run GPU pod is {first} ({verdict[:80]}){tolerated}; a GPU pod naming a node is "
+                           f"rejected; a CPU pod passes untouched" + (f" — {why}" if why else ""), done=True)
 
     # --- doctor --------------------------------------------------------------------------------------------------------
     def doctor(self, ctx) -> list[Check]:
@@ -516,6 +247,7 @@ class Admission(Step):
         except ConfigError as error:
             return [Check(FAIL, error.one_line())]
         settings = ctx.config.admission
+        checks.append(self._doctor_extended_resource_toleration(ctx))
         if settings.engine != "opa":
             return checks + [self._doctor_probe(ctx)]
         ns = settings.opa.namespace
@@ -568,6 +300,36 @@ class Admission(Step):
         return Check(status, f"serving certificate valid for {left:.0f} more day(s); caBundle matches the Secret"
                              + (" (gpu-bootstrap up rotates it)" if status == WARN else ""))
 
+    def _doctor_extended_resource_toleration(self, ctx) -> Check:
+        """Is the API server's ExtendedResourceToleration plugin on (kubeadm leaves it off)? It adds `nvidia.com/gpu
+        Exists NoSchedule` to every pod that asks for the resource, before any webhook: a dry-run GPU pod with no
+        toleration tells, unless our own toleration looks the same."""
+        policy, _why = policy_for(ctx)
+        if policy.toleration == render.EXTENDED_RESOURCE_TOLERATION and ctx.config.admission.mode == "mutate":
+            return Check(PASS, "ExtendedResourceToleration: cannot tell (admission adds the same toleration); GPU "
+                               "pods get it either way")
+        try:
+            answer = ctx.kube.create(render.sample_pod("gpu-bootstrap-admission-probe-ert", self.probe_namespace(ctx),
+                                                       tolerate=False), dry_run=True)
+        except ClusterError as error:
+            if isinstance(error, Unreachable) or not error.status:
+                raise
+            return Check(WARN, f"ExtendedResourceToleration: cannot tell ({error.message})")
+        tolerations = (answer.get("spec") or {}).get("tolerations") or []
+        if render.EXTENDED_RESOURCE_TOLERATION in tolerations:
+            return Check(PASS, "ExtendedResourceToleration is on: the API server lets every pod that asks for "
+                               "nvidia.com/gpu tolerate nvidia.com/gpu:NoSchedule taints")
+        taint = gpu_taint(ctx.config, ctx.options.playbook)
+        if taint is None:
+            return Check(PASS, "ExtendedResourceToleration is off (kubeadm's default); the GPU nodes are not tainted")
+        covered = any(render.tolerates(t, taint) for t in tolerations)
+        return Check(PASS if covered else WARN,
+                     "ExtendedResourceToleration is off (kubeadm's default): " + (
+                         "admission gives GPU pods the GPU taint's toleration" if covered else
+                         f"a GPU pod that does not tolerate {taint['key']}={taint.get('value', '')}:{taint['effect']} "
+                         f"stays Pending; add the toleration to your pods, use admission.mode: mutate, or enable the "
+                         f"plugin (--enable-admission-plugins=...,ExtendedResourceToleration)"))
+
     def _doctor_probe(self, ctx) -> Check:
         try:
             results = self.probe(ctx)
@@ -584,4 +346,4 @@ class Admission(Step):
         kinds += [(f"{GROUP}/v1", "ValidatingAdmissionPolicyBinding"), (f"{GROUP}/v1", "ValidatingAdmissionPolicy")]
         kinds += [(v, k) for v in MAP_VERSIONS for k in ("MutatingAdmissionPolicyBinding", "MutatingAdmissionPolicy")]
         return [Change(Verb.DELETE, ref, "remove", "teardown of admission (first: nothing may call a removed server)")
-                for ref in _owned(ctx.kube, kinds, None, set())]
+                for ref in owned_refs(ctx.kube, kinds, None, set())]

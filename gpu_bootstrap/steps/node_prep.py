@@ -31,6 +31,18 @@ def no_room_warning(nodes: list[dict], config, playbook) -> str | None:
             f"so that they can run on the GPU nodes")
 
 
+def untolerating_pods(config, playbook) -> str:
+    """What happens to a GPU pod that does not tolerate the GPU taint (most GPU pods as users write them)."""
+    taint = config.node_prep.taint
+    admission = config.admission
+    if admission.enabled and "admission" in playbook and admission.mode == "mutate":
+        return f"GPU pods that do not tolerate {taint} get the toleration from admission (mode mutate)"
+    why = "admission is off" if not admission.enabled or "admission" not in playbook else \
+        "admission mode enforce adds nothing"
+    return (f"GPU pods that do not tolerate {taint} stay Pending ({why}): add the toleration to them, use "
+            f"admission.mode: mutate, or enable the API server's ExtendedResourceToleration plugin (kubeadm does not)")
+
+
 class NodePrep(Step):
     id = "node-prep"
     title = "Taint and label GPU nodes"
@@ -69,8 +81,9 @@ class NodePrep(Step):
                                f"{', '.join(known[:10]) or 'no nodes'}{' ...' if len(known) > 10 else ''}); fix "
                                f"`nodes` in the config", facts=facts)
         if pending:
-            return Check(WARN, f"{len(pending)} of {len(nodes)} GPU node(s) need taint/labels: {', '.join(pending)}",
-                         facts=facts, warnings=warnings)
+            why = f"; {untolerating_pods(ctx.config, ctx.options.playbook)}" if taint else ""
+            return Check(WARN, f"{len(pending)} of {len(nodes)} GPU node(s) need taint/labels: {', '.join(pending)}"
+                               f"{why}", facts=facts, warnings=warnings)
         return Check(WARN if warnings else PASS, f"{len(nodes)} GPU node(s) tainted and labelled", done=True,
                      facts=facts, warnings=warnings)
 

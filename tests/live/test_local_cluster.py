@@ -68,6 +68,24 @@ def test_a_daemonset_in_the_operators_namespace_is_exempt_and_a_tenant_pod_namin
     assert "spec.nodeName" in refused.stderr and "denied the request" in refused.stderr, refused.stderr
 
 
+def test_a_gpu_pod_as_users_write_it_is_steered_tolerated_and_scheduled(deployment, target):
+    """A tenant's GPU pod with no toleration and no scheduler name, after `up` in mode mutate: the real API server's
+    admission chain (our webhook through OPA) steers it to the bin-packing scheduler and gives it the GPU taint's
+    toleration, and the real bin-packing scheduler binds it to a GPU node that node-prep tainted. Found: such a pod
+    stayed Pending, as the API server here (like kubeadm's) runs no ExtendedResourceToleration plugin."""
+    deployment.ensure()
+    plain = pause_pod("plain-gpu-pod")
+    plain["spec"].pop("tolerations")
+    assert "schedulerName" not in plain["spec"]
+    stored = create(target, plain)
+    assert stored["spec"]["schedulerName"] == SCHEDULER, stored["spec"]
+    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"} in \
+        stored["spec"]["tolerations"], stored["spec"]["tolerations"]
+    node = wait_bound(target, "plain-gpu-pod")
+    taints = target.json("get", "node", node)["spec"].get("taints") or []
+    assert node in deployment.nodes and any(t["key"] == "nvidia.com/gpu" for t in taints), (node, taints)
+
+
 def test_our_namespaces_pod_security_labels_are_enforced_by_the_real_plugin(deployment, target):
     deployment.ensure()
     namespaces = target.json("get", "namespaces", "-l", "app.kubernetes.io/managed-by=gpu-bootstrap")["items"]
