@@ -415,3 +415,33 @@ def test_the_backstop_policy_appears_once_the_cluster_reaches_1_30(cluster, tmp_
     assert len(cluster.emu.list("validatingadmissionpolicybindings")) == 1
     deploy = cluster.emu.get("deployments", SCHEDULER, "kube-system")
     assert deploy["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v1.30.14")
+
+
+def test_the_offline_teardown_preview_is_the_teardown_of_a_real_up(cluster, tmp_path):
+    """`teardown --dry-run --offline` plans a fresh `up` without a cluster and runs the steps' own teardown plan on
+    the cluster that would leave. Here it is compared with the real thing: `up` on the API server, then the online
+    `teardown --dry-run`, which reads what is there. The same changes, step by step."""
+    steps = f"node-prep,{STEPS}"
+    config = write_config(tmp_path, cluster)
+    result, document = cli("up", config, tmp_path, steps=steps)
+    assert result.exit_code == 0, result.output
+    cluster.emu.requests.clear()
+    online, online_doc = cli("teardown", config, tmp_path, "--dry-run", steps=steps)
+    assert online.exit_code == 0, online.output
+    # a dry run writes nothing: a DELETE's dryRun travels in its DeleteOptions body (the server ignores the query
+    # beside a body), and the emulator reads it where the real server does
+    assert cluster.emu.requests.writes() == [], [str(r) for r in cluster.emu.requests.writes()]
+    assert cluster.emu.get("deployments", "opa", OPA_NS) is not None
+    offline, offline_doc = cli("teardown", config, tmp_path, "--dry-run", "--offline", "--kube-version", "1.31.4",
+                               steps=steps)
+    assert offline.exit_code == 0, offline.output
+
+    def changes(doc):
+        return sorted((s["id"], c["verb"], c["target"]) for s in doc["steps"] for c in s.get("planned", []))
+    assert changes(offline_doc) == changes(online_doc)
+    assert ("admission", "delete", "MutatingWebhookConfiguration gpu-bootstrap-gpu-pods") in changes(offline_doc)
+    assert ("node-prep", "patch", "Node gpu-1") in changes(offline_doc)
+    assert cluster.emu.get("mutatingwebhookconfigurations", "gpu-bootstrap-gpu-pods") is not None  # nothing removed
+    assert cluster.emu.get("namespaces", OPA_NS) is not None
+    refused, _doc = cli("teardown", config, tmp_path, "--offline", "--yes", steps=steps)
+    assert refused.exit_code == 2 and "add --dry-run" in refused.output, refused.output

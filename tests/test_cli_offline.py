@@ -213,3 +213,28 @@ def test_the_readmes_first_command_runs_without_helm_and_says_what_is_missing(tm
     assert strict.returncode == 1
     errors = [line for line in strict.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].endswith("pass --allow-incomplete to accept a partial plan"), strict.stderr
+
+
+@pytest.mark.unit
+def test_teardown_can_be_previewed_offline_and_removes_everything_up_would_make(tmp_path):
+    """Found: `teardown --dry-run --offline` was refused (No such option). Now it plans a fresh `up` offline and
+    shows the teardown of what that leaves: each object `up` would apply is removed, each release uninstalled,
+    each node patched back, then the tool's own namespace; with no helm here, the charts' contents are said to be
+    unlisted rather than silently left out."""
+    config = str(EXAMPLES / "fleet-gitops.yaml")
+    up = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", config, "-o", "json", tmp_path=tmp_path)
+    assert up.exit_code == 0, up.output
+    made = {(c["verb"], c["target"]) for s in json.loads(up.stdout)["steps"] for c in s.get("planned", [])
+            if s["id"] != "validate"}
+    result = invoke("teardown", "--dry-run", "--offline", "-c", config, "-o", "json", tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    removed = {(c["verb"], c["target"]) for s in json.loads(result.stdout)["steps"] for c in s.get("planned", [])}
+    for verb, target in made:
+        undo = {"apply": "delete", "create": "delete", "patch": "patch", "helm-upgrade": "helm-uninstall"}[verb]
+        assert (undo, target) in removed, (verb, target)
+    assert ("delete", "Lease kube-system/gpu-binpack-scheduler") in removed  # made by the scheduler as it runs
+    shown = invoke("teardown", "--dry-run", "--offline", "-c", config, tmp_path=tmp_path)
+    assert shown.exit_code == 0, shown.output
+    assert "then the tool's own namespace gpu-bootstrap" in shown.output
+    assert "gpu-operator: its chart was not rendered" in " ".join(shown.output.split()) or \
+        "gpu-operator: its chart could not be rendered" in " ".join(shown.output.split())

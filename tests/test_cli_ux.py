@@ -146,3 +146,72 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     os.close(write)
     assert process.returncode == 141, process.stderr.decode()
     assert process.stderr == b""
+
+
+@pytest.mark.usefixtures("helm_on_path")
+def test_a_plan_says_its_kubernetes_first_repeats_nothing_warns_of_nothing_expected_and_sums_up(tmp_path):
+    """README's kind of plan, as a new user reads it at 80 columns: found, it planned for 1.33 without saying so,
+    warned on every fresh plan that the webhook's caBundle Secret did not exist yet, printed monitoring's note and the
+    DCGM exporter's values twice, ran lines to 600 characters, ended with no "N to create" line, and wrote
+    release.yaml with \\u2190 escapes."""
+    import os
+    import subprocess
+    import sys
+    from tests.conftest import chart
+    report = write_report(tmp_path / "report.json", ["gpu-node-1", "gpu-node-2"])
+    config = tmp_path / "gpu-bootstrap.yaml"  # minimal.yaml, with the charts' archives (no repository here)
+    config.write_text(yaml.safe_dump({"nodes": [{"name": "gpu-node-1"}, {"name": "gpu-node-2"}],
+                                      "gpu_operator": {"chart": str(chart("gpu-operator-v26.7.0.tgz"))},
+                                      "monitoring": {"chart": str(chart("kube-prometheus-stack-88.5.3.tgz"))}}))
+    run = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "-c",
+                          str(config), "--preflight-report", str(report), "--render-dir",
+                          str(tmp_path / "out"), "--log-file", str(tmp_path / "log")], capture_output=True,
+                         text=True, env=dict(os.environ, COLUMNS="80", NO_COLOR="1"), timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "Kubernetes 1.33.7 (offline default; --kube-version X.Y plans for yours)"
+    assert run.stderr == "", run.stderr  # nothing expected is a warning
+    plan_lines = [line for line in lines if line.startswith(" ")]
+    # wrapped at 80 columns; only a single word longer than a line (a path: this run's tmp folder) may overflow
+    overflowing = [line for line in lines if len(line) > 80 and len(line.split()) > 1]
+    assert plan_lines and not overflowing, overflowing
+    detail = [line.strip() for line in plan_lines if line.startswith("        ") and not line.startswith("            ")]
+    assert len(detail) == len(set(detail)), [d for d in detail if detail.count(d) > 1]
+    assert sum("dcgmExporter.serviceMonitor=" in line for line in lines) == 1
+    verdict = next(line for line in lines if line.startswith("plan: "))
+    assert re.match(r"plan: \d+ to create, \d+ to change, 0 to remove \(\d+ change\(s\) planned in node-prep,", verdict)
+    release = (tmp_path / "out" / "05-gpu-operator" / "release.yaml").read_text()
+    assert "\\u2190" not in release and "←" in release
+
+
+COMMANDS = ["up", "doctor", "teardown", "status", "simulate", "images", "export", "rbac", "init"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_is_readable_at_80_columns_and_wraps_where_the_terminal_does(command):
+    """Found: option help cut short at 80 columns (`GPU_BOOTSTRAP_KUBECONF…`, `(name,cpu_milli,memo…`), an enum
+    folded mid-word (`<plan|dry-run|up|stat us|doctor>`), and the docstrings' own line breaks landing mid-sentence.
+    Now nothing is cut off, and a paragraph is one line when the terminal is wide enough to hold it."""
+    narrow = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert narrow.exit_code == 0
+    assert "…" not in narrow.stdout, [line for line in narrow.stdout.splitlines() if "…" in line]
+    assert "stat us" not in narrow.stdout
+    wide = runner.invoke(app, [command, "--help"], env={"COLUMNS": "3000", "NO_COLOR": "1"})
+    description = wide.stdout.split("Usage:", 1)[1].split("╭")[0].split("Examples")[0]
+    lines = [line.strip() for line in description.splitlines()[1:] if line.strip()]
+    assert lines and all(line.endswith((".", ":", ")", "`")) for line in lines), lines
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("args, said", [
+    (["up", "--bogus"], "error: No such option: --bogus"),
+    (["rbac", "--for", "nope"], "error: Invalid value for '--for'"),
+    (["up", "--kube-version"], "error: Option '--kube-version' requires an argument."),
+])
+def test_bad_usage_is_one_error_line_like_every_other_error(args, said):
+    """Found: a rich box for some bad values, a plain `error:` line for others. Now one style, exit 2."""
+    result = runner.invoke(app, args, env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert result.exit_code == 2
+    assert result.output.startswith(said) and "╭" not in result.output and len(result.output.splitlines()) == 1, \
+        result.output

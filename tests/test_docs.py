@@ -34,6 +34,58 @@ def test_the_generated_pages_are_current():
     assert stale == [], f"stale, run scripts/generate-docs: {stale}"
 
 
+# What belongs to the project's own history, not to a user's manual: our issue numbers, the shared folder the tests
+# read (`../shared`), and notes about the machine something was measured on
+DEVELOPER_NOTES = {
+    "an issue number": re.compile(r"\bissues? \d+\b|(?<![\w/.\-\]])#\d+\b", re.IGNORECASE),
+    "the shared folder": re.compile(r"\.\./shared\b"),
+    "a machine note": re.compile(r"\d+-core machine|while other work ran|shared by \w+ developers|\bthis busy\b|"
+                                 r"\bon this machine\b|\bhere\b(?= on \d+ cores)", re.IGNORECASE),
+}
+
+
+@pytest.mark.unit
+def test_the_docs_carry_no_developer_notes_outside_how_it_is_built():
+    """Found: "How this is proved (issue 11)", "on this 2-core machine while other work ran", "the default until
+    #32", `../shared/traces/…` in the user's docs. Upstream references stay (owner/repo#N, links)."""
+    found = []
+    for page in [*PAGES, *DOCS.rglob("*.json")]:
+        if page.name == "how-it-is-built.md":
+            continue
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for what, pattern in DEVELOPER_NOTES.items():
+                match = pattern.search(line)
+                if match:
+                    found.append(f"{page.relative_to(ROOT)}:{number}: {what}: {match.group(0)!r}")
+    assert found == [], "\n".join(found)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("line, flagged", [
+    ("How this is proved (issue 11).", True), ("the default until #32", True), ("`../shared/traces/x.csv`", True),
+    ("on this busy 2-core machine", True), ("NVIDIA/cloud-native-docs#488", False),
+    ("[a](https://github.com/o/r/issues/883)", False), ("see [Testing](#testing-on-a-real-cluster)", False),
+])
+def test_the_developer_notes_check_tells_them_from_upstream_references(line, flagged):
+    assert any(p.search(line) for p in DEVELOPER_NOTES.values()) is flagged
+
+
+@pytest.mark.tools
+def test_the_inventory_of_what_up_changes_is_current(helm_on_path):
+    """docs/what-up-changes.md is made from the steps' own plans (`up` offline, then the teardown of what it leaves,
+    with and without --purge-crds), with helm rendering the pinned charts to name their CRDs."""
+    module = generator()
+    tools = module.inventory_tools()
+    if tools is None:
+        missing("helm or the pinned charts are missing: the inventory names the charts' CRDs")
+    text = module.what_up_changes(*tools)
+    assert (DOCS / "what-up-changes.md").read_text() == text, "stale, run scripts/generate-docs"
+    for expected in ("`nvidia.com/gpu=present:NoSchedule`", "MutatingWebhookConfiguration `gpu-bootstrap-gpu-pods`",
+                     "`clusterpolicies.nvidia.com`", "`prometheusrules.monitoring.coreos.com`",
+                     "Lease kube-system/gpu-binpack-scheduler"):
+        assert expected in text, expected
+
+
 @pytest.mark.unit
 def test_the_cli_reference_names_every_command_and_option():
     import click

@@ -79,8 +79,38 @@ def unknown_fields(obj, schema: dict, path: str = "") -> list[str]:
 
 def documents(folder: Path) -> list[tuple[Path, dict]]:
     from gpu_bootstrap.adapters.helm import _CrdLoader  # a rendered chart's CRDs hold a bare `=` (YAML 1.2)
-    return [(path, doc) for path in sorted(folder.rglob("*.yaml"))
-            for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader) if isinstance(doc, dict)]
+    return [(path, doc) for path in sorted(folder.rglob("*.yaml")) if "templates" not in path.parts
+            for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader) if isinstance(doc, dict) and "kind" in doc]
+
+
+def built_units(folder: Path, engine: str, home: Path) -> dict[str, list[dict]]:
+    """Each unit of our objects as the engine builds it: `kubectl kustomize` (Argo CD, Flux and `apply -k` run
+    kustomize on the folder) or, for helmfile, `helm template` of the unit's local chart."""
+    built = {}
+    for unit in sorted(p for p in folder.iterdir() if p.is_dir() and p.name[:2].isdigit()):
+        if engine == "helmfile":
+            if not (unit / "Chart.yaml").is_file():
+                continue
+            command = [tool("helm"), "template", unit.name, str(unit)]
+        elif (unit / "helmrelease.yaml").is_file():
+            continue  # flux: a chart's unit (its HelmRepository and HelmRelease), not our objects
+        else:
+            command = [tool("kubectl"), "kustomize", str(unit)]
+        result = run(command, client_env(home), 120, False)
+        assert result.returncode == 0, f"{unit.name}: {result.stderr[-2000:]}"
+        from gpu_bootstrap.adapters.helm import _CrdLoader  # a rendered chart's CRDs hold a bare `=` (YAML 1.2)
+        built[unit.name] = [d for d in yaml.load_all(result.stdout, Loader=_CrdLoader) if d]
+    return built
+
+
+def planned_objects(tmp_path: Path, config: Path, report: Path, kube: str) -> list[dict]:
+    """The objects `up` applies (its --render-dir), but the validation run's, which stays a command."""
+    render = tmp_path / "render"
+    result = invoke("up", "--dry-run", "--offline", "-c", str(config), "--kube-version", kube, "--preflight-report",
+                    str(report), "--render-dir", str(render), "--allow-incomplete", tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    return [yaml.safe_load(p.read_text()) for p in sorted(render.glob("*/*-apply-*.yaml"))
+            if not p.parent.name.endswith("validate")]
 
 
 def releases_of(folder: Path, engine: str) -> list[tuple[str, str, str, dict]]:
@@ -357,6 +387,102 @@ def test_units_keep_the_playbook_order_and_charts_come_after_their_namespace(tmp
     assert {"Issuer", "Certificate"} <= set(kinds) and "Secret" not in kinds
 
 
+@pytest.mark.tools
+def test_every_unit_builds_into_exactly_the_objects_up_applies_with_the_policy_kept_as_files(tmp_path, helm_on_path):
+    """Found: the OPA policy was one escaped string in a ConfigMap, which nobody can review in a pull request. Now
+    a ConfigMap of files is those files plus a kustomize configMapGenerator (argocd, flux, manifests) or a local
+    chart's .Files (helmfile). Each unit is built by the real tools the engines run (kubectl's kustomize, helm) and
+    compared with what `up` would apply: the same objects, byte for byte the same policy, and the alert rules' own
+    `{{ $labels }}` templates not read as Helm's."""
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    config = EXAMPLES / "fleet-gitops.yaml"
+    wanted = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+              for o in planned_objects(tmp_path, config, report, "1.33")}
+    policy = wanted[("ConfigMap", "gpu-bootstrap-admission", "opa-policy")]["data"]
+    for engine in ("argocd", "flux", "helmfile"):
+        result, out = export(tmp_path, engine, config, "1.33", report)
+        assert result.exit_code == 0, result.output
+        assert (out / "07-admission-opa" / ("files" if engine == "helmfile" else "") / "opa-policy" /
+                "gpu-pods.rego").read_text() == policy["gpu-pods.rego"]
+        package = next(line for line in policy["gpu-pods.rego"].splitlines() if line.startswith("package "))
+        assert package.startswith("package ") and package not in "".join(p.read_text() for p in out.rglob("*.yaml"))
+        built = {}
+        for objects in built_units(out, engine, tmp_path).values():
+            for obj in objects:
+                obj["metadata"].get("annotations", {}).pop("gpu-bootstrap.io/exported-to")
+                if not obj["metadata"]["annotations"]:
+                    del obj["metadata"]["annotations"]
+                built[(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])] = obj
+        assert set(built) == set(wanted), (engine, set(built) ^ set(wanted))
+        for key, obj in wanted.items():
+            assert built[key] == obj, (engine, key)
+
+
+@pytest.mark.unit
+def test_argocd_settings_reach_every_application_and_the_health_patch_comes_with_them(tmp_path):
+    """Found: `project: default`, `namespace: argocd` and automated prune/selfHeal were fixed, and the README's
+    "a wave syncs once the one before is healthy" was untrue: Argo CD stopped assessing an Application's health in
+    1.8, so app-of-apps waves do not wait. Now the three are flags, and the bundle carries the documented argocd-cm
+    health check (its Lua checked by tests/test_argocd_health.py where Argo CD's own code can be built), with the
+    README saying to apply it first."""
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    result, out = export(tmp_path, "argocd", EXAMPLES / "fleet-gitops.yaml", "1.33", report, "--argocd-namespace",
+                         "gitops", "--argocd-project", "platform", "--no-auto-sync")
+    assert result.exit_code == 0, result.output
+    apps = [doc for _p, doc in documents(out / "argocd") if doc.get("kind") == "Application"]
+    assert len(apps) == 9
+    for app_ in apps:
+        assert app_["metadata"]["namespace"] == "gitops" and app_["spec"]["project"] == "platform", app_
+        assert "automated" not in app_["spec"]["syncPolicy"], app_
+    patch = yaml.safe_load((out / "argocd" / "argocd-cm-application-health.yaml").read_text())
+    assert set(patch) == {"data"} and 'hs.status = "Progressing"' in \
+        patch["data"]["resource.customizations.health.argoproj.io_Application"]
+    readme = (out / "README.md").read_text()
+    assert "kubectl -n gitops patch configmap argocd-cm" in (out / "argocd" / "argocd-cm-application-health.yaml") \
+        .read_text()
+    assert "argocd-cm-application-health.yaml` into argocd-cm" in readme and "--no-auto-sync" in readme
+    assert "AppProject `platform` must allow" in readme and "cert-manager" in readme
+    default, out2 = export(tmp_path, "argocd", EXAMPLES / "fleet-gitops.yaml", "1.33", report, out=tmp_path / "d")
+    assert default.exit_code == 0, default.output
+    assert all(d["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
+               for _p, d in documents(out2 / "argocd") if d.get("kind") == "Application")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("engine, args, said", [
+    ("flux", ["--no-auto-sync"], "--no-auto-sync: only for --format argocd, not flux"),
+    ("helmfile", ["--argocd-project", "x"], "--argocd-project: only for --format argocd"),
+    ("argocd", ["--argocd-namespace", "Argo_CD"], "--argocd-namespace: 'Argo_CD' must be a lowercase DNS label"),
+    ("argocd", ["--argocd-project", "a b"], "--argocd-project: 'a b' must be a lowercase DNS subdomain"),
+])
+def test_argocd_settings_are_checked_before_anything_is_written(tmp_path, engine, args, said):
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    result, out = export(tmp_path, engine, EXAMPLES / "fleet-gitops.yaml", "1.33", report, *args)
+    assert result.exit_code == 2 and said in result.output, result.output
+    assert not out.exists()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("engine, needs", [
+    ("argocd", ["Argo CD 2.8 or later", "cert-manager (its CRDs and its CA injector), before unit 07-admission-opa"]),
+    ("flux", ["Flux 2.3 or later", "GitRepository `flux-system/flux-system`", "cert-manager"]),
+    ("helmfile", ["helm-diff plugin", "cert-manager"]),
+])
+def test_every_bundle_readme_lists_what_must_exist_before_it_syncs(tmp_path, engine, needs):
+    """Found: cert-manager is needed by the admission units, but no bundle README said so."""
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    config = tmp_path / "fleet.yaml"
+    document = yaml.safe_load((EXAMPLES / "fleet-gitops.yaml").read_text())
+    document.setdefault("monitoring", {})["values"] = {"grafana": {"adminPassword": "hunter2-not-in-git"}}
+    config.write_text(yaml.safe_dump(document))
+    result, out = export(tmp_path, engine, config, "1.33", report)
+    assert result.exit_code == 0, result.output
+    readme = (out / "README.md").read_text()
+    before = readme.split("## Before you sync", 1)[1].split("## Units", 1)[0]
+    for need in needs + ["The secret values of `kube-prometheus-stack`"]:
+        assert need in before, (need, before)
+
+
 # --- mirror lists ----------------------------------------------------------------------------------------------------
 @pytest.mark.tools
 @pytest.mark.slow
@@ -373,14 +499,22 @@ def test_images_for_hauler_zarf_and_skopeo_list_the_same_images_and_parse_as_the
     for engine in ("hauler", "zarf", "skopeo"):
         result = invoke("images", *common, "-o", engine, tmp_path=tmp_path)
         assert result.exit_code == 0, result.output
-        out[engine] = yaml.safe_load(result.stdout)  # the comments go: skopeo reads the data
+        out[engine] = list(yaml.safe_load_all(result.stdout))  # the comments go: skopeo reads the data
+        # Found: the air-gap bundle listed images but no charts. Each names both charts and their sums' standing
+        assert "# chart gpu-operator/gpu-operator:" in result.stdout and "a local archive" in result.stdout
+    hauler, files = out["hauler"]
+    out = {engine: documents[0] for engine, documents in out.items()}
     assert out["hauler"]["apiVersion"] == "content.hauler.cattle.io/v1" and out["hauler"]["kind"] == "Images"
     assert {i["name"] for i in out["hauler"]["spec"]["images"]} == sources
+    archives = {str(chart("gpu-operator-v26.7.0.tgz")), str(chart("kube-prometheus-stack-88.5.3.tgz"))}
+    assert files["kind"] == "Files" and {f["path"] for f in files["spec"]["files"]} == archives
     zarf_schema = next(SCHEMAS.glob("*zarf*/zarf.schema.json"), None)
     if zarf_schema is None:
         missing("Zarf's package schema is not in .tools/schemas")
     jsonschema.validate(out["zarf"], json.loads(zarf_schema.read_text()))
     assert set(out["zarf"]["components"][0]["images"]) == sources
+    charts = out["zarf"]["components"][1]
+    assert charts["required"] is False and {c["localPath"] for c in charts["charts"]} == archives
     # skopeo itself reads the sync file: with --debug it names every repository and tag before copying (which
     # fails here, with no registry to reach)
     sync = tmp_path / "sync.yaml"
@@ -396,6 +530,33 @@ def test_images_for_hauler_zarf_and_skopeo_list_the_same_images_and_parse_as_the
               for s in sources}
     assert processed == wanted, sorted(processed ^ wanted)
     assert "Failed to unmarshal" not in read.stderr
+
+
+@pytest.mark.unit
+def test_hauler_and_zarf_carry_the_charts_from_their_repositories_with_what_their_sums_are():
+    """The charts of a plan (what `up` installs) in each mirroring tool's format: Hauler's Charts, Zarf's optional
+    charts component, a comment per chart saying whether the catalogue's sum is the repository's own."""
+    from gpu_bootstrap import __version__
+    from gpu_bootstrap.app.export import mirror
+    from gpu_bootstrap.app.images import ChartUse, ImageList
+    found = ImageList(charts=[
+        ChartUse("gpu-operator/gpu-operator", "gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.7.0",
+                 "ab" * 32, False),
+        ChartUse("monitoring/kube-prometheus-stack", "oci://mirror.example/charts/kube-prometheus-stack", None,
+                 "88.5.3", "cd" * 32, True)])
+    found.add("nvcr.io/nvidia/gpu-operator:v26.7.0", None, "gpu-operator chart")
+    images, charts = yaml.safe_load_all(mirror.hauler(found))
+    assert charts["kind"] == "Charts" and charts["spec"]["charts"] == [
+        {"name": "gpu-operator", "repoURL": "https://helm.ngc.nvidia.com/nvidia", "version": "v26.7.0"},
+        {"name": "kube-prometheus-stack", "repoURL": "oci://mirror.example/charts", "version": "88.5.3"}]
+    text = mirror.zarf(found, __version__)
+    component = yaml.safe_load(text)["components"][1]
+    assert component["charts"][0] == {"name": "gpu-operator", "namespace": "gpu-operator",
+                                      "releaseName": "gpu-operator", "url": "https://helm.ngc.nvidia.com/nvidia",
+                                      "repoName": "gpu-operator", "version": "v26.7.0"}
+    assert component["charts"][1]["url"] == "oci://mirror.example/charts/kube-prometheus-stack"
+    assert "not read from the repository's index" in text and "read from the repository's index: helm pull is " \
+                                                              "checked against it" in text
 
 
 # --- online: the cluster's version and nodes ------------------------------------------------------------------------

@@ -435,6 +435,23 @@ def test_delete_propagation_background_foreground_and_orphan(api, emu):
     assert not [rs for rs in emu.list("replicasets", "default") if rs["metadata"]["name"].startswith("fg-")]
 
 
+def test_a_delete_reads_its_options_from_the_body_and_then_ignores_the_query(api):
+    """handlers/delete.go: with a body, DeleteOptions come from it alone; the query (dryRun=All) is not read. A
+    dry run sent as a query beside a body deletes for real; dryRun in the body does not. (gpu-bootstrap's own
+    delete once sent the first, and a teardown --dry-run removed what it previewed.)"""
+    for name in ("dry-in-body", "dry-in-query"):
+        assert api.post(CM, configmap(name)).status == 201
+    kept = api.request("DELETE", f"{CM}/dry-in-body", {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                        "propagationPolicy": "Background", "dryRun": ["All"]})
+    assert kept.status == 200, kept
+    assert api.request("GET", f"{CM}/dry-in-body").status == 200
+    gone = api.request("DELETE", f"{CM}/dry-in-query?dryRun=All", {"propagationPolicy": "Background"})
+    assert gone.status == 200, gone
+    assert api.request("GET", f"{CM}/dry-in-query").status == 404
+    assert api.request("DELETE", f"{CM}/dry-in-body?dryRun=All").status == 200  # no body: the query is read
+    assert api.request("GET", f"{CM}/dry-in-body").status == 200
+
+
 def test_finalizers_hold_an_object_until_removed(api, emu):
     api.post(CM, {**configmap("held"), "metadata": {"name": "held", "finalizers": ["example.com/hold"]}})
     deleted = api.delete(f"{CM}/held")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_bootstrap.steps.gpu_operator import operand_problems
-from gpu_bootstrap.steps.monitoring import kubelet_service_of
+from gpu_bootstrap.render.monitoring import kubelet_service_of
 
 pytestmark = pytest.mark.unit
 

@@ -232,14 +232,14 @@ def test_render_dir_is_private_and_redacts_values_and_release(tmp_path):
         body = {"release": "r", "namespace": "n", "chart": {"ref": "/nonexistent.tgz"}, "chart_version": "1",
                 "kube_version": "1.31.0", "values": {"grafana": {"adminPassword": "pw-1"}},
                 "derived": ["x=1  ← y"], "warnings": ["repo https://u:pw-2@charts.example.com"]}
-        render.write("monitoring", Change(Verb.HELM_UPGRADE, Ref("helm.sh/v3", "HelmRelease", "r", "n"), "install",
+        render.write("monitoring", Change(Verb.HELM_UPGRADE, Ref("helm", "release", "r", "n"), "install",
                                           body=body))
     finally:
         os.umask(old)
     folder = root / "01-monitoring"
     assert stat.S_IMODE(root.stat().st_mode) == 0o700 and stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {
-        name: 0o600 for name in ("01-helm-upgrade-helmrelease-r.yaml", "plan.txt", "values.yaml", "release.yaml",
+        name: 0o600 for name in ("01-helm-upgrade-release-r.yaml", "plan.txt", "values.yaml", "release.yaml",
                                  "manifests-not-rendered.txt")}
     assert yaml.safe_load((folder / "values.yaml").read_text()) == {"grafana": {"adminPassword": "<redacted>"}}
     assert not [p for p in folder.iterdir() if "pw-1" in p.read_text() or "pw-2" in p.read_text()]

@@ -483,10 +483,15 @@ class Kube:
 
     def delete(self, ref: Ref, dry_run: bool = False, propagation: str = "Background") -> bool:
         """Returns False when the object was already gone."""
+        # The options go in the body, dryRun with them: the API server reads a DELETE's query only when it has no
+        # body, so a dryRun=All query beside a DeleteOptions body deletes for real (a teardown --dry-run did, on
+        # kube-apiserver 1.37)
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+        if dry_run:
+            options["dryRun"] = ["All"]
         try:
             self.request("DELETE", self.path(ref.api_version, ref.kind, ref.name, ref.namespace),
-                         {"dryRun": "All" if dry_run else None}, {"propagationPolicy": propagation},
-                         idempotent=True)
+                         {"dryRun": "All" if dry_run else None}, options, idempotent=True)
             return True
         except NotFound:
             return False

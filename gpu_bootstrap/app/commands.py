@@ -52,9 +52,10 @@ def load_config(options: Options):
     return config_module.load(options.config, overrides=overrides)
 
 
-def build(options: Options, reporter, mode_for_dry_run: str | None = None, config=None):
+def build(options: Options, reporter, mode_for_dry_run: str | None = None, config=None, world=None):
     """Load config and playbook, choose the adapters and the gate's mode, build the context and the runner.
-    Raises ConfigError (exit 2) before anything is touched. `config`: an already loaded config (images)."""
+    Raises ConfigError (exit 2) before anything is touched. `config`: an already loaded config (images); `world`:
+    (kube, helm) of an offline run that stand for a cluster (teardown --offline: the one a fresh up leaves)."""
     if options.offline and not options.dry_run:
         raise UsageError("--offline only makes sense with --dry-run", "add --dry-run")
     if options.kube_version and not options.offline:
@@ -63,6 +64,8 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None, confi
     playbook = load_playbook(options.playbook)
     selected, skipped = select(playbook, options.only, options.skip)
     kube, helm, mode, kube_version = _cluster_adapters(options, config)
+    if world is not None:
+        kube, helm = world
     if not options.offline and not options.no_cluster:
         config = resolve_selected_nodes(config, kube)
     node_facts = _node_facts(options, config, kube, probe="preflight" in selected)
@@ -197,10 +200,21 @@ def check_kubeconfig(path: Path | None, context: str | None) -> Path | None:
 
 
 # --- the commands ----------------------------------------------------------------------------------------------------
+def kubernetes_source(options: Options) -> str:
+    """Where the Kubernetes version a run plans for came from, said on its first line."""
+    if not options.offline:
+        return "the cluster's"
+    if options.kube_version:
+        return f"--kube-version {options.kube_version}"
+    return "offline default; --kube-version X.Y plans for yours"
+
+
 def up(options: Options, reporter):
     """Returns (results, playbook). A failure carries the results so far (error.results)."""
     ctx, runner, playbook = build(options, reporter)
     try:
+        if options.offline or options.dry_run:
+            reporter.kubernetes(ctx.server_version(), kubernetes_source(options))
         return runner.up(force_unlock=options.force_unlock), playbook
     except GpuBootstrapError as error:
         error.results = runner.ordered_results()
@@ -211,7 +225,11 @@ def up(options: Options, reporter):
 
 def teardown(options: Options, reporter, confirm=None, interactive: bool = False):
     """confirm(plans) -> bool is asked before a real teardown (None: no question, as with --yes), which needs a
-    terminal to ask on (`interactive`)."""
+    terminal to ask on (`interactive`). --offline: the teardown of the cluster a fresh `up` leaves."""
+    if options.offline:
+        if not options.dry_run:
+            raise UsageError("teardown --offline only previews a teardown", "add --dry-run")
+        return teardown_after_fresh_up(options, reporter)
     if confirm is not None and not options.dry_run and not interactive:
         raise UsageError("teardown needs confirmation", "pass --yes to run it non-interactively (or --dry-run to see "
                                                         "the plan)")
@@ -220,6 +238,27 @@ def teardown(options: Options, reporter, confirm=None, interactive: bool = False
         if confirm is not None and not options.dry_run and not confirm(runner.undo_plans()):
             raise Aborted()
         return runner.teardown(force_unlock=options.force_unlock)
+    finally:
+        ctx.close()
+
+
+def teardown_after_fresh_up(options: Options, reporter):
+    """`teardown --dry-run --offline`: the steps' own teardown plan, as a dry run, on the cluster a fresh `up` of
+    this config leaves (app/inventory.py)."""
+    from gpu_bootstrap.app import inventory
+    config = load_config(options)
+    fresh = inventory.fresh_up(options, config, build, LogReporter())
+    ctx, runner, _playbook = build(options, reporter, config=config, world=(fresh.kube, fresh.helm))
+    try:
+        inventory.add_running_and_state(fresh.kube, runner.steps, ctx)
+        reporter.kubernetes(fresh.version, kubernetes_source(options))
+        reporter.note("the teardown of the cluster a fresh `up` of this config leaves (no cluster was read)")
+        for note in fresh.notes:
+            reporter.note(note)
+        if any(step.id == "gpu-operator" for step in runner.steps):
+            reporter.note("not listed, as only a cluster knows them: the labels the gpu-operator and NFD put on "
+                          "each node for its hardware (teardown removes those that came with the operator)")
+        return runner.teardown()
     finally:
         ctx.close()
 
@@ -283,6 +322,7 @@ def images(options: Options, cluster_facts: tuple[str, dict] | None = None):
         try:
             results = runner.up()
             reports = ctx.node_facts.reports()
+            charts = image_list.charts_of(ctx.gate.submitted)
         finally:
             ctx.close()
         failed = [r for r in results if r.status == "failed"]
@@ -292,6 +332,7 @@ def images(options: Options, cluster_facts: tuple[str, dict] | None = None):
         documents, not_rendered = _rendered_documents(render)
     found = image_list.collect(documents, reports, bool(reports), config.gpu_operator.driver_management,
                                config.registry.mirror, not_rendered)
+    found.charts = charts
     if probe_via(options, config) == "cluster":  # the probe runs at preflight time, so no render holds it
         from gpu_bootstrap.core.catalogue import pin
         found.add(pin(config.preflight.image), config.registry.mirror,

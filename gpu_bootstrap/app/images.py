@@ -39,8 +39,29 @@ class Image:
 
 
 @dataclass
+class ChartUse:
+    """A chart the platform installs: where helm pulls it from and the catalogue's sha256 of its archive."""
+
+    release: str  # namespace/name
+    name: str  # the chart's name in its repository, an oci:// reference, or a local archive's path
+    repo: str | None
+    version: str | None
+    sha256: str | None = None  # the catalogue's
+    verified: bool = False  # the sum was read from the repository's index (else: from our own packaging)
+
+    @property
+    def local(self) -> bool:
+        return self.repo is None and not self.name.startswith("oci://")
+
+    def document(self) -> dict:
+        return {"release": self.release, "chart": self.name, "repository": self.repo, "version": self.version,
+                "sha256": self.sha256, "sha256_verified": self.verified}
+
+
+@dataclass
 class ImageList:
     images: dict[str, Image] = field(default_factory=dict)
+    charts: list[ChartUse] = field(default_factory=list)  # the charts `up` installs, in playbook order
     notes: list[str] = field(default_factory=list)  # what the list could not be exact about, and why
     incomplete: list[str] = field(default_factory=list)  # charts that could not be rendered
     mirror: str | None = None
@@ -66,7 +87,26 @@ class ImageList:
 
     def document(self) -> dict:
         return {"mirror": self.mirror, "images": [i.document() for i in self.sorted()], "count": len(self.images),
+                "charts": [c.document() for c in self.charts],
                 "per_component": self.per_component(), "notes": list(self.notes), "incomplete": list(self.incomplete)}
+
+
+def charts_of(submitted: list) -> list[ChartUse]:
+    """The charts a plan installs, from its helm-upgrade changes (the gate's record), with the catalogue's sums."""
+    from gpu_bootstrap.core.refs import Verb
+    found = []
+    for _step, change in submitted:
+        if Verb(change.verb) != Verb.HELM_UPGRADE:
+            continue
+        body = change.body
+        chart = body["chart"]
+        name = chart["ref"]
+        version = chart.get("version") or body.get("chart_version")
+        short = name.rpartition("/")[2]
+        found.append(ChartUse(f"{body['namespace']}/{body['release']}", name, chart.get("repo"), version,
+                              catalogue.chart_sha256(short, version) if version else None,
+                              catalogue.chart_sha256_verified(short)))
+    return found
 
 
 def container_images(node, found: list[str] | None = None) -> list[str]:

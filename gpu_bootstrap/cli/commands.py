@@ -14,7 +14,7 @@ from typer import Option
 from typer.core import TyperGroup
 
 from gpu_bootstrap import __version__
-from gpu_bootstrap.cli.common import CLUSTER, PIPELINE, Output, options_from, run
+from gpu_bootstrap.cli.common import CLUSTER, PIPELINE, Output, options_from, run, unwrapped
 from gpu_bootstrap.cli.common import command as _command
 from gpu_bootstrap.cli.status import register as register_status
 from gpu_bootstrap.core.errors import EXIT_FAILED, GpuBootstrapError
@@ -261,6 +261,14 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
                "DIR's path inside that repository (default: DIR as given, relative)."))] = None,
            revision: Annotated[str, Option("--revision", metavar="REF", help=(
                "argocd: the branch, tag or commit to sync."))] = "HEAD",
+           argocd_namespace: Annotated[str, Option("--argocd-namespace", metavar="NAMESPACE", help=(
+               "argocd: where Argo CD runs (its Applications go there)."))] = "argocd",
+           argocd_project: Annotated[str, Option("--argocd-project", metavar="PROJECT", help=(
+               "argocd: the AppProject of the Applications; it must allow the chart repositories, DIR's "
+               "repository and cluster-scoped objects (CRDs, webhooks, ClusterRoles)."))] = "default",
+           no_auto_sync: Annotated[bool, Option("--no-auto-sync", help=(
+               "argocd: no automated sync (no prune, no selfHeal): you sync each Application, in the README's "
+               "order."))] = False,
            flux_source: Annotated[str, Option("--flux-source", metavar="NAMESPACE/NAME", help=(
                "flux: the GitRepository that holds DIR."))] = "flux-system/flux-system",
            offline: Annotated[bool, Option("--offline", help=(
@@ -289,6 +297,7 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
 
       gpu-bootstrap export --format flux -o clusters/prod/gpu
       gpu-bootstrap export --format argocd -o gpu --repo-url https://git.example.com/fleet.git
+      gpu-bootstrap export --format argocd -o gpu --repo-url URL --argocd-project platform --no-auto-sync
       gpu-bootstrap export --format helmfile -o gpu --offline --kube-version 1.31 --preflight-report report.json
     """
     options = options_from(common, offline=offline, kube_version=kube_version, preflight_report=preflight_report,
@@ -299,7 +308,8 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
         from gpu_bootstrap.app.export.command import export as run_export
         from gpu_bootstrap.app.export.formats import Target
         target = Target(repo_url=repo_url, revision=revision, path=repo_path or _relative(out),
-                        flux_namespace=namespace or "flux-system", flux_source=name)
+                        argocd_namespace=argocd_namespace, argocd_project=argocd_project,
+                        auto_sync=not no_auto_sync, flux_namespace=namespace or "flux-system", flux_source=name)
         done = run_export(options, format_.value, out, target)
         typer.echo(f"wrote {len(done.files)} files to {out}/ ({format_.value}): {len(done.bundle.units)} units, "
                    f"in order: {', '.join(u.id for u in done.bundle.units)}")
@@ -321,23 +331,37 @@ def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
         "Show what would be removed; change nothing."))] = False,
              yes: Annotated[bool, Option("-y", "--yes", help="Do not ask for confirmation.")] = False,
              purge_crds: Annotated[bool, Option("--purge-crds", help=(
-                 "Also delete the gpu-operator's CRDs (and every object of them); kept by default."))] = False,
+                 "Also delete the CRDs of the charts gpu-bootstrap installed (gpu-operator's nvidia.com and NFD "
+                 "kinds, the Prometheus Operator's monitoring.coreos.com kinds) and every object of them; kept by "
+                 "default."))] = False,
+             offline: Annotated[bool, Option("--offline", help=(
+                 "With --dry-run, no cluster: what a teardown of a fresh `up` of this config would remove (helm "
+                 "renders the charts to name their CRDs where it can)."))] = False,
+             kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y[.Z]", help=(
+                 "With --offline: the Kubernetes version of that cluster (default 1.33)."))] = None,
              ) -> None:
     """Undo what `up` did, last step first: removes exactly what gpu-bootstrap added, keeps what you added.
+
+    Removed: the objects and Helm releases gpu-bootstrap made (labelled app.kubernetes.io/managed-by=gpu-bootstrap,
+    or adopted), the taint, labels and records it put on nodes, the namespaces it created, what its components made
+    while running (the scheduler's Lease, the Prometheus Operator's kubelet Service), then its own namespace
+    gpu-bootstrap. docs/what-up-changes.md lists it all.
 
     [bold]Examples[/]
 
       gpu-bootstrap teardown --dry-run
+      gpu-bootstrap teardown --dry-run --offline --kube-version 1.31
       gpu-bootstrap teardown --yes
     """
-    options = options_from(common, dry_run=dry_run, purge_crds=purge_crds)
+    options = options_from(common, dry_run=dry_run, purge_crds=purge_crds, offline=offline,
+                           kube_version=kube_version)
 
     def body():
         from gpu_bootstrap.app import commands as application
         from gpu_bootstrap.cli.ui import JsonReporter, RichReporter, confirm_teardown, show_results
         reporter = JsonReporter() if options.json else RichReporter(dry_run)
         results = application.teardown(options, reporter, None if yes else confirm_teardown, interactive())
-        show_results(results, reporter, options.json, f"gpu-bootstrap teardown{' --dry-run' if dry_run else ''}")
+        show_results(results, reporter, options.json, f"gpu-bootstrap teardown{' --dry-run' if dry_run else ''}{' --offline' if offline else ''}")
 
     run("teardown", common, body)
 
@@ -428,7 +452,7 @@ class RbacFor(str, Enum):
 
 
 @command("config", "playbook", "kubeconfig", "context", "verbose", "log_file")
-def rbac(common, for_: Annotated[RbacFor, Option("--for", help=(
+def rbac(common, for_: Annotated[RbacFor, Option("--for", metavar="ROLE", help=(
         "The command to grant. plan: up --dry-run=client, read-only, no Secrets (a pull request's CI). dry-run: up "
         "--dry-run, kept dry by an admission policy (a trusted main-branch job). doctor: reads and dry runs, kept "
         "dry. probe: doctor plus the in-cluster node probe (node-root-equivalent, trusted use). status: reads and "
@@ -488,6 +512,10 @@ def init(path: Annotated[Path, typer.Argument(help="Where to write the example c
 def version() -> None:
     """Print the gpu-bootstrap version."""
     typer.echo(f"gpu-bootstrap {__version__}")
+
+
+for _registered in (init, version):  # registered with app.command() directly: their help wraps too
+    _registered.__doc__ = unwrapped(_registered.__doc__)
 
 
 def interactive() -> bool:

@@ -24,6 +24,70 @@ def _flags_without_placeholder():
 _flags_without_placeholder()
 
 
+def _fold_long_words():
+    """An option's help at 80 columns: a word longer than its column (GPU_BOOTSTRAP_KUBECONFIG, a path, an option's
+    long name) is folded onto the next line instead of cut off with an ellipsis."""
+    from typer import rich_utils
+
+    class FoldingTable(rich_utils.Table):
+        def add_row(self, *renderables, **kwargs):
+            for item in renderables:
+                if hasattr(item, "overflow"):
+                    item.overflow = "fold"
+            return super().add_row(*renderables, **kwargs)
+    rich_utils.Table = FoldingTable
+    original = rich_utils._get_parameter_help
+
+    def folded(**kwargs):
+        found = original(**kwargs)
+        for item in getattr(found, "renderables", []):
+            if hasattr(item, "overflow"):
+                item.overflow = "fold"
+        return found
+    rich_utils._get_parameter_help = folded
+
+
+def unwrapped(doc: str | None) -> str | None:
+    """A command's docstring with its paragraphs' hard line breaks joined, so that the help wraps at the terminal's
+    width instead of breaking mid-sentence; indented lines (examples) and blank lines stay as they are."""
+    if not doc:
+        return doc
+    import inspect
+    out, paragraph = [], []
+    for line in inspect.cleandoc(doc).splitlines():
+        if line.strip() and not line.startswith(" "):
+            paragraph.append(line.strip())
+            continue
+        if paragraph:
+            out.append(" ".join(paragraph))
+            paragraph = []
+        out.append(line)
+    if paragraph:
+        out.append(" ".join(paragraph))
+    return "\n".join(out)
+
+
+_fold_long_words()
+
+
+def _errors_as_one_line():
+    """Bad usage (an unknown option, a missing value, a value not among the choices) in the same style as every
+    other error: `error: ... — try: gpu-bootstrap CMD --help`, one line on stderr, exit 2; not a rich box."""
+    from typer import rich_utils
+
+    def one_line(error) -> None:
+        if error.__class__.__name__ == "NoArgsIsHelpError":
+            return
+        from gpu_bootstrap.cli.ui import print_error
+        ctx = getattr(error, "ctx", None)
+        hint = f" — try: {ctx.command_path} --help" if ctx is not None else ""
+        print_error(" ".join(error.format_message().split()) + hint, None)
+    rich_utils.rich_format_error = one_line
+
+
+_errors_as_one_line()
+
+
 class Output(str, Enum):
     text = "text"
     json = "json"
@@ -68,6 +132,7 @@ def command(app: typer.Typer, *shared: str):
             common = {name: kwargs.pop(name) for name in shared}
             return fn(common, **kwargs)
 
+        wrapper.__doc__ = unwrapped(fn.__doc__)
         wrapper.__signature__ = inspect.Signature(own + extra)
         wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
         return app.command()(wrapper)

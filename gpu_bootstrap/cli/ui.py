@@ -114,6 +114,16 @@ def escape(text: str) -> str:
     return rich_escape(redacted(text))
 
 
+def wrapped(text: str, width: int, indent: str, hanging: str) -> list[str]:
+    """A long plan line folded at the screen's width, at spaces and after the commas and colons of compact JSON (a
+    derived value such as dcgmExporter.serviceMonitor={...}), never inside a word."""
+    import re
+    import textwrap
+    spaced = re.sub(r'":(?=["{\[\dtfn])', '": ', re.sub(r",(?=[\"{\[])", ", ", text))
+    return textwrap.wrap(spaced, max(width, 40), initial_indent=indent, subsequent_indent=hanging,
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
 def console(stderr: bool = False):
     from rich.console import Console
     stream = sys.stderr if stderr else sys.stdout
@@ -140,7 +150,10 @@ class RichReporter(Reporter):
             self._status = self.out.status(f"[bold]{step.id}[/] {escape(step.title)} …")
             self._status.start()
         else:
-            self.out.print(f"[bold]{step.id}[/] {step.title} …")
+            first, *rest = wrapped(f"{step.id} {step.title} …", self.out.width, "", "    ")
+            self.out.print(f"[bold]{escape(step.id)}[/]{escape(first[len(step.id):])}")
+            for part in rest:
+                self.out.print(escape(part))
 
     def _stop(self) -> None:
         if self._status is not None:
@@ -152,25 +165,36 @@ class RichReporter(Reporter):
         self._stop()
         style = STATUS_STYLE.get(result.status, "")
         count = f" ({result.changes} change{'s' if result.changes != 1 else ''})" if result.changes else ""
-        message = f" — {escape(result.message)}" if result.message else ""
-        self.out.print(f"[{style}]{STATUS_ICON.get(result.status, ' ')} {result.id}: {result.status}{count}[/]"
-                       f"[dim]{message}[/]")
+        head = f"{STATUS_ICON.get(result.status, ' ')} {result.id}: {result.status}{count}"
+        first, *rest = wrapped(f"{head} — {result.message}" if result.message else head, self.out.width, "", "    ")
+        self.out.print(f"[{style}]{escape(head)}[/][dim]{escape(first[len(head):])}[/]")
+        for part in rest:
+            self.out.print(f"[dim]{escape(part)}[/]")
 
     def change(self, step_id: str, change, applied: bool) -> None:
         super().change(step_id, change, applied)
         verb = "[green]changed[/]" if applied else "[cyan]would change[/]"
-        reason = f" [dim]← {escape(change.reason)}[/]" if change.reason else ""
-        self.out.print(f"    {verb} {escape(str(change.target))}: {escape(change.summary)}{reason}")
+        reason = f"  ← {change.reason}" if change.reason else ""
+        first, *rest = wrapped(f"{change.target}: {change.summary}{reason}", self.out.width - 17, "", "")
+        self.out.print(f"    {verb} {escape(first)}")
+        for part in rest:
+            self.out.print(f"            [dim]{escape(part)}[/]")
         for line in change.details:  # the paths of the user's values, never the values; escape() redacts the rest
-            self.out.print(f"        [dim]{escape(line)}[/]")
+            for part in wrapped(line, self.out.width, "        ", "            "):
+                self.out.print(f"[dim]{escape(part)}[/]")
 
     def warn(self, message: str) -> None:
         super().warn(message)
         console(stderr=True).print(f"[yellow]warning:[/] {escape(message)}")
 
+    def kubernetes(self, version: str, source: str) -> None:
+        super().kubernetes(version, source)
+        self.out.print(f"[bold]Kubernetes {escape(version)}[/] [dim]({escape(source)})[/]")
+
     def note(self, message: str) -> None:
         super().note(message)
-        self.out.print(f"[dim]{escape(message)}[/]")
+        for part in wrapped(message, self.out.width, "", "    "):
+            self.out.print(f"[dim]{escape(part)}[/]")
 
     def summary(self, results, title: str) -> None:
         from rich.table import Table
@@ -193,18 +217,43 @@ class JsonReporter(Reporter):
 def results_document(results, ok: bool, error: str | None = None, exit_code: int | None = None) -> dict:
     """The -o json contract of up and teardown: every step's outcome, ok, and the error when there was one."""
     from gpu_bootstrap.security.redact import text as redacted
-    document = {"steps": [{**r.to_json(), "message": redacted(r.message)} for r in results], "ok": ok}
+    steps = []
+    for result in results:
+        step = {**result.to_json(), "message": redacted(result.message)}
+        if "planned" in step:
+            step["planned"] = [{key: redacted(value) for key, value in change.items()} for change in step["planned"]]
+        steps.append(step)
+    document = {"steps": steps, "ok": ok}
     if error is not None:
         document.update(error=redacted(error), exit_code=exit_code)
     return document
 
 
 def plan_verdict(results) -> str:
-    """One line for a dry run: the changes it would make, or "no changes", and the steps it could not judge."""
-    planned = [r.id for r in results if r.status in ("planned", "incomplete")]
+    """One line for a dry run: how many objects and releases it would create, change and remove, in which steps,
+    and the steps it could not judge."""
+    from gpu_bootstrap.core.refs import Verb
+    planned = [r for r in results if r.status in ("planned", "incomplete")]
     unknown = [r.id for r in results if r.status == "unknown"]
-    total = sum(r.changes for r in results if r.status in ("planned", "incomplete"))
-    text = f"{total} change(s) planned in {', '.join(planned)}" if planned else "no changes"
+    unchanged = [r.id for r in results if r.status == "unchanged"]
+    counts = {"create": 0, "change": 0, "remove": 0}
+    for result in planned:
+        for change in result.planned:
+            verb = Verb(change.verb)
+            if verb in (Verb.DELETE, Verb.HELM_UNINSTALL):
+                counts["remove"] += 1
+            elif verb == Verb.CREATE or change.summary.startswith(("create", "install")):
+                counts["create"] += 1
+            else:
+                counts["change"] += 1
+    if planned:
+        total = sum(r.changes for r in planned)
+        text = (f"{counts['create']} to create, {counts['change']} to change, {counts['remove']} to remove "
+                f"({total} change(s) planned in {', '.join(r.id for r in planned)})")
+    else:
+        text = "no changes"
+    if unchanged:
+        text += f"; {len(unchanged)} step(s) unchanged"
     if unknown:
         text += (f"; unknown: {', '.join(unknown)} (their state is in Secrets this identity may not read, so "
                  f"neither changes nor their absence can be said)")
@@ -229,6 +278,8 @@ def show_results(results, reporter, as_json: bool, title: str, note: str | None 
                   f"plan")
     if as_json:
         document = results_document(results, not failed, failed, 1 if failed else None)
+        if planned_for := getattr(reporter, "planned_for", None):
+            document["kubernetes"] = {"version": planned_for[0], "source": planned_for[1]}
         if plan:
             document["plan"] = plan_verdict(results)
             document["incomplete"] = missing

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-RELEASE_API = "helm.sh/v3"  # not served by any API server: it marks a Helm release
+RELEASE_API = "helm"  # not served by any API server: it marks a Helm release (not Flux's HelmRelease)
+RELEASE_KIND = "release"  # lowercase, as no Kubernetes kind is
 
 
 class Verb(StrEnum):
@@ -41,7 +42,7 @@ class Ref:
 
     @classmethod
     def release(cls, name: str, namespace: str) -> "Ref":
-        return cls(RELEASE_API, "HelmRelease", name, namespace)
+        return cls(RELEASE_API, RELEASE_KIND, name, namespace)
 
 
 @dataclass(frozen=True)

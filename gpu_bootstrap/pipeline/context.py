@@ -64,6 +64,11 @@ class LogReporter:
     def note(self, message: str) -> None:
         self.log.info(message)
 
+    def kubernetes(self, version: str, source: str) -> None:
+        """The Kubernetes version a plan is made for, and where it came from (said first)."""
+        self.planned_for = (version, source)
+        self.log.info("Kubernetes %s (%s)", version, source)
+
 
 @dataclass(frozen=True)
 class RunOptions:

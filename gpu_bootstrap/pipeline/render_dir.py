@@ -31,7 +31,7 @@ _BlockDumper.add_representer(str, _str)
 
 
 def dump(obj) -> str:
-    return yaml.dump(obj, Dumper=_BlockDumper, sort_keys=False)
+    return yaml.dump(obj, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True)
 
 
 STEP_FOLDER = re.compile(r"\d\d-[a-z0-9-]+")
@@ -92,11 +92,12 @@ class RenderDir:
         for the target Kubernetes version; when the chart cannot be rendered, a note saying why instead."""
         body = change.body
         self.write_file(step_id, "values.yaml", VALUES_NOTE + yaml.safe_dump(secret_values.hidden(body["values"]),
-                                                                              sort_keys=False))
+                                                                              sort_keys=False, allow_unicode=True))
         release = {key: body[key] for key in ("release", "namespace", "chart", "chart_version", "kube_version")}
         release["derived_values"] = body.get("derived", [])
         release["warnings"] = body.get("warnings", [])
-        self.write_file(step_id, "release.yaml", yaml.safe_dump(redact.tree(release), sort_keys=False))
+        self.write_file(step_id, "release.yaml", yaml.safe_dump(redact.tree(release), sort_keys=False,
+                                                               allow_unicode=True))
         chart = body["chart"]
         try:
             manifests = self.helm.template(body["release"], Chart(chart["ref"], chart.get("repo"),

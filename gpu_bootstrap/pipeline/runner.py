@@ -264,7 +264,10 @@ class Runner:
                     self.ctx.gate.submit(step.id, change)
                     self.ctx.reporter.change(step.id, change, applied=False)
                 self._finish(StepResult(step.id, "planned" if changes else "unchanged", len(changes),
-                                        _undo_message(changes, planned=True)))
+                                        _undo_message(changes, planned=True), planned=list(changes)))
+            if not self.skipped and self.ctx.kube.get("v1", "Namespace", cp.NAMESPACE) is not None:
+                self.ctx.reporter.note(f"then the tool's own namespace {cp.NAMESPACE} (its checkpoint ConfigMap "
+                                       f"{cp.NAME}, the key Secret {cp.KEY_SECRET} and its lock) would be removed")
             return self.ordered_results()
         self.checkpoint.load()
         self.ctx.kube.apply(cp.namespace_manifest())

@@ -70,7 +70,11 @@ class StepResult:
     planned: list[Change] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "status": self.status, "changes": self.changes, "message": self.message}
+        document = {"id": self.id, "status": self.status, "changes": self.changes, "message": self.message}
+        if self.planned:  # a dry run's changes, as the plan prints them: what and why, never a body
+            document["planned"] = [{"verb": str(c.verb), "target": str(c.target), "summary": c.summary,
+                                    "reason": c.reason} for c in self.planned]
+        return document
 
 
 class Step:
@@ -125,6 +129,12 @@ class Step:
         return self.check(ctx)
 
     def undo_plan(self, ctx: "Context") -> list[Change]:
+        return []
+
+    def made_while_running(self, ctx: "Context") -> list[dict]:
+        """The objects the components this step installs make once they run, outside anything we apply (a
+        scheduler's leader-election Lease), that undo_plan removes: `teardown --dry-run --offline` adds them to the
+        cluster a fresh `up` leaves (adapters/after_up.py). Read only from ctx.kube, as undo_plan does."""
         return []
 
     def record(self, ctx: "Context", check: Check) -> dict | None:

@@ -123,6 +123,7 @@ class Admission(Step):
                                                              "MutatingAdmissionPolicy")]
         leftovers = owned_refs(ctx.kube, kinds, None, keep)
         facts = AdmissionFacts(desired, drift, leftovers, tuple(notes))
+        notes = [n for n in notes if not n.startswith("caBundle")]  # expected on a fresh cluster: a change's detail
         if drift or leftovers:
             parts = [f"{ref.kind} {ref.name}: {why}" for ref, why in drift.items()]
             parts += [f"{ref.kind} {ref.name}: no longer wanted" for ref in leftovers]

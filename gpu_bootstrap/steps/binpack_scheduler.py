@@ -235,6 +235,12 @@ class BinpackScheduler(Step):
         return Check(WARN, f"{len(pods)} pod(s) wait for {name}: {shown}" + (f"; it says: {reason}" if reason else ""))
 
     # --- undo ---------------------------------------------------------------------------------------------------------
+    def made_while_running(self, ctx) -> list[dict]:
+        """The scheduler's leader-election Lease, which it takes once it runs."""
+        settings = ctx.config.scheduler
+        return [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                 "metadata": {"name": settings.lease, "namespace": settings.namespace}}]
+
     def undo_plan(self, ctx) -> list[Change]:
         settings = ctx.config.scheduler
         owned = self._owned(ctx, exclude=set())

@@ -22,7 +22,8 @@ from gpu_bootstrap.core.objects import differences, pod_ready, toleration_for
 from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from gpu_bootstrap.core.refs import Chart
 from gpu_bootstrap.render import monitoring as render
-from gpu_bootstrap.render.monitoring import MonitoringProblem, kubelet_service_of
+from gpu_bootstrap.render.monitoring import MonitoringProblem
+from gpu_bootstrap.steps import monitoring_kubelet as kubelet
 from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.render.gpu_operator_values import ValuesPlan
 from gpu_bootstrap.steps.node_prep import gpu_taint, no_room_warning
@@ -301,8 +302,6 @@ class Monitoring(Step):
         section = ctx.config.monitoring
         target = facts.target
         changes = []
-        scrape = [f"dcgmExporter.serviceMonitor={_compact(facts.scrape)}  ← installed by the gpu-operator step "
-                  f"(the same values)"]
         if target.mode == "install":
             release = Ref.release(section.release, section.namespace)
             if facts.namespace is not None and (parts := facts.namespace.change()):
@@ -319,7 +318,7 @@ class Monitoring(Step):
                 action = "install" if facts.release.get("installed") is None else facts.release["reason"]
                 choice = facts.choice
                 shown = f"{choice.release.label} ({facts.version})" if choice and choice.release else facts.version
-                details = (target.reason, *render.explain(plan), *scrape)
+                details = (target.reason, *render.explain(plan))
                 body = {"release": section.release, "namespace": section.namespace,
                         "chart": {"ref": facts.chart.ref, "repo": facts.chart.repo, "version": facts.chart.version},
                         "chart_version": facts.version, "values": plan.merged, "derived": render.explain(plan),
@@ -330,7 +329,10 @@ class Monitoring(Step):
             ref = Ref.of(obj)
             why = facts.drift.get(ref)
             if why:
-                details = (target.reason, *target.found, *scrape) if ref.kind == "PrometheusRule" else ()
+                # the mode's reason once: on the release (install mode), else on the rule (attach mode); the DCGM
+                # exporter's ServiceMonitor values are the gpu-operator step's, which shows them
+                details = (target.reason, *target.found) if ref.kind == "PrometheusRule" and \
+                    target.mode != "install" else ()
                 changes.append(Change(Verb.APPLY, ref, "create" if why == "missing" else "update",
                                       f"{why}; labelled for {target.mode} mode ({target.prometheus})", obj,
                                       details=details))
@@ -518,6 +520,9 @@ class Monitoring(Step):
         return out
 
     # --- undo ---------------------------------------------------------------------------------------------------------------
+    def made_while_running(self, ctx) -> list[dict]:
+        return kubelet.made_while_running(ctx)
+
     def undo_plan(self, ctx) -> list[Change]:
         section = ctx.config.monitoring
         rules_served = _crd(ctx, RULE_CRD)
@@ -529,7 +534,7 @@ class Monitoring(Step):
                                   f"uninstall {section.release}", "teardown: gpu-bootstrap installed it",
                                   {"release": section.release, "namespace": section.namespace,
                                    "timeout": f"{section.wait_timeout}s"}))
-            changes += self._kubelet_service_removal(ctx)
+            changes += kubelet.removal(ctx)
             if ctx.options.purge_crds:  # the chart's CRDs are the Prometheus Operator's, group monitoring.coreos.com
                 for crd in ctx.kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition"):
                     if (crd.get("spec") or {}).get("group") == "monitoring.coreos.com":
@@ -540,30 +545,6 @@ class Monitoring(Step):
         if section.mode != "attach" and pod_security.ownership(ctx.kube.get("v1", "Namespace", section.namespace)) == "ours":
             changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", section.namespace), "remove",
                                   "the namespace gpu-bootstrap created for the stack"))
-        return changes
-
-
-    @staticmethod
-    def _kubelet_service_removal(ctx) -> list[Change]:
-        """The Prometheus Operator of a stack we installed makes a Service (and its Endpoints) for the kubelets, named
-        by its --kubelet-service flag, outside the release: `helm uninstall` leaves it (the chart's README says to
-        delete it by hand). It is ours through the release, so teardown removes it, and only while the operator's
-        own managed-by label says the operator made it."""
-        section = ctx.config.monitoring
-        operators = [d for d in ctx.kube.list("apps/v1", "Deployment", section.namespace)
-                     if (d["metadata"].get("labels") or {}).get("release") == section.release]
-        target = kubelet_service_of(operators)
-        if target is None:
-            return []
-        namespace, name = target
-        changes = []
-        for kind in ("Service", "Endpoints"):
-            found = ctx.kube.get("v1", kind, name, namespace)
-            if found and (found["metadata"].get("labels") or {}).get(
-                    "app.kubernetes.io/managed-by") == "prometheus-operator":
-                changes.append(Change(Verb.DELETE, Ref("v1", kind, name, namespace), "remove",
-                                      f"made by the Prometheus Operator of {section.release} (--kubelet-service); "
-                                      f"helm uninstall leaves it"))
         return changes
 
 
@@ -590,8 +571,3 @@ def _service_port(ctx, namespace: str, service: str, port: str) -> str:
     ports = (found.get("spec") or {}).get("ports") or []
     chosen = next((p for p in ports if port in (p.get("name"), str(p.get("port")))), ports[0] if ports else {})
     return str(chosen.get("port", 9090))
-
-
-def _compact(value) -> str:
-    import json
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)

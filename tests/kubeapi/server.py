@@ -458,22 +458,30 @@ class Handler(BaseHTTPRequestHandler):
     def _delete(self, rt, namespace, name, sub, query, body) -> None:
         store = self.server.emulator.store
         options = self._delete_options(query, body)
-        result = store.delete(rt, namespace, name, options, options.get("dryRun") == ["All"] or
-                              query.get("dryRun") == "All")
+        result = store.delete(rt, namespace, name, options, options.get("dryRun") == ["All"])
         self._present(rt, result)
 
     def _deletecollection(self, rt, namespace, name, sub, query, body) -> None:
         store = self.server.emulator.store
         options = self._delete_options(query, body)
         items = store.delete_collection(rt, namespace, query.get("labelSelector", ""), query.get("fieldSelector", ""),
-                                        options, query.get("dryRun") == "All")
+                                        options, options.get("dryRun") == ["All"])
         self._send_json(200, {"kind": rt.list_kind or f"{rt.kind}List", "apiVersion": rt.api_version,
                               "metadata": {"resourceVersion": str(store.rv)}, "items": items})
 
     def _delete_options(self, query: dict, body: bytes) -> dict:
-        options = self._decode(body) if body else {}
-        if "propagationPolicy" in query:
-            options["propagationPolicy"] = query["propagationPolicy"]
+        """As kube-apiserver reads them (handlers/delete.go): from the body when there is one, and then the query
+        is not read at all (a dryRun=All query beside a body deletes for real); else from the query."""
+        if body:
+            options = self._decode(body)
+        else:
+            options = {key: query[key] for key in ("propagationPolicy", "gracePeriodSeconds") if key in query}
+            if query.get("dryRun"):
+                options["dryRun"] = [query["dryRun"]]
+        dry_run = options.get("dryRun") or []
+        if any(value != "All" for value in dry_run):
+            raise ApiError(400, f'dryRun: Unsupported value: "{dry_run[0]}": supported values: "All"')
+        self._record.dry_run = dry_run == ["All"]  # what the request log calls a dry run is what the server did
         policy = options.get("propagationPolicy")
         if policy not in (None, "", "Orphan", "Background", "Foreground"):
             raise ApiError(400, f'propagationPolicy: Unsupported value: "{policy}"')

@@ -68,6 +68,15 @@ def audit_mark(cluster) -> int:
     return cluster.audit_log.stat().st_size if cluster.audit_log.exists() else 0
 
 
+def dry_run(event: dict) -> bool:
+    """Whether the server treated a write as a dry run: a DELETE with a body by its DeleteOptions alone (the server
+    then ignores the query), any other write by its query."""
+    options = event.get("requestObject")
+    if event.get("verb") in ("delete", "deletecollection") and isinstance(options, dict):
+        return options.get("dryRun") == ["All"]
+    return "dryRun=All" in event.get("requestURI", "")
+
+
 def audit_writes(cluster, since: int = 0) -> list[str]:
     """Writes the API server recorded from gpu-bootstrap or helm (server-side dry runs left out), as
     'verb URI (user agent)'."""
@@ -79,7 +88,7 @@ def audit_writes(cluster, since: int = 0) -> list[str]:
             agent = event.get("userAgent") or ""
             if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
                 continue
-            if not agent.startswith(OUR_AGENTS) or "dryRun=" in event.get("requestURI", ""):
+            if not agent.startswith(OUR_AGENTS) or dry_run(event):
                 continue
             found.append(f"{event['verb']} {event['requestURI']} ({agent})")
     return found

@@ -222,10 +222,30 @@ def test_a_second_up_makes_no_writes(deployment, target):
         assert audit_writes(target.cluster, since=mark) == []
 
 
+def compare_the_offline_teardown_preview(deployment, target) -> None:
+    """`teardown --dry-run --offline` (no cluster: the teardown of what a fresh `up` of the config would leave)
+    names the same changes as `teardown --dry-run` on the cluster the session's real `up` made, --purge-crds
+    included (helm renders the charts offline to name their CRDs)."""
+    def changes(*extra: str) -> list:
+        result, document, _log = target.cli("teardown", "-c", str(deployment.config), "--playbook",
+                                            str(target.playbook), "--dry-run", "--purge-crds", *extra)
+        assert result.exit_code == 0, result.output
+        return sorted((s["id"], c["verb"], c["target"]) for s in document["steps"] for c in s.get("planned", []))
+    version = target.json("version")["serverVersion"]["gitVersion"].lstrip("v")
+    mark = audit_mark(target.cluster) if target.local else 0
+    online = changes()
+    if target.local:  # a dry run writes nothing (a dryRun query beside a DeleteOptions body once deleted for real)
+        assert audit_writes(target.cluster, since=mark) == []
+    offline = changes("--offline", "--kube-version", version)
+    assert offline == online, {"online only": sorted(set(online) - set(offline)),
+                               "offline only": sorted(set(offline) - set(online))}
+
+
 def test_teardown_leaves_no_object_of_ours(deployment, target):
     """Every listable API resource before the first `up` and after `teardown --purge-crds`, as a user auditing the
     cluster would: nothing new remains, nothing carries our marks, the GPU nodes' labels and taints are as before."""
     deployment.ensure()
+    compare_the_offline_teardown_preview(deployment, target)
     result, document, log = target.cli("teardown", "-c", str(deployment.config), "--playbook",
                                        str(target.playbook), "--yes", "--purge-crds")
     deployment.up = False

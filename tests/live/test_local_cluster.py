@@ -263,7 +263,9 @@ def assert_plan_names_only_the_drift(document: dict, drift: str) -> None:
                if s["status"] not in ("unchanged", "skipped") and i not in ("admission-opa", "admission", "monitoring")]
     assert not changed, "\n".join(changed)
     assert steps["admission-opa"]["status"] == steps["admission"]["status"] == "unknown", steps
-    assert document["plan"].startswith("1 change(s) planned in monitoring; unknown: admission-opa, admission")
+    assert document["plan"].startswith("0 to create, 1 to change, 0 to remove (1 change(s) planned in monitoring); ")
+    assert "; unknown: admission-opa, admission (" in document["plan"], document["plan"]
+    assert document["kubernetes"]["source"] == "the cluster's", document["kubernetes"]
 
 
 def assert_plan_role_reads_no_secret_and_writes_nothing(target, deployment, kubeconfig: Path) -> None:
@@ -454,8 +456,7 @@ def test_each_export_format_passes_a_server_side_dry_run_with_the_engines_crds(d
                 args += ["--repo-url", "https://git.example.com/fleet.git"]
             result = run_export(target, args)
             assert result.exit_code == 0, result.output
-            files = [p for p in sorted(out.rglob("*.yaml")) if p.name != "kustomization.yaml"
-                     and "values" not in p.parts and p.name != "helmfile.yaml"]
+            files = engine_files(out, engine, tmp_path)
             assert files, engine
             sent = target.kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server",
                                   "--field-manager=gitops-export-check", *[a for f in files for a in ("-f", str(f))],
@@ -467,6 +468,21 @@ def test_each_export_format_passes_a_server_side_dry_run_with_the_engines_crds(d
         target.kubectl("delete", "crd", *names, "--ignore-not-found", "--wait=false", check=False)
         target.kubectl("delete", "namespace", "argocd", "flux-system", "--ignore-not-found", "--wait=false",
                        check=False)
+
+
+def engine_files(out, engine: str, tmp_path) -> list:
+    """What the engine sends to the API server: its own objects (Applications, Kustomizations, HelmReleases) and
+    each unit of ours as the engine builds it (kustomize, or helm template for helmfile's local charts), written
+    to files next to the export."""
+    from tests.test_export import built_units
+    own = [p for p in sorted(out.rglob("*.yaml")) if p.name in ("helmrelease.yaml", "helmrepository.yaml")
+           or p.parent.name in ("apps", "flux") and p.name != "kustomization.yaml" or p.name == "app-of-apps.yaml"]
+    built = []
+    for unit, objects in built_units(out, engine, tmp_path).items():
+        path = tmp_path / f"built-{engine}-{unit}.yaml"
+        path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+        built.append(path)
+    return own + built
 
 
 def run_export(target, args: list[str]):

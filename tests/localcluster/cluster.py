@@ -47,6 +47,10 @@ rules:
   # tests count writes, and reads are most requests (a log of every one grew by about 3 MB a minute).
   - level: None
     verbs: [get, list, watch]
+  # A DELETE's body is its DeleteOptions (never a Secret's data): logged, as the server reads dryRun from it and
+  # ignores the query when there is a body, so only the body says whether a delete was a dry run
+  - level: Request
+    verbs: [delete, deletecollection]
   - level: Metadata
 """
 

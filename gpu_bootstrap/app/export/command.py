@@ -37,6 +37,7 @@ def export(options, engine: str, folder: Path, target: Target) -> Exported:
     if engine == "argocd" and not target.repo_url:
         raise UsageError("--format argocd needs --repo-url: the Git repository the export is committed to (Argo CD's "
                          "Applications point at its folders)", "add --repo-url https://git.example.com/fleet.git")
+    check_target(engine, target)
     check_folder(folder)
     config = app.load_config(options)
     _refuse_generated_certificates(config, options)
@@ -65,6 +66,25 @@ def export(options, engine: str, folder: Path, target: Target) -> Exported:
     files["README.md"] = readme(made, engine, target, options)
     written = write(folder, files)
     return Exported(folder, engine, written, made, secrets)
+
+
+def check_target(engine: str, target: Target) -> None:
+    """The engine's own settings: names Kubernetes accepts, and none given for another engine."""
+    from gpu_bootstrap.core.config.fields import check_dns_label, check_dns_subdomain
+    defaults = Target()
+    argocd_only = {"--argocd-namespace": target.argocd_namespace != defaults.argocd_namespace,
+                   "--argocd-project": target.argocd_project != defaults.argocd_project,
+                   "--no-auto-sync": target.auto_sync != defaults.auto_sync}
+    given = [flag for flag, set_ in argocd_only.items() if set_]
+    if engine != "argocd" and given:
+        raise UsageError(f"{', '.join(given)}: only for --format argocd, not {engine}", "leave it out")
+    names = (("--argocd-namespace", target.argocd_namespace, True), ("--argocd-project", target.argocd_project, False),
+             ("--flux-source", target.flux_namespace, True), ("--flux-source", target.flux_source, False))
+    for flag, value, namespace in names:
+        try:
+            check_dns_label(value) if namespace else check_dns_subdomain(value)
+        except ValueError as error:
+            raise UsageError(f"{flag}: {error}") from None
 
 
 def cluster_facts(options, config, report_path: Path) -> tuple[dict, object]:
@@ -190,24 +210,66 @@ def write(folder: Path, files: dict[str, str]) -> list[str]:
                 shutil.rmtree(path)
     outdir.make_folder(folder)
     for name, text in sorted(files.items()):
-        outdir.write(folder, name, text if text.endswith("\n") else text + "\n")
+        exact = not name.endswith((".yaml", ".md"))  # a ConfigMap's file: its bytes are the object's data
+        outdir.write(folder, name, text if exact or text.endswith("\n") else text + "\n")
     outdir.write(folder, MARKER, json.dumps({"files": sorted(files)}, indent=1) + "\n")
     return sorted(files)
 
 
 # --- README ----------------------------------------------------------------------------------------------------------
 HOW = {
-    "argocd": "Commit this folder, then `kubectl apply -n {ns} -f {path}/argocd/app-of-apps.yaml` once: the "
-              "app-of-apps creates one Application per unit below, each in its sync wave (Argo CD syncs a wave "
-              "only once the one before is healthy).",
+    "argocd": "Commit this folder. Once per Argo CD, merge `{path}/{health}` into argocd-cm (the command is in the "
+              "file): without it Argo CD does not assess an Application's health (it stopped in 1.8), and the sync "
+              "waves below would not wait for each other. Then `kubectl apply -n {ns} -f {path}/argocd/"
+              "app-of-apps.yaml` once: the app-of-apps creates one Application per unit below, each in its sync "
+              "wave, and starts a wave once every Application of the one before is Healthy.",
     "flux": "Commit this folder to the repository Flux syncs (GitRepository {source}), and add `{path}/flux` to "
             "what it reconciles (or `kubectl apply -k {path}/flux`): one Kustomization per unit below, each "
             "dependsOn the one before, with wait: true.",
     "helmfile": "`helmfile apply` in this folder installs the units below in order (`needs`); our own objects are "
-                "local charts made from their folders' manifests.",
+                "local charts (each unit's folder: its manifests under manifests/, passed through unchanged).",
     "manifests": "`kubectl apply --server-side -k <unit>` for each unit below, in order (wait for each to be ready); "
                  "the charts are rendered here with `helm template` (CRDs included).",
 }
+MANUAL_SYNC = ("Exported with --no-auto-sync: nothing syncs by itself. Sync the app-of-apps (`argocd app sync "
+               "gpu-bootstrap`), then each Application in the order of the table below (`argocd app sync "
+               "gpu-bootstrap-<unit>`, then `argocd app wait gpu-bootstrap-<unit> --health`).")
+ENGINE_NEEDS = {
+    "argocd": "Argo CD 2.8 or later (Applications with `helm.valuesObject`, server-side apply) and the patch to "
+              "argocd-cm above. The AppProject `{project}` must allow the source repositories {repos}, the "
+              "destination namespaces {namespaces} and these cluster-scoped kinds: {cluster}.",
+    "flux": "Flux 2.3 or later: source-controller, kustomize-controller and helm-controller, with their CRDs "
+            "(Kustomization, HelmRepository, HelmRelease v2), and the GitRepository `{source}` syncing this "
+            "repository.",
+    "helmfile": "helmfile, helm 3.8 or later (or helm 4) and the helm-diff plugin (`helmfile apply` uses it).",
+    "manifests": "kubectl 1.21 or later (`-k` with configMapGenerator options).",
+}
+
+
+def prerequisites(made, engine: str, target: Target) -> list[str]:
+    """What must exist before the engine syncs this folder: the engine itself, cert-manager when a unit carries
+    its objects, and a Secret (or file) for each secret value."""
+    objects = [o for u in made.units for o in u.objects]
+    repos = sorted({u.release.repo or u.release.chart.rpartition("/")[0] for u in made.units if u.release}
+                   | ({target.repo_url} if target.repo_url else set()))
+    namespaces = sorted({u.namespace for u in made.units if u.namespace})
+    cluster = sorted({o["kind"] for o in objects if not o["metadata"].get("namespace")} | {
+        "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"} if any(u.release for u in made.units) else
+        {o["kind"] for o in objects if not o["metadata"].get("namespace")})
+    needs = [ENGINE_NEEDS[engine].format(project=target.argocd_project, repos=", ".join(f"`{r}`" for r in repos),
+                                         namespaces=", ".join(f"`{n}`" for n in namespaces),
+                                         cluster=", ".join(cluster) or "none",
+                                         source=f"{target.flux_namespace}/{target.flux_source}")]
+    users = [u.id for u in made.units if any(o["apiVersion"].startswith("cert-manager.io/") for o in u.objects)]
+    if users:
+        needs.append(f"cert-manager (its CRDs and its CA injector), before unit {users[0]}: it issues the admission "
+                     f"webhook's serving certificate and injects its CA into the webhook configuration "
+                     f"(admission.certificates: cert-manager).")
+    secret = [u.release.name for u in made.units if u.release and u.release.secret_paths]
+    if secret:
+        needs.append("The secret values of " + ", ".join(f"`{r}`" for r in secret) + ", as the Secrets section "
+                     "below says.")
+    return [f"- {line}" for line in needs]
 
 
 SECRET_HOW = {
@@ -244,8 +306,12 @@ def readme(made, engine: str, target: Target, options) -> str:
              f"GPU nodes, for {engine}. Written by `gpu-bootstrap export`; export again to update it (the files of "
              f"the last export are replaced, others kept).", "",
              HOW[engine].format(ns=target.argocd_namespace, path=target.path.strip("/") or ".",
-                                source=f"{target.flux_namespace}/{target.flux_source}"), "",
-             "## Units, in order", "", "| unit | step | what |", "|---|---|---|"]
+                                health=formats.HEALTH_PATCH, source=f"{target.flux_namespace}/{target.flux_source}"),
+             ""]
+    if engine == "argocd" and not target.auto_sync:
+        lines += [MANUAL_SYNC, ""]
+    lines += ["## Before you sync", "", *prerequisites(made, engine, target), "",
+              "## Units, in order", "", "| unit | step | what |", "|---|---|---|"]
     for unit in made.units:
         if unit.release:
             what = f"chart {unit.release.chart} {unit.release.version or ''} as release " \

@@ -57,6 +57,17 @@ def check_dns_label(value: str, limit: int = 63) -> str:
     return value
 
 
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def check_dns_subdomain(value: str) -> str:
+    """An object name (an AppProject, a GitRepository): a DNS-1123 subdomain."""
+    if len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value) or ".." in value:
+        raise ValueError(f"{value[:60]!r} must be a lowercase DNS subdomain of at most 253 characters (letters, "
+                         f"digits, '-' and '.', starting and ending with a letter or digit)")
+    return value
+
+
 def check_address(address: str) -> str:
     try:
         ipaddress.ip_address(address)
