@@ -55,14 +55,17 @@ WAIT_PER_POD = 120  # seconds; the first pod of a run also waits for the schedul
 
 # The profiles compared: kube-scheduler's default, and `scheduler:` sections as a user writes them.
 RTCR_GPU = {"strategy": "RequestedToCapacityRatio", "resource_weights": {GPU: 100},
-            "balanced_allocation_resources": ["cpu", "memory", GPU]}
+            "balanced_allocation_resources": ["cpu", "memory", GPU], "percentage_of_nodes_to_score": 100}
 PROFILES: dict[str, dict | None] = {
     "kube-default": None,
     "mostalloc-gpu": {"strategy": "MostAllocated", "resource_weights": {GPU: 100}, "fit_weight": 1,
-                      "balanced_allocation_weight": 0},
+                      "balanced_allocation_weight": 0, "percentage_of_nodes_to_score": 100},
     "rtcr-50:1-w2:1": {**RTCR_GPU, "shape": [{"utilization": 0, "score": 0}, {"utilization": 50, "score": 1},
                                              {"utilization": 100, "score": 10}],
                        "fit_weight": 2, "balanced_allocation_weight": 1},
+    "rtcr-50:1-w3:1": {**RTCR_GPU, "shape": [{"utilization": 0, "score": 0}, {"utilization": 50, "score": 1},
+                                             {"utilization": 100, "score": 10}],
+                       "fit_weight": 3, "balanced_allocation_weight": 1},
     "rtcr-50:2-w1:2": {**RTCR_GPU, "shape": [{"utilization": 0, "score": 0}, {"utilization": 50, "score": 2},
                                              {"utilization": 100, "score": 10}],
                        "fit_weight": 1, "balanced_allocation_weight": 2},
@@ -73,9 +76,12 @@ PROFILES: dict[str, dict | None] = {
                                              {"utilization": 100, "score": 10}],
                        "fit_weight": 1, "balanced_allocation_weight": 3},
 }
-# kube-scheduler's default, gpu-bootstrap's default until #32, its default before 1.36 and from 1.36 (the default of
-# a full run too)
-QUICK_PROFILES = ("kube-default", "mostalloc-gpu", "rtcr-50:1-w2:1", "rtcr-50:2-w1:2")
+# kube-scheduler's default, gpu-bootstrap's default until #32, its default before 1.36 (since the shape benchmark:
+# w3:1, which packs light GPU pods too; w2:1 before it) and from 1.36 (the default of a full run too)
+QUICK_PROFILES = ("kube-default", "mostalloc-gpu", "rtcr-50:1-w3:1", "rtcr-50:2-w1:2")
+# --kube-scheduler: which real kube-scheduler places the pods (tests/localcluster/cluster.binaries())
+SCHEDULERS = {"1.37": "kube-scheduler", "1.35": "kube-scheduler-1.35"}
+scheduler_binary = SCHEDULERS["1.37"]
 
 
 def scheduler_config(name: str, kubeconfig: Path) -> dict:
@@ -85,7 +91,7 @@ def scheduler_config(name: str, kubeconfig: Path) -> dict:
         config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                   "profiles": [{"schedulerName": "default-scheduler"}]}
     else:
-        config = render.scheduler_configuration(SchedulerConfig(**settings), "1.37.0")
+        config = render.scheduler_configuration(SchedulerConfig(**settings), scheduler_version())
     # Preemption looks for lower-priority pods to evict for every unschedulable pod; all pods here have the same
     # priority, so it never finds any and only costs time (most of the scheduler's, once the nodes fill up).
     config["profiles"][0].setdefault("plugins", {})["postFilter"] = {"disabled": [{"name": "DefaultPreemption"}]}
@@ -93,6 +99,13 @@ def scheduler_config(name: str, kubeconfig: Path) -> dict:
     config["clientConnection"] = {"kubeconfig": str(kubeconfig), "qps": 5000, "burst": 5000}
     config["leaderElection"] = {"leaderElect": False}
     return config
+
+
+def scheduler_version() -> str:
+    """The version of the kube-scheduler that places the pods (--kube-scheduler)."""
+    from tests.localcluster.cluster import gomod_version
+    component = "kubernetes" if scheduler_binary == "kube-scheduler" else scheduler_binary
+    return gomod_version(component, "k8s.io/kubernetes").removeprefix("v")
 
 
 def model_profile(name: str, kube_version: str) -> scoring.Profile:
@@ -304,7 +317,7 @@ def start_scheduler(cluster, profile: str, folder: Path) -> str:
     config = scheduler_config(profile, cluster.folder / "scheduler.kubeconfig")
     path = folder / "scheduler-config.yaml"
     path.write_text(json.dumps(config))
-    cluster.spawn("kube-scheduler", [str(binaries()["kube-scheduler"]), f"--config={path}",
+    cluster.spawn("kube-scheduler", [str(binaries()[scheduler_binary]), f"--config={path}",
                                      "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"], die_with_parent=True)
     return config["profiles"][0]["schedulerName"]
 
@@ -324,7 +337,7 @@ def stop_scheduler(cluster) -> None:
 
 def one_run(cluster, api: Api, nodes: list[Node], arrivals: replay.Sample, profile: str, seed: int,
             folder: Path, progress) -> Run:
-    kube_version = cluster.version.removeprefix("v")
+    kube_version = scheduler_version()  # the scoring modelled is that of the scheduler placing the pods
     clear_pods(api, cluster)
     listed = cluster.admin("packing-real").get(f"/api/v1/namespaces/{NAMESPACE}/pods")
     outcomes = Outcomes(cluster, listed["metadata"]["resourceVersion"])
@@ -403,10 +416,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     parser.add_argument("--markdown", action="store_true", help="also print the medians as a Markdown table")
+    parser.add_argument("--kube-scheduler", choices=sorted(SCHEDULERS), default="1.37",
+                        help="the real kube-scheduler's minor: 1.37 (the local cluster's) or 1.35 (the last that "
+                             "scores BalancedAllocation by the balance after placement)")
     parser.add_argument("--real-from", type=Path, metavar="JSON", action="append",
                         help="take the real scheduler's figures from an earlier --json (repeatable) and run only the "
                              "model")
     args = parser.parse_args(argv)
+    global scheduler_binary
+    scheduler_binary = SCHEDULERS[args.kube_scheduler]
     seeds = 1 if args.quick and "--seeds" not in (argv or sys.argv) else args.seeds
     sample_size = args.nodes_sample if args.nodes_sample is not None else (QUICK_NODES if args.quick else None)
     profiles = args.profiles.split(",") if args.profiles else list(QUICK_PROFILES)
@@ -419,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tests.localcluster import cluster as local
     if not args.real_from and any(not path.exists() for name, path in local.binaries().items()
-           if name in ("etcd", "kube-apiserver", "kube-scheduler")):
+           if name in ("etcd", "kube-apiserver", scheduler_binary)):
         print("etcd, kube-apiserver and kube-scheduler are not built: run scripts/install-test-tools",
               file=sys.stderr)
         return 2
@@ -434,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{capacity} GPUs; track A, {len(population)} pods in the population; seeds {seed_list}; "
           f"{statistics.median(len(a.pods) for a in arrivals.values()):.0f} arrivals per seed; "
           f"profiles: {', '.join(profiles)}")
-    kube_version = local.kubernetes_version().removeprefix("v")
+    kube_version = scheduler_version()
     for name in profiles:
         print(f"  {name:16} {model_profile(name, kube_version).describe()}"
               f"{'' if PROFILES[name] is None else ', percentageOfNodesToScore 100'}")

@@ -105,14 +105,15 @@ def test_every_object_is_valid_for_the_version(kube, api_version, image, name):
 
 
 def test_the_default_profile_is_the_one_measured_best_on_the_real_scheduler():
-    """The default (benchmarks/packing_real.py on the real kube-scheduler, docs/steps/binpack-scheduler.md, "Choosing
-    the scoring"): RequestedToCapacityRatio on the GPU, 0:0 -> 50:1 -> 100:10, weight 2, plus BalancedAllocation over
-    cpu, memory and nvidia.com/gpu, weight 1, every node scored."""
-    config = render.scheduler_configuration(SchedulerConfig(), "1.31.0")
+    """The default up to 1.35 (benchmarks/packing_real.py and benchmarks/packing_shapes.py, docs/steps/binpack-
+    scheduler.md, "Choosing the scoring"): RequestedToCapacityRatio on the GPU, 0:0 -> 50:1 -> 100:10, weight 3, plus
+    BalancedAllocation over cpu, memory and nvidia.com/gpu, weight 1 (at 2 against 1, 1.35's BalancedAllocation
+    spread light GPU pods one to a node); every node scored on a cluster of up to 1,500 nodes."""
+    config = render.scheduler_configuration(SchedulerConfig(), "1.31.0", node_count=1213)
     profile = config["profiles"][0]
     assert config["percentageOfNodesToScore"] == 100
     assert profile["schedulerName"] == "gpu-binpack-scheduler"
-    assert profile["plugins"]["score"] == {"enabled": [{"name": "NodeResourcesFit", "weight": 2},
+    assert profile["plugins"]["score"] == {"enabled": [{"name": "NodeResourcesFit", "weight": 3},
                                                        {"name": "NodeResourcesBalancedAllocation", "weight": 1}]}
     assert profile["pluginConfig"] == [
         {"name": "NodeResourcesFit", "args": {"scoringStrategy": {
@@ -123,37 +124,58 @@ def test_the_default_profile_is_the_one_measured_best_on_the_real_scheduler():
             {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}, {"name": "nvidia.com/gpu", "weight": 1}]}}]
 
 
+@pytest.mark.parametrize("configured, nodes, expected, says", [
+    (None, 1, 100, "every node scored (1 node: up to 1,500)"),
+    (None, 1500, 100, "every node scored (1,500 nodes: up to 1,500)"),
+    (None, 1501, 0, "adaptive share of nodes scored (1,501 nodes: over 1,500)"),
+    (None, 15000, 0, "adaptive share of nodes scored (15,000 nodes: over 1,500)"),
+    (None, None, 0, "adaptive share of nodes scored (node count unknown)"),  # unknown is not "small"
+    (100, 15000, 100, "every node scored"),  # the config's own value wins at any size
+    (0, 10, 0, "adaptive share of nodes scored"),
+    (30, None, 30, "30 % of nodes scored"),
+])
+def test_the_share_of_nodes_scored_follows_the_cluster_size_unless_the_config_sets_it(configured, nodes, expected,
+                                                                                       says):
+    """Scoring every node packs best but costs throughput in proportion to the nodes: at 5,000-15,000 nodes
+    kube-scheduler's adaptive share keeps the bin-packing scheduler near the default one's pods per second
+    (benchmarks/scheduler_throughput.py). `up` reads the node count; a count it could not read is not taken as
+    small."""
+    settings = SchedulerConfig(percentage_of_nodes_to_score=configured)
+    assert render.scheduler_configuration(settings, "1.37.2", nodes)["percentageOfNodesToScore"] == expected
+    assert render.profile_line(settings, "1.37.2", nodes).endswith(", " + says)
+
+
 @pytest.mark.parametrize("settings, line", [
-    ({}, "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x2 + BalancedAllocation over cpu, memory, "
-         "nvidia.com/gpu x1, every node scored"),
+    ({}, "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x3 + BalancedAllocation over cpu, memory, "
+         "nvidia.com/gpu x1, every node scored (40 nodes: up to 1,500)"),
     ({"strategy": "MostAllocated", "fit_weight": 1, "balanced_allocation_weight": 0},
-     "MostAllocated on nvidia.com/gpu x1, every node scored"),
+     "MostAllocated on nvidia.com/gpu x1, every node scored (40 nodes: up to 1,500)"),
     ({"strategy": "MostAllocated", "resource_weights": {"nvidia.com/gpu": 100, "cpu": 1},
       "balanced_allocation_weight": 3, "balanced_allocation_resources": ["cpu", "memory"],
       "percentage_of_nodes_to_score": 0},
-     "MostAllocated on nvidia.com/gpu 100, cpu 1 x2 + BalancedAllocation over cpu, memory x3, adaptive share of "
+     "MostAllocated on nvidia.com/gpu 100, cpu 1 x3 + BalancedAllocation over cpu, memory x3, adaptive share of "
      "nodes scored"),
-    ({"percentage_of_nodes_to_score": 50}, "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x2 + "
+    ({"percentage_of_nodes_to_score": 50}, "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x3 + "
                                            "BalancedAllocation over cpu, memory, nvidia.com/gpu x1, 50 % of nodes scored"),
 ])
 def test_the_plan_explains_the_profile_in_one_line(settings, line):
-    assert render.profile_line(SchedulerConfig(**settings), "1.33.0") == line
+    assert render.profile_line(SchedulerConfig(**settings), "1.33.0", 40) == line
 
 
 @pytest.mark.parametrize("kube, line", [
-    ("1.35.4", "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x2 + BalancedAllocation over cpu, "
-               "memory, nvidia.com/gpu x1, every node scored"),
+    ("1.35.4", "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x3 + BalancedAllocation over cpu, "
+               "memory, nvidia.com/gpu x1, every node scored (2 nodes: up to 1,500)"),
     ("1.36.0", "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:2, 100:10) x1 + BalancedAllocation over cpu, "
-               "memory, nvidia.com/gpu x2, every node scored"),
+               "memory, nvidia.com/gpu x2, every node scored (2 nodes: up to 1,500)"),
     ("1.37.2", "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:2, 100:10) x1 + BalancedAllocation over cpu, "
-               "memory, nvidia.com/gpu x2, every node scored"),
+               "memory, nvidia.com/gpu x2, every node scored (2 nodes: up to 1,500)"),
 ])
 def test_the_default_profile_follows_the_schedulers_balanced_allocation(kube, line):
     """kube-scheduler 1.36 changed BalancedAllocation (it scores the change in balance, kubernetes PR #135573); the
     default profile is the one measured best for each (docs/steps/binpack-scheduler.md, "Choosing the scoring")."""
-    assert render.profile_line(SchedulerConfig(), kube) == line
-    config = render.scheduler_configuration(SchedulerConfig(), kube)
-    expected_weights = [{"name": "NodeResourcesFit", "weight": 2 if kube < "1.36" else 1},
+    assert render.profile_line(SchedulerConfig(), kube, 2) == line
+    config = render.scheduler_configuration(SchedulerConfig(), kube, 2)
+    expected_weights = [{"name": "NodeResourcesFit", "weight": 3 if kube < "1.36" else 1},
                         {"name": "NodeResourcesBalancedAllocation", "weight": 1 if kube < "1.36" else 2}]
     assert config["profiles"][0]["plugins"]["score"]["enabled"] == expected_weights
 
@@ -161,10 +183,10 @@ def test_the_default_profile_follows_the_schedulers_balanced_allocation(kube, li
 def test_any_scoring_key_set_makes_the_profile_the_users_on_every_version():
     """Once the config sets a scoring key, the scheduler's version no longer picks the profile: the keys left out
     take the config's documented defaults."""
-    settings = SchedulerConfig.model_validate({"fit_weight": 3})
-    line = render.profile_line(settings, "1.37.2")
-    assert line == ("RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x3 + BalancedAllocation over "
-                    "cpu, memory, nvidia.com/gpu x1, every node scored")
+    settings = SchedulerConfig.model_validate({"fit_weight": 4})
+    line = render.profile_line(settings, "1.37.2", 3)
+    assert line == ("RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x4 + BalancedAllocation over "
+                    "cpu, memory, nvidia.com/gpu x1, every node scored (3 nodes: up to 1,500)")
     untouched = SchedulerConfig.model_validate({"replicas": 1, "name": "packer"})
     config = render.scheduler_configuration(untouched, "1.37.2")
     assert config["profiles"][0]["schedulerName"] == "packer"  # the other settings survive the version's profile
@@ -217,11 +239,15 @@ def test_one_replica_needs_no_disruption_budget():
 
 
 def test_a_config_change_changes_the_pod_template():
-    def template_hash(settings):
-        deploy = next(o for o in render.manifests(settings, "1.31.0") if o["kind"] == "Deployment")
+    """The scheduler reads its configuration only at start: a change to it (a setting, or the cluster growing past
+    the size where every node is scored) must roll the pods."""
+    def template_hash(settings, nodes=10):
+        deploy = next(o for o in render.manifests(settings, "1.31.0", node_count=nodes) if o["kind"] == "Deployment")
         return deploy["spec"]["template"]["metadata"]["annotations"][render.CONFIG_HASH]
 
-    assert template_hash(SchedulerConfig()) != template_hash(SchedulerConfig(fit_weight=3))
+    assert template_hash(SchedulerConfig()) != template_hash(SchedulerConfig(fit_weight=4))
+    assert template_hash(SchedulerConfig(), 1500) != template_hash(SchedulerConfig(), 1501)
+    assert template_hash(SchedulerConfig(), 10) == template_hash(SchedulerConfig(), 1500)
 
 
 def test_a_mirror_and_a_pinned_tag_override_the_image():

@@ -94,9 +94,11 @@ def test_nodes_to_find(nodes, percentage, expected):
 
 # --- a profile is read from what the renderer deploys ------------------------------------------------------------
 def test_the_tool_profile_comes_from_the_rendered_configuration():
-    profile = scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(), "1.31.0"))
+    profile = scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(), "1.31.0", 1213))
     assert profile == Profile("gpu-binpack-scheduler", "RequestedToCapacityRatio", ((GPU, 100),),
-                              ((0, 0), (50, 1), (100, 10)), 2, 1, ("cpu", "memory", GPU), 100)
+                              ((0, 0), (50, 1), (100, 10)), 3, 1, ("cpu", "memory", GPU), 100)
+    large = scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(), "1.31.0", 5000))
+    assert large.percentage_of_nodes_to_score == 0  # adaptive, which the model scans as kube-scheduler does
 
 
 def test_weights_shape_and_balanced_allocation_carry_over():

@@ -48,7 +48,9 @@ def small_trace(tmp_path: Path, nodes: int = 4, extra_pods: str = "") -> tuple[P
 @pytest.mark.slow
 def test_the_openb_trace_default_against_the_tool_profile(tmp_path):
     """The issue's acceptance run. Its figures are deterministic for fixed seeds, so the chosen defaults are
-    guarded here: at least 98.3 % allocated at 100 % arrived and the first fragmentation failure past 90 %."""
+    guarded here: at least 99 % allocated at 100 % arrived and the first fragmentation failure past 75 % (the profile
+    that packs light GPU pods too, fit weight 3, meets its first fragmentation failure at about 81 %, where weight 2
+    met it at 98 %: the price of not spreading inference pods before 1.36; docs/steps/binpack-scheduler.md)."""
     result, document = simulate(tmp_path, "--nodes", str(trace("openb_node_list_gpu_node.csv")),
                                 "--pods", str(trace("openb_pod_list_default.csv")), "--seeds", "3", "-o", "json")
     assert result.exit_code == 0, result.output
@@ -59,7 +61,7 @@ def test_the_openb_trace_default_against_the_tool_profile(tmp_path):
         assert set(policy) >= {"alloc_pct_at_100", "alloc_pct_at_130", "frag_failures", "first_frag_failure_pct",
                                "stranded_gpus", "free_8gpu_nodes"}
         assert set(policy["frag_failures"]) == {"1", "2", "4", "8"}
-    assert ours["alloc_pct_at_100"] >= 98.3 and ours["first_frag_failure_pct"] > 90
+    assert ours["alloc_pct_at_100"] >= 99.0 and ours["first_frag_failure_pct"] > 75
     assert default["alloc_pct_at_100"] < 95 and default["first_frag_failure_pct"] < 50
     # The default profile packs at 100 % and, unlike the MostAllocated profile before it, keeps up with
     # kube-scheduler's default at 130 % (within the spread of the seeds;
@@ -78,7 +80,7 @@ def test_the_text_report_names_every_policy_and_the_reference(tmp_path):
                          "random", "--workers", "1")
     assert result.exit_code == 0, result.output
     for text in ("default", "gpu-binpack-scheduler", "random", "offline reference", "aggregate bound",
-                 "RequestedToCapacityRatio (nvidia.com/gpu=100 shape 0:0,50:1,100:10) x2"):
+                 "RequestedToCapacityRatio (nvidia.com/gpu=100 shape 0:0,50:1,100:10) x3"):
         assert text in result.output
 
 

@@ -61,9 +61,9 @@ def test_a_run_checks_its_options_before_reading_anything(tmp_path):
 def test_set_changes_scheduler_settings_and_names_what_it_refuses():
     settings = cfg.SchedulerConfig()
     assert command.with_sets(OPTIONS, settings) is settings
-    changed = command.with_sets(dataclasses.replace(OPTIONS, sets=["scheduler.fit_weight=3", "name = packer"]),
+    changed = command.with_sets(dataclasses.replace(OPTIONS, sets=["scheduler.fit_weight=4", "name = packer"]),
                                 settings)
-    assert (changed.fit_weight, changed.name, settings.fit_weight) == (3, "packer", 2)
+    assert (changed.fit_weight, changed.name, settings.fit_weight) == (4, "packer", 3)
     # what --set did not name stays unset, so the scheduler's version still picks the rest of the profile
     assert changed.model_fields_set == {"fit_weight", "name"}
     for item, message in (("fit_weight", "--set 'fit_weight': expected KEY=VALUE with KEY a scheduler setting"),
@@ -80,12 +80,12 @@ def test_set_changes_scheduler_settings_and_names_what_it_refuses():
 def test_the_profiles_compared_are_the_default_ours_and_each_builtin_once():
     settings = cfg.SchedulerConfig()
     chosen = command.profiles(dataclasses.replace(OPTIONS, policies=["random", "blog-recipe", "random"],
-                                                  default_percentage=50), settings, "1.31.0")
+                                                  default_percentage=50), settings, "1.31.0", 40)
     assert [p.name for p in chosen] == ["default", "gpu-binpack-scheduler", "random", "blog-recipe"]
     assert chosen[0] == dataclasses.replace(scoring.DEFAULT_PROFILE, percentage_of_nodes_to_score=50)
     assert chosen[2:] == [scoring.RANDOM_PROFILE, scoring.BLOG_PROFILE]
     with pytest.raises(UsageError) as raised:
-        command.profiles(dataclasses.replace(OPTIONS, policies=["fastest"]), settings, "1.31.0")
+        command.profiles(dataclasses.replace(OPTIONS, policies=["fastest"]), settings, "1.31.0", 40)
     assert (raised.value.message, raised.value.hint) == ("--policy 'fastest' is not a built-in policy",
                                                          "choose from random, blog-recipe")
 

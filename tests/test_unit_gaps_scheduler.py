@@ -122,13 +122,13 @@ def test_the_config_text_keeps_the_documents_order():
 
 
 def test_the_default_configuration_in_full():
-    assert render.scheduler_configuration(SchedulerConfig(), "1.31.0") == {
+    assert render.scheduler_configuration(SchedulerConfig(), "1.31.0", 1500) == {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": True, "resourceLock": "leases", "resourceName": NAME,
                            "resourceNamespace": "kube-system"},
         "percentageOfNodesToScore": 100,
         "profiles": [{"schedulerName": NAME, "plugins": {"score": {
-            "enabled": [{"name": "NodeResourcesFit", "weight": 2},
+            "enabled": [{"name": "NodeResourcesFit", "weight": 3},
                         {"name": "NodeResourcesBalancedAllocation", "weight": 1}]}},
             "pluginConfig": [
                 {"name": "NodeResourcesFit", "args": {"scoringStrategy": {

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -308,14 +309,20 @@ def wait_for_request(emu: Emulator, method: str, path_end: str, done: bool = Fal
 
 @pytest.mark.slow
 def test_two_runs_at_once_one_proceeds_the_other_names_the_holder(emu, config, tmp_path):
-    emu.faults.add("PATCH", r"/api/v1/nodes/node5$", delay=3.0)
+    """The first run is held mid-step (its PATCH of node5 waits on a gate) until the second has finished, so the
+    second meets the lock however slowly it starts."""
+    gate = threading.Event()
+    emu.faults.add("PATCH", r"/api/v1/nodes/node5$", action=lambda: gate.wait(120))
     first = start_up(config, tmp_path, "first")
-    wait_for_request(emu, "PATCH", "/nodes/node5")
-    second = start_up(config, tmp_path, "second")
-    out, err = second.communicate(timeout=60)
+    try:
+        wait_for_request(emu, "PATCH", "/nodes/node5")
+        second = start_up(config, tmp_path, "second")
+        out, err = second.communicate(timeout=120)
+    finally:
+        gate.set()
     assert second.returncode == 1, (out, err)
     assert f"pid={first.pid}" in err and "holds the lock" in err
-    out, err = first.communicate(timeout=60)
+    out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
     assert json.loads(out)["ok"] is True
 

@@ -222,7 +222,7 @@ class Helm:
                 unreached += 1
                 unreached_since = unreached_since or started_attempt
                 if time.monotonic() - unreached_since > UNREACHED_DEADLINE:
-                    raise self._failure(what, result, first_cause, number, started)
+                    raise self._failure(what, result, first_cause, number, started, always_count=True)
             else:
                 unreached_since = None
             if retry == "upgrade" and recover is not None and first_cause is not None and LOCKED.search(text) and \
@@ -270,10 +270,14 @@ class Helm:
         return argv
 
     @staticmethod
-    def _failure(what: str, result: Attempt, first_cause: str | None, number: int, started: float) -> ClusterError:
+    def _failure(what: str, result: Attempt, first_cause: str | None, number: int, started: float,
+                 always_count: bool = False) -> ClusterError:
+        """`always_count`: say how many attempts were made even when it was one (an unreachable cluster is given up
+        after a time, not a number of attempts, and a slow attempt can use it all)."""
         line = result.line
         text = result.stderr.decode(errors="replace")
-        tried = f" (after {number} attempts in {time.monotonic() - started:.0f} s)" if number > 1 else ""
+        tried = (f" (after {number} attempt{'s' if number > 1 else ''} in {time.monotonic() - started:.0f} s)"
+                 if number > 1 or always_count else "")
         if first_cause and first_cause != line and not TRANSIENT.search(text):
             if PENDING.search(text):
                 # a repeat tripped over what the failed attempt left behind: the first failure is the real cause

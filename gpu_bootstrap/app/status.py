@@ -501,7 +501,8 @@ def collect(kube, options: StatusOptions, sections) -> dict:
         result["utilisation"] = utilisation(kube, options.prometheus, options.window, options.idle_below,
                                             prometheus_service(sections))
     if options.defrag:
-        result["defrag"] = defrag(snapshot, _profile(kube, sections.scheduler), result["pending"])
+        result["defrag"] = defrag(snapshot, _profile(kube, sections.scheduler, len(snapshot.nodes)),
+                                  result["pending"])
     result["requests"] = kube.requests - before  # API requests this document took (attempts, retries included)
     return result
 
@@ -520,10 +521,11 @@ def _without_cycle_collection():
             gc.enable()
 
 
-def _profile(kube, scheduler):
-    """The bin-packing profile `up` deploys (the config's scheduler section), as the simulator scores it."""
+def _profile(kube, scheduler, node_count: int):
+    """The bin-packing profile `up` deploys (the config's scheduler section) on a cluster of `node_count` nodes, as
+    the simulator scores it."""
     from gpu_bootstrap.render import scheduler as render
     from gpu_bootstrap.sim import scoring
     from gpu_bootstrap.core.versions import DEFAULT_KUBE_VERSION, server_version
     version = server_version(kube.version()) or DEFAULT_KUBE_VERSION
-    return scoring.profile_from_config(render.scheduler_configuration(scheduler, version), 0, version)
+    return scoring.profile_from_config(render.scheduler_configuration(scheduler, version, node_count), 0, version)

@@ -55,6 +55,20 @@ PROFILE_FROM_1_36 = {"strategy": "RequestedToCapacityRatio", "resource_weights":
                      "balanced_allocation_resources": ["cpu", "memory", "nvidia.com/gpu"]}
 
 
+# Unset percentage_of_nodes_to_score: every node is scored up to this many nodes (best packing, and the scoring cost
+# is small there); above it, or when the count is unknown, kube-scheduler's adaptive share, which keeps throughput
+# at 5,000-15,000 nodes near kube-scheduler's own (benchmarks/scheduler_throughput.py) at a cost of about 0.1 point
+# of packing (docs/steps/binpack-scheduler.md).
+EVERY_NODE_UP_TO = 1500
+
+
+def nodes_to_score(settings, node_count: int | None) -> int:
+    """percentageOfNodesToScore: the config's, or chosen from the cluster's node count (100 or 0: adaptive)."""
+    if settings.percentage_of_nodes_to_score is not None:
+        return settings.percentage_of_nodes_to_score
+    return 100 if node_count is not None and node_count <= EVERY_NODE_UP_TO else 0
+
+
 def for_version(settings, kube_version: str):
     """`settings` with the default profile of `kube_version`'s scheduler when the config sets no scoring key."""
     if set(SCORING_KEYS) & settings.model_fields_set or minor_of(kube_version) < (1, 36):
@@ -62,8 +76,9 @@ def for_version(settings, kube_version: str):
     return type(settings).model_validate({**settings.model_dump(exclude_unset=True), **PROFILE_FROM_1_36})
 
 
-def scheduler_configuration(settings, kube_version: str) -> dict:
-    """The KubeSchedulerConfiguration: one profile, NodeResourcesFit packing, leader election on its own lease."""
+def scheduler_configuration(settings, kube_version: str, node_count: int | None = None) -> dict:
+    """The KubeSchedulerConfiguration: one profile, NodeResourcesFit packing, leader election on its own lease.
+    `node_count`: the cluster's nodes, which choose percentageOfNodesToScore when the config leaves it unset."""
     settings = for_version(settings, kube_version)
     fit_args: dict = {"scoringStrategy": {
         "type": settings.strategy,
@@ -85,13 +100,13 @@ def scheduler_configuration(settings, kube_version: str) -> dict:
         "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": True, "resourceLock": "leases", "resourceName": settings.lease,
                            "resourceNamespace": settings.namespace},
-        "percentageOfNodesToScore": settings.percentage_of_nodes_to_score,
+        "percentageOfNodesToScore": nodes_to_score(settings, node_count),
         "profiles": [{"schedulerName": settings.name, "plugins": {"score": score},
                       "pluginConfig": plugin_config}],
     }
 
 
-def profile_line(settings, kube_version: str) -> str:
+def profile_line(settings, kube_version: str, node_count: int | None = None) -> str:
     """The scoring in one line, for plans: 'RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x2 +
     BalancedAllocation over cpu, memory, nvidia.com/gpu x1, every node scored'."""
     settings = for_version(settings, kube_version)
@@ -104,24 +119,31 @@ def profile_line(settings, kube_version: str) -> str:
     if settings.balanced_allocation_weight:
         fit += (f" + BalancedAllocation over {', '.join(settings.balanced_allocation_resources)}"
                 f" x{settings.balanced_allocation_weight}")
-    percentage = settings.percentage_of_nodes_to_score
+    percentage = nodes_to_score(settings, node_count)
+    why = ""
+    if settings.percentage_of_nodes_to_score is None:
+        why = (" (node count unknown)" if node_count is None else
+               f" ({node_count:,} node{'s' if node_count != 1 else ''}: "
+               f"{'up to' if node_count <= EVERY_NODE_UP_TO else 'over'} {EVERY_NODE_UP_TO:,})")
     return fit + (", every node scored" if percentage == 100 else
-                  ", adaptive share of nodes scored" if percentage == 0 else f", {percentage} % of nodes scored")
+                  ", adaptive share of nodes scored" if percentage == 0 else
+                  f", {percentage} % of nodes scored") + why
 
 
-def config_text(settings, kube_version: str) -> str:
-    return yaml.safe_dump(scheduler_configuration(settings, kube_version), sort_keys=False)
+def config_text(settings, kube_version: str, node_count: int | None = None) -> str:
+    return yaml.safe_dump(scheduler_configuration(settings, kube_version, node_count), sort_keys=False)
 
 
 def labels(settings) -> dict:
     return {"app.kubernetes.io/name": settings.name, **MANAGED}
 
 
-def manifests(settings, kube_version: str, tolerations: list[dict] = ()) -> list[dict]:
+def manifests(settings, kube_version: str, tolerations: list[dict] = (), node_count: int | None = None) -> list[dict]:
     """Everything the scheduler needs, in the order to apply it (the reverse is the order to remove it).
-    `tolerations`: for a cluster whose every node is a tainted GPU node, so the scheduler can run at all."""
+    `tolerations`: for a cluster whose every node is a tainted GPU node, so the scheduler can run at all.
+    `node_count`: the cluster's nodes (percentageOfNodesToScore, when the config leaves it unset)."""
     name, namespace = settings.name, settings.namespace
-    text = config_text(settings, kube_version)
+    text = config_text(settings, kube_version, node_count)
     objects = [
         _object("v1", "ServiceAccount", name, namespace, settings),
         _cluster_binding(f"{name}-as-kube-scheduler", "system:kube-scheduler", settings),

@@ -53,11 +53,14 @@ def with_sets(options: SimOptions, settings):
     return settings
 
 
-def profiles(options: SimOptions, settings, kube_version: str) -> list[scoring.Profile]:
+def profiles(options: SimOptions, settings, kube_version: str, node_count: int) -> list[scoring.Profile]:
+    """kube-scheduler's default profile and ours as `up` renders it for a cluster of `node_count` nodes, then the
+    built-in policies asked for."""
     from gpu_bootstrap.render import scheduler as render
     default = dataclasses.replace(scoring.DEFAULT_PROFILE, percentage_of_nodes_to_score=options.default_percentage,
                                   balanced_by_change=scoring.balanced_by_change(kube_version))
-    ours = scoring.profile_from_config(render.scheduler_configuration(settings, kube_version), 0, kube_version)
+    ours = scoring.profile_from_config(render.scheduler_configuration(settings, kube_version, node_count), 0,
+                                       kube_version)
     chosen = [default, ours]
     for name in options.policies:
         if name not in BUILTIN_POLICIES:
@@ -109,7 +112,7 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     else:
         nodes = trace.load_nodes(options.nodes)
         source = str(options.nodes)
-    chosen = profiles(options, settings, kube_version)
+    chosen = profiles(options, settings, kube_version, len(nodes))
     if options.sharing:
         return simulate_sharing(options, nodes, pods, chosen[1], source)
     try:

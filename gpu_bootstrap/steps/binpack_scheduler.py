@@ -70,14 +70,15 @@ class BinpackScheduler(Step):
         if no_room_warning(nodes, ctx.config, ctx.options.playbook):
             tolerations = [toleration_for(gpu_taint(ctx.config, ctx.options.playbook))]
         # pinned to the catalogue's digest for this tag and moved to registry.mirror (core/catalogue.py)
-        return locate_pods(render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations),
+        return locate_pods(render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations, len(nodes)),
                            ctx.config.registry)
 
     # --- reading the cluster ------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:
         settings = ctx.config.scheduler
+        nodes = ctx.kube.list("v1", "Node")
         try:
-            desired = self.desired(ctx, ctx.kube.list("v1", "Node"))
+            desired = self.desired(ctx, nodes)
         except ConfigError as error:  # a cluster too old for the profile: a failed check, not bad input
             return Check(FAIL, error.one_line())
         pinned = _image_version(render.image(settings, ctx.server_version())) if settings.image_tag else None
@@ -95,19 +96,19 @@ class BinpackScheduler(Step):
         leftovers = self._owned(ctx, exclude={Ref.of(obj) for obj in desired})
         facts = SchedulerFacts(desired, drift, leftovers)
         if drift or leftovers:
-            return Check(WARN, self._summary(settings, ctx, drift, leftovers), facts=facts)
+            return Check(WARN, self._summary(settings, ctx, drift, leftovers, len(nodes)), facts=facts)
         running = self._running(ctx)
         if running.status != PASS:
             return Check(WARN, running.message, facts=facts)
         return Check(PASS, f"{settings.name} runs ({running.message})", done=True, facts=facts)
 
     @staticmethod
-    def _summary(settings, ctx, drift: dict, leftovers: list) -> str:
+    def _summary(settings, ctx, drift: dict, leftovers: list, node_count: int) -> str:
         missing = sum(1 for why in drift.values() if why == "missing")
         counts = [(missing, "to create"), (len(drift) - missing, "to update"), (len(leftovers), "to remove")]
         return (", ".join(f"{n} object(s) {what}" for n, what in counts if n) +
                 f" ({settings.name}, {render.image(settings, ctx.server_version())}; scoring: "
-                f"{render.profile_line(settings, ctx.server_version())})")
+                f"{render.profile_line(settings, ctx.server_version(), node_count)})")
 
     def _owned(self, ctx, exclude: set) -> list[Ref]:
         """Objects we created earlier that the current config does not want (e.g. after a rename)."""

@@ -16,12 +16,16 @@ KINDS = "clusterroles,clusterrolebindings,roles,rolebindings,validatingadmission
 
 def generate(target, deployment, command: str, service_account: str | None, *more: str) -> str:
     from gpu_bootstrap.cli.commands import app
+    from tests.conftest import _process_state_kept
     from tests.live.conftest import runner
     args = ["rbac", "--for", command, "-c", str(deployment.config), "--playbook", str(target.playbook),
             "--kubeconfig", str(target.kubeconfig), *more]
     if service_account:
         args += ["--service-account", service_account]
-    result = runner.invoke(app, args)
+    # in-process: the session's `deployment` fixture calls this before any module's state is saved, so the run's log
+    # handler and signal handlers are put back here (tests/test_process_state.py)
+    with _process_state_kept():
+        result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     return result.stdout
 

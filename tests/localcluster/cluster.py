@@ -75,7 +75,11 @@ def binaries() -> dict[str, Path]:
                                                             "github.com/prometheus-operator/prometheus-operator")
     return {"etcd": TOOLS / "etcd" / gomod_version("etcd", "go.etcd.io/etcd/server/v3") / "etcd",
             "kube-apiserver": kube / "kube-apiserver", "kube-controller-manager": kube / "kube-controller-manager",
-            "kube-scheduler": kube / "kube-scheduler", "kwok": kwok / "kwok", "kwok-stages": kwok / "stages.yaml",
+            "kube-scheduler": kube / "kube-scheduler",
+            # the last minor whose BalancedAllocation scores the balance after placement (1.36 scores the change)
+            "kube-scheduler-1.35": TOOLS / "kube-scheduler-1.35" / gomod_version("kube-scheduler-1.35",
+                                                                               "k8s.io/kubernetes") / "kube-scheduler",
+            "kwok": kwok / "kwok", "kwok-stages": kwok / "stages.yaml",
             "opa": TOOLS / "opa" / gomod_version("opa", "github.com/open-policy-agent/opa") / "opa",
             "prometheus": TOOLS / "prometheus" / gomod_version("prometheus", "github.com/prometheus/prometheus") /
             "prometheus",

@@ -325,11 +325,14 @@ class ShapePoint(Section):
 
 class SchedulerConfig(Section):
     """The second, bin-packing kube-scheduler. The default profile was measured with the Alibaba openb GPU trace on
-    the real kube-scheduler (benchmarks/packing_real.py; docs/steps/binpack-scheduler.md). The defaults below are the
-    profile for Kubernetes up to 1.35: RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) at weight 2,
-    plus BalancedAllocation over cpu, memory and nvidia.com/gpu at weight 1. From 1.36, whose BalancedAllocation
-    scores the change a pod makes to a node's balance, a config that sets none of the scoring keys gets 0:0, 50:2,
-    100:10 at weight 1 with BalancedAllocation at weight 2 (render/scheduler.py, PROFILE_FROM_1_36)."""
+    the real kube-scheduler (benchmarks/packing_real.py) and with pods of other shapes (benchmarks/packing_shapes.py;
+    docs/steps/binpack-scheduler.md). The defaults below are the profile for Kubernetes up to 1.35:
+    RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) at weight 3, plus BalancedAllocation over cpu,
+    memory and nvidia.com/gpu at weight 1 (at weight 2 against 1, 1.35's BalancedAllocation spread light GPU pods one
+    to a node). From 1.36, whose BalancedAllocation scores the change a pod makes to a node's balance, a config that
+    sets none of the scoring keys gets 0:0, 50:2, 100:10 at weight 1 with BalancedAllocation at weight 2
+    (render/scheduler.py, PROFILE_FROM_1_36). Every node is scored up to 1,500 nodes; above, kube-scheduler's
+    adaptive share, which keeps its throughput at 5,000-15,000 nodes (benchmarks/scheduler_throughput.py)."""
 
     enabled: bool = True
     name: str = Field("gpu-binpack-scheduler", description="the profile's schedulerName; GPU pods set it")
@@ -345,16 +348,18 @@ class SchedulerConfig(Section):
                                  ShapePoint(utilization=100, score=10)],
         description="RequestedToCapacityRatio only: score (0-10) by utilization (0-100), increasing utilization; "
                     "the default rises slowly to half full, then steeply, so nearly full nodes are filled first")
-    fit_weight: int = Field(2, ge=1, le=100, description="weight of the NodeResourcesFit score plugin")
+    fit_weight: int = Field(3, ge=1, le=100, description="weight of the NodeResourcesFit score plugin")
     balanced_allocation_weight: int = Field(
         1, ge=0, le=100, description="weight of NodeResourcesBalancedAllocation; 0 turns it off")
     balanced_allocation_resources: list[str] = Field(
         default_factory=lambda: ["cpu", "memory", "nvidia.com/gpu"],
         description="resources NodeResourcesBalancedAllocation balances (with nvidia.com/gpu it keeps cpu and memory "
                     "in step with the GPUs, so fewer GPUs are stranded; see docs/steps/binpack-scheduler.md)")
-    percentage_of_nodes_to_score: int = Field(
-        100, ge=0, le=100, description="100: score every feasible node (best packing); 0: kube-scheduler's adaptive "
-                                        "default")
+    percentage_of_nodes_to_score: int | None = Field(
+        None, ge=0, le=100, description="share of the nodes scored per pod. Unset: every node (100) on clusters of up "
+                                        "to 1,500 nodes, kube-scheduler's adaptive share (0) on larger ones, "
+                                        "chosen from the node count `up` reads; 100 scores every node (best "
+                                        "packing, slowest); 0 is always adaptive")
     replicas: int = Field(2, ge=1, le=10)
     image: str = Field("registry.k8s.io/kube-scheduler", description="repository; point it at a mirror if needed")
     image_tag: str | None = Field(None, description="default: v<the API server's version> (version skew policy)")
