@@ -68,9 +68,10 @@ scheduler:                          # a second kube-scheduler that packs GPU pod
   # strategy: RequestedToCapacityRatio   # or MostAllocated
   # resource_weights: {nvidia.com/gpu: 100}   # GPU only: cpu/memory weights cost packing (docs/steps/binpack-scheduler.md)
   # shape: [{utilization: 0, score: 0}, {utilization: 50, score: 1}, {utilization: 100, score: 10}]
-  # fit_weight: 2
+  # fit_weight: 3
   # balanced_allocation_weight: 1   # 0: NodeResourcesBalancedAllocation off
   # balanced_allocation_resources: [cpu, memory, nvidia.com/gpu]   # keeps cpu/memory in step with the GPUs
+  # percentage_of_nodes_to_score: 100   # left out: every node up to 1,500 nodes, kube-scheduler's adaptive share above
   replicas: 2                       # leader-elected; `gpu-bootstrap simulate` shows what a profile buys
 
 gpu_operator:                       # the NVIDIA gpu-operator, with values derived from what preflight found
