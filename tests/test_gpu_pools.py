@@ -86,7 +86,7 @@ def test_a_plan_made_without_a_cluster_says_karpenter_was_not_checked(tmp_path):
 def test_the_offline_adapter_answers_a_crds_discovery_as_unknown():
     from gpu_bootstrap.adapters.offline import OfflineKube
     from gpu_bootstrap.core.errors import ClusterError, Unknown
-    from gpu_bootstrap.steps.admission_state import served
+    from gpu_bootstrap.core.objects import served
     kube = OfflineKube(["gpu-1"], "1.33")
     with pytest.raises(Unknown, match="NodePool in karpenter.sh/v1"):
         served(kube, "karpenter.sh/v1", "NodePool")

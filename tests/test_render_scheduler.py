@@ -306,3 +306,48 @@ def test_balanced_allocation_resources_are_rendered_and_simulated_as_configured(
     upstream = render.scheduler_configuration(SchedulerConfig(balanced_allocation_resources=["cpu", "memory"]),
                                               "1.33.0")
     assert [c["name"] for c in upstream["profiles"][0]["pluginConfig"]] == ["NodeResourcesFit"]
+
+
+def balanced_resources(config: dict) -> list[str] | None:
+    """BalancedAllocation's resources as rendered (None: upstream's implicit cpu and memory)."""
+    args = next((c["args"] for c in config["profiles"][0]["pluginConfig"]
+                 if c["name"] == "NodeResourcesBalancedAllocation"), None)
+    return None if args is None else [r["name"] for r in args["resources"]]
+
+
+@pytest.mark.parametrize("version, settings, with_dra, without_dra", [
+    ("1.37.2", SchedulerConfig(), None, ["cpu", "memory", "nvidia.com/gpu"]),
+    ("1.35.4", SchedulerConfig(), None, ["cpu", "memory", "nvidia.com/gpu"]),
+    ("1.37.2", SchedulerConfig(fit_weight=4), None, ["cpu", "memory", "nvidia.com/gpu"]),
+    ("1.37.2", SchedulerConfig(balanced_allocation_resources=["cpu", "memory"]), None, None),
+    ("1.37.2", SchedulerConfig(balanced_allocation_weight=0), "off", "off"),
+])
+def test_a_dra_served_gpu_is_left_out_of_balanced_allocation_unless_the_config_names_it(version, settings, with_dra,
+                                                                                           without_dra):
+    def rendered(classes):
+        config = render.scheduler_configuration(settings, version, 10, dra_classes=classes)
+        if any(p["name"] == "NodeResourcesBalancedAllocation"
+               for p in config["profiles"][0]["plugins"]["score"].get("disabled", [])):
+            return "off"
+        return balanced_resources(config)
+    assert rendered(("gpu.nvidia.com",)) == with_dra
+    assert rendered(()) == without_dra
+    fit = render.scheduler_configuration(settings, version, 10, dra_classes=("gpu.nvidia.com",))
+    assert fit["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]["resources"] == [
+        {"name": "nvidia.com/gpu", "weight": 100}]  # the fit term still packs the GPU
+
+
+def test_a_config_that_balances_a_dra_served_gpu_is_refused_naming_the_field_and_the_class():
+    settings = SchedulerConfig(balanced_allocation_resources=["cpu", "nvidia.com/gpu"])
+    with pytest.raises(ConfigError) as raised:
+        render.scheduler_configuration(settings, "1.37.2", 10, dra_classes=("gpu.nvidia.com",))
+    assert raised.value.one_line().startswith("scheduler.balanced_allocation_resources: nvidia.com/gpu is served "
+                                              "through DRA here (DeviceClass gpu.nvidia.com)")
+    assert balanced_resources(render.scheduler_configuration(settings, "1.37.2", 10)) == ["cpu", "nvidia.com/gpu"]
+
+
+def test_the_plan_line_says_why_the_gpu_is_not_balanced():
+    line = render.profile_line(SchedulerConfig(), "1.37.2", 2, ("gpu.nvidia.com",))
+    assert "BalancedAllocation over cpu, memory x2 (nvidia.com/gpu left out: served through DRA, DeviceClass " \
+           "gpu.nvidia.com)" in line
+    assert "left out" not in render.profile_line(SchedulerConfig(), "1.37.2", 2)

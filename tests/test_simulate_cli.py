@@ -133,7 +133,7 @@ def test_plot_draws_every_policy(tmp_path):
 
 @pytest.mark.unit
 @pytest.mark.parametrize("args, message", [
-    (["--nodes", "{nodes}"], "Missing option '--pods'"),
+    (["--nodes", "{nodes}"], "give the pods to replay with --pods CSV, or --shapes"),
     (["--pods", "{pods}"], "exactly one of --nodes FILE or --from-cluster"),
     (["--pods", "{pods}", "--nodes", "{nodes}", "--from-cluster"], "exactly one of --nodes FILE or --from-cluster"),
     (["--pods", "{pods}", "--nodes", "{nodes}", "--policy", "fgd"], "--policy 'fgd' is not a built-in policy"),
@@ -211,3 +211,74 @@ def test_departures_free_gpus_as_pods_leave(tmp_path):
     assert churn["departures"] == 0.5
     for before, after in zip(still["policies"], churn["policies"]):
         assert after["alloc_pct_at_130"] < before["alloc_pct_at_130"]
+
+
+def shape_inventory(tmp_path: Path) -> Path:
+    """Ten 8-GPU nodes of the openb G2 kind, one 4-GPU node and a CPU node: --shapes uses the ten."""
+    node_file = tmp_path / "shape-nodes.csv"
+    node_file.write_text(NODE_HEADER + "".join(f"g-{i},96000,393216,8,G2\n" for i in range(10)) +
+                         "small-0,64000,262144,4,T4\ncpu-0,32000,262144,0,\n")
+    return node_file
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("version, default_inference_empty", [("1.35", 0), ("1.37", 0)])
+def test_shapes_show_the_bin_packing_profile_keeping_whole_nodes_that_the_default_spreads_over(
+        tmp_path, version, default_inference_empty):
+    """Inference pods at half the GPUs of ten 8-GPU nodes: five nodes could stay whole. The profile `up` renders keeps
+    them whole on both scoring generations; kube-scheduler's default spreads the pods over all ten."""
+    result, document = simulate(tmp_path, "--nodes", str(shape_inventory(tmp_path)), "--shapes", "--seeds", "1",
+                                "--workers", "1", "--kube-version", version, "-o", "json")
+    assert result.exit_code == 0, result.output
+    shapes_doc = document["shapes"]
+    assert (shapes_doc["nodes"], shapes_doc["gpus_per_node"], shapes_doc["kube_version"]) == (10, 8, version)
+    assert [p["name"] for p in shapes_doc["policies"]] == ["default", "gpu-binpack-scheduler"]
+    rows = {(r["shape"], r["load_pct"]): r for r in shapes_doc["rows"]}
+    assert len(rows) == 12
+    inference = rows["inference", 50]
+    assert inference["ideal"] == 5
+    assert inference["policies"]["gpu-binpack-scheduler"] == {"empty": 5, "share_pct": 100.0, "unplaced": 0}
+    assert inference["policies"]["default"]["empty"] == default_inference_empty
+    assert all(r["policies"]["gpu-binpack-scheduler"]["share_pct"] >= 95 for r in shapes_doc["rows"])
+
+
+@pytest.mark.unit
+def test_shapes_as_a_table_mark_what_falls_short(tmp_path):
+    result, _ = simulate(tmp_path, "--nodes", str(shape_inventory(tmp_path)), "--shapes", "--seeds", "1",
+                         "--workers", "1")
+    assert result.exit_code == 0, result.output
+    assert "Whole 8-GPU nodes left empty, of 10" in result.stdout
+    assert "short of 95 % somewhere: default" in result.stdout
+    assert "inference: 1 GPU, 500m cpu, 1 Gi" in result.stdout
+
+
+@pytest.mark.unit
+def test_shapes_agree_with_the_benchmarks_model_column(tmp_path):
+    """`simulate --shapes --seeds 1` is the model column of benchmarks/packing_shapes.py, cell for cell (the
+    benchmark's real column is compared with it in the closing notes and docs/steps/binpack-scheduler.md)."""
+    import importlib
+    bench = importlib.import_module("benchmarks.packing_shapes")
+    from gpu_bootstrap.sim import trace as sim_trace
+    nodes = shape_inventory(tmp_path)
+    result, document = simulate(tmp_path, "--nodes", str(nodes), "--shapes", "--seeds", "1", "--workers", "1",
+                                "--kube-version", "1.35", "--default-nodes-to-score", "0", "-o", "json")
+    assert result.exit_code == 0, result.output
+    eight = bench.sample(sim_trace.load_nodes(nodes), None)
+    for row in document["shapes"]["rows"]:
+        for profile, name in (("kube-default", "default"), ("up", "gpu-binpack-scheduler")):
+            run = bench.model_run(profile, row["shape"], row["load_pct"], eight, "1.35")
+            assert (row["policies"][name]["empty"], row["ideal"]) == (run.empty, run.ideal), (row, profile)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("args, message", [
+    (["--shapes", "--pods", "P"], "--shapes places its own pods"),
+    ([], "give the pods to replay with --pods CSV, or --shapes"),
+    (["--shapes", "--plot", "x.png"], "--plot draws a trace's replay"),
+])
+def test_shapes_refuse_what_they_cannot_use(tmp_path, args, message):
+    result, _ = simulate(tmp_path, "--nodes", str(shape_inventory(tmp_path)),
+                         *[str(tmp_path / "pods.csv") if a == "P" else a for a in args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "x.png").exists()

@@ -372,9 +372,9 @@ class Track(str, Enum):
 
 
 @command("config", "kubeconfig", "context", "output", "verbose", "log_file")
-def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=(
+def simulate(common, pods: Annotated[Optional[Path], Option("--pods", metavar="CSV", help=(
         "Pod list in the Alibaba openb format (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...); an optional "
-        "node_affinity column holds a pod's required node affinity, e.g. \"nvidia.com/gpu.memory>40000\"."))],
+        "node_affinity column holds a pod's required node affinity, e.g. \"nvidia.com/gpu.memory>40000\"."))] = None,
              nodes: Annotated[Optional[Path], Option("--nodes", metavar="CSV", help=(
                  "Node inventory in the openb format (sn,cpu_milli,memory_mib,gpu,model); an optional labels column "
                  "holds node labels (key=value,...)."))] = None,
@@ -403,6 +403,11 @@ def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=
              sharing: Annotated[bool, Option("--sharing", help=(
                  "GPUs the trace's GPU pods need: whole GPUs, shared (milli-GPU) under each FGD-paper policy, and "
                  "time-slicing with --replicas per GPU and the device plugin's distributed/packed allocation."))] = False,
+             shapes: Annotated[bool, Option("--shapes", help=(
+                 "Instead of a trace: inference pods (1 GPU, 500m, 1 Gi), light 2-GPU pods, a light 1/2/4-GPU mix "
+                 "and training pods (1 GPU, 8 cpu, 64 Gi), each at 25/50/75 % of the GPUs of the nodes with the most "
+                 "GPUs (taken empty), and how many of those nodes stay whole against the ideal. kube-scheduler's "
+                 "default samples nodes as deployed with --default-nodes-to-score 0."))] = False,
              replicas: Annotated[int, Option("--replicas", metavar="N", help=(
                  "Time-slicing replicas per GPU for --sharing (as gpu_operator.sharing.replicas).")
              )] = 4,
@@ -412,6 +417,9 @@ def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=
              ))] = None) -> None:
     """Replay a GPU workload trace onto nodes with kube-scheduler's scoring: the default profile against the
     bin-packing profile `up` deploys (from your config's `scheduler` section), before you deploy it.
+
+    With --shapes, no trace: pods of four typical shapes arrive instead, and what counts is how many whole GPU nodes
+    each profile leaves empty for whole-node jobs, against the fewest nodes the pods fit on.
 
     Pods are drawn at random from --pods until their GPU requests reach --tune x the GPUs, then placed one by one.
     Reported per policy (medians over seeds): GPUs allocated at 100% and 130% arrived, fragmentation failures
@@ -424,14 +432,17 @@ def simulate(common, pods: Annotated[Path, Option("--pods", metavar="CSV", help=
       gpu-bootstrap simulate --nodes N.csv --pods P.csv --track B --plot p.png
       gpu-bootstrap simulate --from-cluster --pods P.csv --set fit_weight=2
       gpu-bootstrap simulate --nodes N.csv --pods P.csv --sharing --replicas 4
+      gpu-bootstrap simulate --nodes N.csv --shapes --kube-version 1.35
     """
     from gpu_bootstrap.sim.command import SimOptions
     if kube_version is not None and not re.fullmatch(r"v?1\.\d+(\.\d+)?", kube_version):
         raise typer.BadParameter(f"{kube_version!r} is not a Kubernetes version (e.g. 1.36 or 1.37.2)",
                                  param_hint="--kube-version")
+    if shapes and plot_file:
+        raise typer.BadParameter("--plot draws a trace's replay; --shapes prints a table", param_hint="--plot")
     sim_options = SimOptions(pods, nodes, from_cluster, list(set_ or []), track.value, seeds, tune, list(policy or []),
                              default_nodes_to_score, departures, workers, sharing, replicas,
-                             kube_version.removeprefix("v") if kube_version else None)
+                             kube_version.removeprefix("v") if kube_version else None, shapes)
 
     def body():
         from gpu_bootstrap.app import commands as application

@@ -327,11 +327,16 @@ def show_simulation(run, as_json: bool, plot_file: Path | None) -> None:
     if plot_file:
         plot(document, plot_file)
     if as_json:
-        print_json(document if "sharing" in document else
+        print_json(document if "sharing" in document or "shapes" in document else
                    document | {"policies": [{k: v for k, v in p.items() if k != "curve"}
                                             for p in document["policies"]]})
         return
     out = console()
+    if "shapes" in document:
+        out.print(shapes_table(document["shapes"]))
+        for line in shapes_notes(document["shapes"]):
+            out.print(escape(line))
+        return
     if "sharing" in document:
         out.print(sharing_table(document))
         for line in sharing_notes(document):
@@ -453,6 +458,40 @@ def sharing_table(document: dict):
         grid.add_row(escape(row["setup"]), f"{row['gpus_in_use']:g}", f"{whole - row['gpus_in_use']:g}",
                      f"{row['unplaced_pods']:g}", f"{row['split_pods']:g}")
     return grid
+
+
+def shapes_table(shapes: dict):
+    """One row per shape and load; per policy the whole nodes left empty against the ideal, short of the target
+    in red."""
+    from rich.table import Table
+    grid = Table(title=f"Whole {shapes['gpus_per_node']}-GPU nodes left empty, of {shapes['nodes']}, median of "
+                       f"{shapes['seeds']} seed(s)", title_justify="left")
+    names = [p["name"] for p in shapes["policies"]]
+    for column in ("shape", "load", "ideal", *names):
+        grid.add_column(escape(column), justify="left" if column == "shape" else "right")
+    for row in shapes["rows"]:
+        cells = []
+        for name in names:
+            cell = row["policies"][name]
+            share = "100" if cell["share_pct"] >= 100 else f"{cell['share_pct']:.1f}"
+            text = f"{cell['empty']:g} ({share} %)" + (f", {cell['unplaced']} unplaced"
+                                                                       if cell["unplaced"] else "")
+            cells.append(text if cell["share_pct"] >= shapes["target_share_pct"] else f"[red]{text}[/]")
+        grid.add_row(row["shape"], f"{row['load_pct']} %", str(row["ideal"]), *cells)
+    return grid
+
+
+def shapes_notes(shapes: dict) -> list[str]:
+    lines = [f"{name}: {what}" for name, what in shapes["shape_names"].items()]
+    lines.append(f"pods of one shape arrive at random until the load's share of the GPUs is asked for; ideal: the "
+                 f"nodes left empty when they take the fewest nodes they fit on. A bin-packing profile should keep "
+                 f"{shapes['target_share_pct']:g} % of it: those nodes are what a whole-node job needs.")
+    lines += [f"{p['name']}: {p['profile']}" for p in shapes["policies"]]
+    short = sorted({name for row in shapes["rows"] for name, cell in row["policies"].items()
+                    if cell["share_pct"] < shapes["target_share_pct"]})
+    lines.append(f"short of {shapes['target_share_pct']:g} % somewhere: {', '.join(short)}" if short else
+                 f"every policy keeps {shapes['target_share_pct']:g} % of the ideal everywhere")
+    return lines
 
 
 def sharing_notes(document: dict) -> list[str]:

@@ -194,3 +194,18 @@ def gitops_owner(obj: dict) -> str | None:
     if annotations.get(GITOPS_ANNOTATION):
         return f"{annotations[GITOPS_ANNOTATION]} (gpu-bootstrap export)"
     return None
+
+
+def served(kube, api_version: str, kind: str) -> bool:
+    """Whether API discovery shows the kind (the one helper here that asks the cluster, through `kube`). A failure to
+    ask is not an answer: it propagates (unknown ≠ absent)."""
+    from gpu_bootstrap.core.errors import ClusterError, Unreachable
+    try:
+        kube.resource(api_version, kind)
+        return True
+    except Unreachable:
+        raise
+    except ClusterError as error:
+        if error.status:  # 403, 500, ...: we could not read discovery
+            raise
+        return False  # "the cluster does not serve …" / "serves no …"

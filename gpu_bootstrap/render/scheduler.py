@@ -76,10 +76,37 @@ def for_version(settings, kube_version: str):
     return type(settings).model_validate({**settings.model_dump(exclude_unset=True), **PROFILE_FROM_1_36})
 
 
-def scheduler_configuration(settings, kube_version: str, node_count: int | None = None) -> dict:
+# kube-scheduler v1.37.2's BalancedAllocation crashes (a nil CEL cache: its scorer is built without the one
+# NodeResourcesFit gets, pkg/scheduler/framework/plugins/noderesources/balanced_allocation.go) when it scores an
+# extended resource that a DRA DeviceClass serves, and the pod is never scheduled; seen on the real scheduler
+# (tests/test_dra_scheduling.py). NodeResourcesFit scores such a resource correctly, so where the cluster serves the
+# GPU through DRA the default profile balances cpu and memory only, and the GPU is packed by the fit term alone.
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def for_cluster(settings, kube_version: str, dra_classes: tuple[str, ...] = ()):
+    """for_version, then, where DeviceClasses `dra_classes` serve nvidia.com/gpu, the GPU left out of
+    BalancedAllocation (a config that names it there is refused: the scheduler would crash on every GPU pod)."""
+    chosen = for_version(settings, kube_version)
+    if not dra_classes or GPU_RESOURCE not in chosen.balanced_allocation_resources or \
+            not chosen.balanced_allocation_weight:
+        return chosen
+    if "balanced_allocation_resources" in settings.model_fields_set:
+        raise ConfigError(
+            f"scheduler.balanced_allocation_resources: {GPU_RESOURCE} is served through DRA here (DeviceClass "
+            f"{', '.join(dra_classes)}), and kube-scheduler's BalancedAllocation crashes scoring a DRA-backed "
+            f"resource, so GPU pods would never be scheduled",
+            f"leave {GPU_RESOURCE} out of scheduler.balanced_allocation_resources (NodeResourcesFit still packs it)")
+    return chosen.model_copy(update={"balanced_allocation_resources": [
+        r for r in chosen.balanced_allocation_resources if r != GPU_RESOURCE]})
+
+
+def scheduler_configuration(settings, kube_version: str, node_count: int | None = None,
+                            dra_classes: tuple[str, ...] = ()) -> dict:
     """The KubeSchedulerConfiguration: one profile, NodeResourcesFit packing, leader election on its own lease.
-    `node_count`: the cluster's nodes, which choose percentageOfNodesToScore when the config leaves it unset."""
-    settings = for_version(settings, kube_version)
+    `node_count`: the cluster's nodes, which choose percentageOfNodesToScore when the config leaves it unset.
+    `dra_classes`: the DeviceClasses that serve nvidia.com/gpu through DRA (for_cluster)."""
+    settings = for_cluster(settings, kube_version, dra_classes)
     fit_args: dict = {"scoringStrategy": {
         "type": settings.strategy,
         "resources": [{"name": name, "weight": weight} for name, weight in settings.resource_weights.items()]}}
@@ -106,10 +133,12 @@ def scheduler_configuration(settings, kube_version: str, node_count: int | None 
     }
 
 
-def profile_line(settings, kube_version: str, node_count: int | None = None) -> str:
+def profile_line(settings, kube_version: str, node_count: int | None = None,
+                 dra_classes: tuple[str, ...] = ()) -> str:
     """The scoring in one line, for plans: 'RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x2 +
     BalancedAllocation over cpu, memory, nvidia.com/gpu x1, every node scored'."""
-    settings = for_version(settings, kube_version)
+    balanced_gpu = GPU_RESOURCE in for_version(settings, kube_version).balanced_allocation_resources
+    settings = for_cluster(settings, kube_version, dra_classes)
     weights = ", ".join(name if len(settings.resource_weights) == 1 else f"{name} {weight}"
                         for name, weight in settings.resource_weights.items())
     fit = f"{settings.strategy} on {weights}"
@@ -119,6 +148,8 @@ def profile_line(settings, kube_version: str, node_count: int | None = None) -> 
     if settings.balanced_allocation_weight:
         fit += (f" + BalancedAllocation over {', '.join(settings.balanced_allocation_resources)}"
                 f" x{settings.balanced_allocation_weight}")
+        if balanced_gpu and GPU_RESOURCE not in settings.balanced_allocation_resources:
+            fit += f" ({GPU_RESOURCE} left out: served through DRA, DeviceClass {', '.join(dra_classes)})"
     percentage = nodes_to_score(settings, node_count)
     why = ""
     if settings.percentage_of_nodes_to_score is None:
@@ -130,20 +161,22 @@ def profile_line(settings, kube_version: str, node_count: int | None = None) -> 
                   f", {percentage} % of nodes scored") + why
 
 
-def config_text(settings, kube_version: str, node_count: int | None = None) -> str:
-    return yaml.safe_dump(scheduler_configuration(settings, kube_version, node_count), sort_keys=False)
+def config_text(settings, kube_version: str, node_count: int | None = None, dra_classes: tuple[str, ...] = ()) -> str:
+    return yaml.safe_dump(scheduler_configuration(settings, kube_version, node_count, dra_classes), sort_keys=False)
 
 
 def labels(settings) -> dict:
     return {"app.kubernetes.io/name": settings.name, **MANAGED}
 
 
-def manifests(settings, kube_version: str, tolerations: list[dict] = (), node_count: int | None = None) -> list[dict]:
+def manifests(settings, kube_version: str, tolerations: list[dict] = (), node_count: int | None = None,
+              dra_classes: tuple[str, ...] = ()) -> list[dict]:
     """Everything the scheduler needs, in the order to apply it (the reverse is the order to remove it).
     `tolerations`: for a cluster whose every node is a tainted GPU node, so the scheduler can run at all.
-    `node_count`: the cluster's nodes (percentageOfNodesToScore, when the config leaves it unset)."""
+    `node_count`: the cluster's nodes (percentageOfNodesToScore, when the config leaves it unset).
+    `dra_classes`: the DeviceClasses that serve nvidia.com/gpu through DRA (for_cluster)."""
     name, namespace = settings.name, settings.namespace
-    text = config_text(settings, kube_version, node_count)
+    text = config_text(settings, kube_version, node_count, dra_classes)
     objects = [
         _object("v1", "ServiceAccount", name, namespace, settings),
         _cluster_binding(f"{name}-as-kube-scheduler", "system:kube-scheduler", settings),

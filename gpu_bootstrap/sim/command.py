@@ -15,7 +15,7 @@ BUILTIN_POLICIES = {"random": scoring.RANDOM_PROFILE, "blog-recipe": scoring.BLO
 
 @dataclass
 class SimOptions:
-    pods: Path
+    pods: Path | None
     nodes: Path | None = None
     from_cluster: bool = False
     sets: list[str] = field(default_factory=list)
@@ -29,6 +29,7 @@ class SimOptions:
     sharing: bool = False  # --sharing: GPUs needed whole vs shared (sim/deployable.py)
     replicas: int = 4  # --replicas: time-slicing replicas per GPU for the deployable setup
     kube_version: str | None = None  # --kube-version: the kube-scheduler whose scoring is modelled
+    shapes: bool = False  # --shapes: the workload-shape benchmark (sim/shapes.py) instead of the trace
 
 
 def with_sets(options: SimOptions, settings):
@@ -74,6 +75,11 @@ def profiles(options: SimOptions, settings, kube_version: str, node_count: int) 
 def validate(options: SimOptions) -> None:
     if bool(options.nodes) == bool(options.from_cluster):
         raise UsageError("give the nodes with exactly one of --nodes FILE or --from-cluster")
+    if options.shapes and (options.pods or options.sharing):
+        raise UsageError("--shapes places its own pods: leave out --pods and --sharing",
+                         "run the trace (--pods) and the shapes (--shapes) as two commands")
+    if not options.shapes and options.pods is None:
+        raise UsageError("give the pods to replay with --pods CSV, or --shapes for the workload-shape benchmark")
     if options.track not in ("A", "B"):
         raise UsageError(f"--track {options.track!r}: choose A (whole-GPU pods) or B (all pods, fractions rounded "
                          f"up)")
@@ -99,7 +105,7 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     from gpu_bootstrap.core.versions import DEFAULT_KUBE_VERSION, server_version
     validate(options)
     settings = with_sets(options, settings)
-    pods = trace.load_pods(options.pods)
+    pods = trace.load_pods(options.pods) if options.pods else []
     used = None
     kube_version = options.kube_version or DEFAULT_KUBE_VERSION
     if options.from_cluster:
@@ -113,6 +119,8 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
         nodes = trace.load_nodes(options.nodes)
         source = str(options.nodes)
     chosen = profiles(options, settings, kube_version, len(nodes))
+    if options.shapes:
+        return simulate_shapes(options, nodes, chosen, source, kube_version, progress)
     if options.sharing:
         return simulate_sharing(options, nodes, pods, chosen[1], source)
     try:
@@ -139,4 +147,18 @@ def simulate_sharing(options: SimOptions, nodes, pods: list[dict], profile: scor
         raise ConfigError(f"{options.pods}: {error}", "--sharing compares the GPU pods of the trace") from None
     document["inventory"]["source"] = source
     document["pods"]["source"] = str(options.pods)
+    return document
+
+
+def simulate_shapes(options: SimOptions, nodes, chosen: list[scoring.Profile], source: str, kube_version: str,
+                    progress=None) -> dict:
+    """`simulate --shapes`: inference, light and training pods at 25/50/75 % of the GPUs on the inventory's nodes
+    with the most GPUs (taken empty: what is running now is left out), whole nodes left empty against the ideal."""
+    from gpu_bootstrap.sim import FIRST_SEED, shapes
+    biggest = shapes.largest_gpu_nodes(nodes)
+    if not biggest:
+        raise ConfigError(f"no node of {source} has a GPU", "the shapes are GPU pods: give an inventory with GPU nodes")
+    seeds = list(range(FIRST_SEED, FIRST_SEED + options.seeds))
+    document = shapes.report(biggest, chosen, seeds, workers=options.workers, progress=progress)
+    document["shapes"] |= {"source": source, "kube_version": kube_version}
     return document

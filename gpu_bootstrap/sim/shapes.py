@@ -80,3 +80,60 @@ def measure(shape: str, load: int, nodes: list[Node], pods: list[Pod], placer) -
     unplaced = sum(1 for pod in pods if scheduler.place(pod) is None)
     empty = sum(1 for used in cluster.gpu if not used)
     return ShapeRun(shape, load, empty, len(nodes) - ideal_nodes_used(nodes, pods), unplaced)
+
+
+TARGET_SHARE = 95.0  # a bin-packing profile should leave at least this share of the ideal empty nodes
+
+
+def largest_gpu_nodes(nodes: list[Node]) -> list[Node]:
+    """The inventory's nodes with the most GPUs: the nodes a whole-node job needs (openb: its 617 8-GPU nodes)."""
+    most = max((n.gpus for n in nodes), default=0)
+    return gpu_nodes(nodes, most) if most else []
+
+
+def _one(job: tuple) -> tuple[str, str, int, int, ShapeRun]:
+    from gpu_bootstrap.sim.engine import Scheduler
+    nodes, profile, shape, load, seed = job
+    pods = arrivals(shape, nodes, load, seed)
+    run = measure(shape, load, nodes, pods, lambda cluster: Scheduler(cluster, profile, random.Random(seed * 7919 + 1)))
+    return profile.name, shape, load, seed, run
+
+
+def report(nodes: list[Node], profiles: list, seeds: list[int], shape_names=tuple(SHAPES), loads=LOADS,
+           workers: int | None = None, progress=None) -> dict:
+    """Every shape at every load under every profile, on `nodes` (empty), medians over `seeds`: the document that
+    `simulate --shapes` shows. Seed 42 alone gives what benchmarks/packing_shapes.py's model column gives."""
+    import os
+    import statistics
+    from concurrent.futures import ProcessPoolExecutor
+    jobs = [(nodes, p, s, load, seed) for s in shape_names for load in loads for p in profiles for seed in seeds]
+    workers = workers or min(os.cpu_count() or 1, len(jobs))
+    results = []
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            for result in pool.map(_one, jobs):
+                results.append(result)
+                if progress is not None:
+                    progress()
+    else:
+        for job in jobs:
+            results.append(_one(job))
+            if progress is not None:
+                progress()
+    rows = []
+    for shape in shape_names:
+        for load in loads:
+            cell = [r for r in results if r[1] == shape and r[2] == load]
+            row = {"shape": shape, "load_pct": load, "ideal": int(statistics.median(r[4].ideal for r in cell)),
+                   "policies": {}}
+            for profile in profiles:
+                runs = [r[4] for r in cell if r[0] == profile.name]
+                row["policies"][profile.name] = {
+                    "empty": statistics.median(r.empty for r in runs),
+                    "share_pct": round(statistics.median(r.share for r in runs), 1),
+                    "unplaced": max(r.unplaced for r in runs)}
+            rows.append(row)
+    return {"shapes": {"nodes": len(nodes), "gpus_per_node": nodes[0].gpus if nodes else 0,
+                       "seeds": len(seeds), "seed_values": list(seeds), "target_share_pct": TARGET_SHARE,
+                       "shape_names": {s: SHAPES[s][0] for s in shape_names},
+                       "policies": [{"name": p.name, "profile": p.describe()} for p in profiles], "rows": rows}}

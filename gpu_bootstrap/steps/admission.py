@@ -21,8 +21,9 @@ from gpu_bootstrap.render import admission_policy as policy_render
 from gpu_bootstrap.render import certificates as certs
 from gpu_bootstrap.core.versions import minor_of
 from gpu_bootstrap.steps.admission_opa import AdmissionOpa, _bundle_has
+from gpu_bootstrap.core.objects import served
 from gpu_bootstrap.steps.admission_state import (GROUP, MAP_VERSIONS, WEBHOOK_KINDS, object_drift, owned_refs,
-                                                 policy_for, served)
+                                                 policy_for)
 from gpu_bootstrap.steps.node_prep import gpu_taint
 
 

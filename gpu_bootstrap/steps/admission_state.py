@@ -57,19 +57,6 @@ def utc_now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
 
-def served(kube, api_version: str, kind: str) -> bool:
-    """Whether API discovery shows the kind. A failure to ask is not an answer: it propagates (unknown ≠ absent)."""
-    try:
-        kube.resource(api_version, kind)
-        return True
-    except Unreachable:
-        raise
-    except ClusterError as error:
-        if error.status:  # 403, 500, ...: we could not read discovery
-            raise
-        return False  # "the cluster does not serve …" / "serves no …"
-
-
 def owned_refs(kube, kinds, namespace: str | None, exclude: set) -> list[Ref]:
     found = []
     for api_version, kind in kinds:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import time
 
+from gpu_bootstrap.core import dra
 from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.core.catalogue import locate_pods, registry_inputs
-from gpu_bootstrap.core.objects import differences, lease_fresh, parse_time, toleration_for, unschedulable, waiting
+from gpu_bootstrap.core.objects import (differences, lease_fresh, parse_time, served, toleration_for, unschedulable,
+                                        waiting)
 from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from gpu_bootstrap.render import scheduler as render
 from gpu_bootstrap.core.versions import KUBE_VERSION, minor_of, minor_text, skew_problem
@@ -63,22 +65,32 @@ class BinpackScheduler(Step):
         return {"scheduler": ctx.config.scheduler.model_dump(mode="json"), "kube": ctx.server_version(),
                 **registry_inputs(ctx.config)}
 
-    def desired(self, ctx, nodes: list[dict]) -> list[dict]:
+    def desired(self, ctx, nodes: list[dict], dra_classes: tuple[str, ...] = ()) -> list[dict]:
         """`nodes`: the cluster's nodes; when tainting the GPU nodes leaves none of them free, the scheduler
-        tolerates the GPU taint (it would never start otherwise)."""
+        tolerates the GPU taint (it would never start otherwise). `dra_classes`: the DeviceClasses that serve
+        nvidia.com/gpu through DRA (the profile then balances cpu and memory only: render.for_cluster)."""
         tolerations = []
         if no_room_warning(nodes, ctx.config, ctx.options.playbook):
             tolerations = [toleration_for(gpu_taint(ctx.config, ctx.options.playbook))]
         # pinned to the catalogue's digest for this tag and moved to registry.mirror (core/catalogue.py)
-        return locate_pods(render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations, len(nodes)),
-                           ctx.config.registry)
+        return locate_pods(render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations, len(nodes),
+                                            dra_classes), ctx.config.registry)
+
+    @staticmethod
+    def dra_gpu_classes(ctx) -> tuple[str, ...]:
+        """The DeviceClasses that serve nvidia.com/gpu through DRA; none where resource.k8s.io/v1 is not served. A
+        failure to read them is not "none": it propagates, and the step fails naming it."""
+        if not served(ctx.kube, dra.API_VERSION, "DeviceClass"):
+            return ()
+        return tuple(dra.gpu_classes(ctx.kube.list(dra.API_VERSION, "DeviceClass")))
 
     # --- reading the cluster ------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:
         settings = ctx.config.scheduler
         nodes = ctx.kube.list("v1", "Node")
+        dra_classes = self.dra_gpu_classes(ctx)
         try:
-            desired = self.desired(ctx, nodes)
+            desired = self.desired(ctx, nodes, dra_classes)
         except ConfigError as error:  # a cluster too old for the profile: a failed check, not bad input
             return Check(FAIL, error.one_line())
         pinned = _image_version(render.image(settings, ctx.server_version())) if settings.image_tag else None
@@ -96,19 +108,19 @@ class BinpackScheduler(Step):
         leftovers = self._owned(ctx, exclude={Ref.of(obj) for obj in desired})
         facts = SchedulerFacts(desired, drift, leftovers)
         if drift or leftovers:
-            return Check(WARN, self._summary(settings, ctx, drift, leftovers, len(nodes)), facts=facts)
+            return Check(WARN, self._summary(settings, ctx, drift, leftovers, len(nodes), dra_classes), facts=facts)
         running = self._running(ctx)
         if running.status != PASS:
             return Check(WARN, running.message, facts=facts)
         return Check(PASS, f"{settings.name} runs ({running.message})", done=True, facts=facts)
 
     @staticmethod
-    def _summary(settings, ctx, drift: dict, leftovers: list, node_count: int) -> str:
+    def _summary(settings, ctx, drift: dict, leftovers: list, node_count: int, dra_classes: tuple[str, ...]) -> str:
         missing = sum(1 for why in drift.values() if why == "missing")
         counts = [(missing, "to create"), (len(drift) - missing, "to update"), (len(leftovers), "to remove")]
         return (", ".join(f"{n} object(s) {what}" for n, what in counts if n) +
                 f" ({settings.name}, {render.image(settings, ctx.server_version())}; scoring: "
-                f"{render.profile_line(settings, ctx.server_version(), node_count)})")
+                f"{render.profile_line(settings, ctx.server_version(), node_count, dra_classes)})")
 
     def _owned(self, ctx, exclude: set) -> list[Ref]:
         """Objects we created earlier that the current config does not want (e.g. after a rename)."""

@@ -13,7 +13,7 @@ from gpu_bootstrap.core.objects import differences
 from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
 from gpu_bootstrap.render import gpu_pools as render
 from gpu_bootstrap.render import node_prep as node_render
-from gpu_bootstrap.steps.admission_state import served
+from gpu_bootstrap.core.objects import served
 
 OLD_API = "v1beta1"  # Karpenter before 1.0
 

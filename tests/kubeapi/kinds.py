@@ -10,7 +10,7 @@ from .util import jcopy
 
 # Kinds whose metadata.generation the apiserver maintains.
 GENERATION_GROUPS = {"apps", "batch", "apiextensions.k8s.io", "policy", "networking.k8s.io", "autoscaling",
-                     "admissionregistration.k8s.io", "scheduling.k8s.io"}
+                     "admissionregistration.k8s.io", "scheduling.k8s.io", "resource.k8s.io"}
 NAME_STYLE = {"namespaces": "label", "services": "label"}
 PATH_NAMED_GROUPS = {"rbac.authorization.k8s.io"}
 WORKLOAD_SELECTOR_KINDS = {"Deployment", "ReplicaSet", "DaemonSet", "StatefulSet"}

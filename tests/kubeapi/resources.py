@@ -112,6 +112,11 @@ BUILTIN: tuple[ResourceType, ...] = (
        min_minor=36),
     _r("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings", "MutatingAdmissionPolicyBinding",
        False, min_minor=36),
+    # resource.k8s.io (DRA), v1 served from 1.34
+    _r("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, min_minor=34),
+    _r("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, min_minor=34),
+    _r("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, (), ["status"], min_minor=34),
+    _r("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True, min_minor=34),
     # the rest of the groups we touch
     _r("coordination.k8s.io", "v1", "leases", "Lease", True),
     _r("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"], ["status"]),
