@@ -79,10 +79,12 @@ def clear(cluster, api) -> None:
     assert cluster.admin("dra-test").get(path)["items"] == []
 
 
-def place(control_plane, pods: list[Pod], config: dict, wait: float = 120) -> list[dict]:
+def place(control_plane, pods: list[Pod | dict], config: dict, wait: float = 120, inspect=None,
+          claims: list[dict] = ()) -> list[dict]:
     """Start kube-scheduler 1.37 with `config`, create `pods` one at a time (each bound before the next), and return
     them as the API server has them, each with its claim under "claim"; the scheduler is stopped and the pods and
-    claims deleted afterwards."""
+    claims deleted afterwards. A dict is a pod object, created as it is (with the profile's schedulerName);
+    `claims` are created first; `inspect()` runs while the pods are still bound."""
     from tests.localcluster.cluster import binaries
     cluster, api, folder = control_plane
     real = bench()
@@ -91,6 +93,10 @@ def place(control_plane, pods: list[Pod], config: dict, wait: float = 120) -> li
     path = folder / "scheduler.json"
     path.write_text(json.dumps(config))
     clear(cluster, api)
+    for claim in claims:
+        status, answer = api.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{real.NAMESPACE}/resourceclaims",
+                                     claim)
+        assert status == 201, answer
     admin = cluster.admin("dra-test")
     listed = admin.get(f"/api/v1/namespaces/{real.NAMESPACE}/pods")
     outcomes = real.Outcomes(cluster, listed["metadata"]["resourceVersion"])
@@ -99,14 +105,20 @@ def place(control_plane, pods: list[Pod], config: dict, wait: float = 120) -> li
     names = []
     try:
         for index, pod in enumerate(pods):
-            name = f"dra-{index}"
-            status, answer = api.request("POST", f"/api/v1/namespaces/{real.NAMESPACE}/pods",
-                                         real.pod_object(name, pod, config["profiles"][0]["schedulerName"]))
+            scheduler_name = config["profiles"][0]["schedulerName"]
+            if isinstance(pod, dict):
+                name, body = pod["metadata"]["name"], pod
+                body["spec"]["schedulerName"] = scheduler_name
+            else:
+                name, body = f"dra-{index}", real.pod_object(f"dra-{index}", pod, scheduler_name)
+            status, answer = api.request("POST", f"/api/v1/namespaces/{real.NAMESPACE}/pods", body)
             assert status == 201, answer
             verdict, where = outcomes.wait(name, wait)
             assert verdict == "bound", f"{name}: {where}"
             names.append(name)
         pods = [admin.get(f"/api/v1/namespaces/{real.NAMESPACE}/pods/{name}") for name in names]
+        if inspect is not None:
+            inspect()
         return [pod | {"claim": claim_of(cluster, pod)} for pod in pods]
     finally:
         outcomes.stopped = True
@@ -115,9 +127,13 @@ def place(control_plane, pods: list[Pod], config: dict, wait: float = 120) -> li
 
 
 def claim_of(cluster, pod: dict) -> dict:
-    """The ResourceClaim kube-scheduler wrote for the pod's extended resource (named in the pod's status)."""
+    """The ResourceClaim that holds the pod's GPUs: the one kube-scheduler wrote for its extended resource (named in
+    the pod's status), or the one it names itself."""
     status = pod["status"].get("extendedResourceClaimStatus") or {}
-    assert status.get("resourceClaimName"), f"{pod['metadata']['name']} has no extended resource claim: {pod['status']}"
+    named = [c["resourceClaimName"] for c in pod["spec"].get("resourceClaims") or [] if c.get("resourceClaimName")]
+    name = status.get("resourceClaimName") or (named[0] if named else None)
+    assert name, f"{pod['metadata']['name']} has no claim: {pod['status']}"
+    status = {"resourceClaimName": name}
     return cluster.admin("dra-test").get(f"/apis/resource.k8s.io/v1/namespaces/{pod['metadata']['namespace']}/"
                                          f"resourceclaims/{status['resourceClaimName']}")
 
@@ -158,3 +174,49 @@ def test_balancing_a_dra_gpu_crashes_kube_scheduler_1_37_which_is_why_up_leaves_
         place(control_plane, [Pod(500, 1024, 1)], profile, wait=20)
     log = cluster.log("kube-scheduler").read_text(errors="replace")
     assert "Observed a panic" in log and "deviceMatchesClass" in log
+
+
+def explicit_claim_pod(name: str, claim: str) -> dict:
+    """A pod that gets its GPU through a ResourceClaim it names (no nvidia.com/gpu in its resources)."""
+    real = bench()
+    body = real.pod_object(name, Pod(500, 1024, 0), "")
+    container = body["spec"]["containers"][0]
+    container["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}, "claims": [{"name": "gpu"}]}
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    return body
+
+
+def test_status_counts_dra_gpus_per_node_namespace_and_pod(control_plane, tmp_path):
+    """`gpu-bootstrap status` on the real API server: the DRA-only nodes show their published GPUs, a pod asking
+    nvidia.com/gpu: 2 and a pod holding one GPU through an explicit ResourceClaim count on the node they went to and
+    in their namespace."""
+    from typer.testing import CliRunner
+    from gpu_bootstrap.cli.commands import app
+    cluster, api, _ = control_plane
+    real = bench()
+    one_gpu = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "one-gpu"},
+               "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": dra.GPU_CLASS,
+                                                                                 "count": 1}}]}}}
+    seen = {}
+
+    def read_status():
+        result = CliRunner().invoke(app, ["status", "--kubeconfig", str(cluster.folder / "admin.kubeconfig"),
+                                          "-o", "json", "--log-file", str(tmp_path / "log")])
+        assert result.exit_code == 0, result.output
+        seen.update(json.loads(result.stdout))
+
+    pods = place(control_plane, [Pod(2000, 8192, 2), explicit_claim_pod("claimed", "one-gpu")], up_profile(),
+                 inspect=read_status, claims=[one_gpu])
+    where = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    assert len(pods[1]["claim"]["status"]["allocation"]["devices"]["results"]) == 1
+    nodes = {n["name"]: n["gpus"] for n in seen["nodes"]}
+    assert set(nodes) == {n.name for n in NODES}
+    assert all(gpus["allocatable"] == GPUS_PER_NODE for gpus in nodes.values())
+    expected = {name: 0 for name in nodes}
+    expected[where["dra-0"]] += 2
+    expected[where["claimed"]] += 1
+    assert {name: gpus["requested"] for name, gpus in nodes.items()} == expected
+    assert seen["totals"]["gpus_allocatable"] == 2 * GPUS_PER_NODE and seen["totals"]["gpus_requested"] == 3
+    namespace = next(n for n in seen["namespaces"] if n["name"] == real.NAMESPACE)
+    assert (namespace["gpu_pods"], namespace["gpus"]) == (2, 3)
+    assert {p["name"]: p["gpus"] for p in seen["pods"]} == {"dra-0": 2, "claimed": 1}

@@ -116,10 +116,13 @@ def test_a_read_that_keeps_failing_names_helms_error_within_its_deadline(fake):
     fake.script({"stderr": "W0101 warning: something secondary\n" + UNAVAILABLE + "\n", "code": 1})
     started = time.monotonic()
     with pytest.raises(ClusterError) as caught:
-        adapter(fake, read_deadline=2).history("gpu-operator", "gpu-operator")
-    assert time.monotonic() - started < 10
+        adapter(fake, read_deadline=4).history("gpu-operator", "gpu-operator")
+    assert time.monotonic() - started < 15
     assert caught.value.message.startswith(f"helm history failed: {UNAVAILABLE} (after ")
-    assert len(fake.calls()) > 2
+    # repeated until the deadline: how often depends on how fast the (fake) helm starts, at least once more on a
+    # loaded machine, and the message counts every attempt
+    assert len(fake.calls()) >= 2
+    assert f"(after {len(fake.calls())} attempts" in caught.value.message
 
 
 def test_a_permanent_error_is_not_repeated(fake):

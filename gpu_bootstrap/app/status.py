@@ -52,14 +52,19 @@ def read(kube) -> Snapshot:
     from gpu_bootstrap.core.errors import ClusterError, Unreachable
     nodes = kube.list("v1", "Node")
     pods = kube.list("v1", "Pod")
+    notes = []
     try:
-        events, notes = kube.list("v1", "Event", field_selector="reason=FailedScheduling"), []
+        events = kube.list("v1", "Event", field_selector="reason=FailedScheduling")
     except Unreachable:
         raise
     except ClusterError as error:
-        events, notes = None, [f"scheduling events could not be read ({error.message}): pending pods show their "
-                               f"PodScheduled condition only"]
+        events = None
+        notes.append(f"scheduling events could not be read ({error.message}): pending pods show their PodScheduled "
+                     f"condition only")
+    from gpu_bootstrap.core import dra
+    nodes, pods = dra.counted(kube, nodes, pods, notes)
     return Snapshot(nodes, pods, events, kube.host, notes=notes)
+
 
 
 # --- quantities and requests ------------------------------------------------------------------------------------------

@@ -511,6 +511,7 @@ def notes(document: dict) -> list[str]:
              "100%. At 100%: stranded = free GPUs on nodes whose cpu or memory cannot take the smallest GPU pod, "
              "free/used = free GPUs on partly used nodes, free 8-GPU = untouched 8-GPU nodes."]
     lines += [f"{p['name']}: {p['profile']}" for p in document["policies"]]
+    lines += [f"note: {note}" for note in document["inventory"].get("notes") or []]
     if document.get("gap_closed_pct") is not None:
         lines.append(f"{document['scheduler']} closes {document['gap_closed_pct']:.1f}% of the gap between the "
                      f"default profile and the offline reference at 100% arrived")

@@ -3,6 +3,8 @@
 A DeviceClass with `spec.extendedResourceName: nvidia.com/gpu` (KEP-5004: beta in 1.36, GA in 1.37) lets a pod that
 asks for `nvidia.com/gpu` as users write it be served by a DRA driver (NVIDIA's publishes the class `gpu.nvidia.com`
 with it) on nodes that advertise no such capacity; kube-scheduler allocates the devices and writes the claim.
+
+Pure, but for `counted`, which lists the DRA objects through the Kubernetes adapter it is given.
 """
 from __future__ import annotations
 
@@ -14,3 +16,101 @@ def gpu_classes(device_classes: list[dict]) -> list[str]:
     """The DeviceClasses that serve `nvidia.com/gpu` as an extended resource, by name."""
     return sorted(c["metadata"]["name"] for c in device_classes
                   if (c.get("spec") or {}).get("extendedResourceName") == GPU_RESOURCE)
+
+GPU_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: its ResourceSlices and claim results name it
+
+
+def _count(value) -> int:
+    """A whole-number quantity such as nvidia.com/gpu's ('8'); absent is 0."""
+    return int(float(str(value))) if value not in (None, "") else 0
+
+
+def gpu_devices_by_node(slices: list[dict]) -> dict[str, int]:
+    """Whole GPUs (devices of type gpu) NVIDIA's DRA driver publishes per node. A pool may span several slices; its
+    newest generation counts (older slices are being replaced)."""
+    newest: dict[tuple[str, str], int] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("driver") == GPU_DRIVER and spec.get("nodeName"):
+            key = (spec["nodeName"], (spec.get("pool") or {}).get("name", ""))
+            newest[key] = max(newest.get(key, 0), int((spec.get("pool") or {}).get("generation", 0)))
+    counts: dict[str, int] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("driver") != GPU_DRIVER or not spec.get("nodeName"):
+            continue
+        pool = spec.get("pool") or {}
+        if int(pool.get("generation", 0)) != newest[(spec["nodeName"], pool.get("name", ""))]:
+            continue
+        gpus = sum(1 for device in spec.get("devices") or []
+                   if ((device.get("attributes") or {}).get("type") or {}).get("string", "gpu") == "gpu")
+        counts[spec["nodeName"]] = counts.get(spec["nodeName"], 0) + gpus
+    return counts
+
+
+def claim_gpus(claim: dict) -> int:
+    """Devices of NVIDIA's DRA driver allocated to a claim (a MIG device counts as one)."""
+    results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")) or []
+    return sum(1 for result in results if result.get("driver") == GPU_DRIVER)
+
+
+def claim_names(pod: dict) -> set[str]:
+    """The ResourceClaims a pod uses: named in spec.resourceClaims, or made from a template (status names those)."""
+    named = {entry["resourceClaimName"] for entry in (pod.get("spec") or {}).get("resourceClaims") or []
+             if entry.get("resourceClaimName")}
+    made = {entry["resourceClaimName"] for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+            if entry.get("resourceClaimName")}
+    return named | made
+
+
+def as_device_plugin(nodes: list[dict], pods: list[dict], slices: list[dict], claims: list[dict]
+                     ) -> tuple[list[dict], list[dict]]:
+    """Nodes and pods as if the DRA-served GPUs were device-plugin capacity, so that `status` and `simulate` count
+    both kinds of node alike: a node that advertises no nvidia.com/gpu gets its published GPUs as capacity, and a
+    pod's own claims (claim_names) add their allocated GPUs to its first container's request. A pod that
+    asks nvidia.com/gpu as an extended resource already says so in its requests (its claim, named in
+    status.extendedResourceClaimStatus, is not counted again). Copies: the inputs are not changed."""
+    import copy
+    published = gpu_devices_by_node(slices)
+    by_name = {(c["metadata"].get("namespace"), c["metadata"]["name"]): c for c in claims}
+    viewed_nodes = []
+    for node in nodes:
+        count = published.get(node["metadata"]["name"])
+        status = node.get("status") or {}
+        if count and not _count((status.get("allocatable") or {}).get(GPU_RESOURCE)):
+            node = copy.deepcopy(node)
+            for field in ("capacity", "allocatable"):
+                node.setdefault("status", {}).setdefault(field, {})[GPU_RESOURCE] = str(count)
+        viewed_nodes.append(node)
+    viewed_pods = []
+    for pod in pods:
+        namespace = pod["metadata"].get("namespace")
+        gpus = sum(claim_gpus(by_name[(namespace, name)]) for name in claim_names(pod) if (namespace, name) in by_name)
+        containers = (pod.get("spec") or {}).get("containers") or []
+        if gpus and containers:
+            pod = copy.deepcopy(pod)
+            resources = pod["spec"]["containers"][0].setdefault("resources", {})
+            for field in ("requests", "limits"):
+                have = _count((resources.get(field) or {}).get(GPU_RESOURCE))
+                resources.setdefault(field, {})[GPU_RESOURCE] = str(have + gpus)
+        viewed_pods.append(pod)
+    return viewed_nodes, viewed_pods
+
+
+def counted(kube, nodes: list[dict], pods: list[dict], notes: list[str]) -> tuple[list[dict], list[dict]]:
+    """GPUs that NVIDIA's DRA driver serves, counted like device-plugin GPUs (as_device_plugin): two more
+    lists where the cluster serves resource.k8s.io/v1. Unreadable, they are a note, never "no DRA GPUs"."""
+    from gpu_bootstrap.core.errors import ClusterError, Unreachable
+    from gpu_bootstrap.core.objects import served
+    try:
+        if not served(kube, API_VERSION, "ResourceSlice"):
+            return nodes, pods
+        slices = kube.list(API_VERSION, "ResourceSlice")
+        claims = kube.list(API_VERSION, "ResourceClaim")
+    except Unreachable:
+        raise
+    except ClusterError as error:
+        notes.append(f"DRA ResourceSlices and ResourceClaims could not be read ({error.message}): GPUs served through "
+                     f"DRA are not counted, and nodes that have only those show none")
+        return nodes, pods
+    return as_device_plugin(nodes, pods, slices, claims)

@@ -341,6 +341,8 @@ def _status(prometheus: PrometheusService) -> list[Need]:
     Prometheus Service only, in its namespace: a proxy to any Service would reach around NetworkPolicy."""
     return [need("", "nodes pods events services", "list", why="status: GPUs per node, namespace and pod; why pods "
                                                                "wait; where Prometheus is"),
+            need("resource.k8s.io", "resourceslices resourceclaims", "list",
+                 why="status: GPUs served through DRA (NVIDIA's driver's ResourceSlices) and the claims that hold them"),
             need("", "services/proxy", "get", "prometheus", (prometheus.proxy_name,),
                  why=f"status: GPU utilisation from Prometheus ({prometheus.namespace}/{prometheus.proxy_name}) "
                      f"through the API server's proxy, this Service only")]

@@ -107,14 +107,18 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     settings = with_sets(options, settings)
     pods = trace.load_pods(options.pods) if options.pods else []
     used = None
+    notes: list[str] = []
     kube_version = options.kube_version or DEFAULT_KUBE_VERSION
     if options.from_cluster:
         kube_version = options.kube_version or server_version(kube.version()) or DEFAULT_KUBE_VERSION
-        nodes, used = trace.cluster_snapshot(kube)  # one Pod per running pod: defaults count per container
+        counted = dra_counted(kube)
+        nodes, used = trace.cluster_snapshot(counted)  # one Pod per running pod: defaults count per container
         source = f"cluster {kube.host}"
         if not any(n.gpus for n in nodes):
-            raise ConfigError("no schedulable node of the cluster advertises nvidia.com/gpu",
-                              "is the gpu-operator's device plugin running? (gpu-bootstrap doctor)")
+            raise ConfigError("no schedulable node of the cluster advertises nvidia.com/gpu or publishes GPUs "
+                              "through NVIDIA's DRA driver" + "".join(f"; {note}" for note in counted.notes),
+                              "is the gpu-operator's device plugin (or the DRA driver) running? (gpu-bootstrap doctor)")
+        notes = counted.notes  # the DRA GPUs could not be read: the report says so, it does not guess
     else:
         nodes = trace.load_nodes(options.nodes)
         source = str(options.nodes)
@@ -129,6 +133,7 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     except ValueError as error:
         raise ConfigError(f"{options.pods}: {error}", "track B includes fractional GPU pods") from None
     document["inventory"]["source"] = source
+    document["inventory"]["notes"] = notes
     document["population"]["source"] = str(options.pods)
     document["gap_closed_pct"] = gap_closed(document, settings.name)
     document["scheduler"] = settings.name
@@ -148,6 +153,19 @@ def simulate_sharing(options: SimOptions, nodes, pods: list[dict], profile: scor
     document["inventory"]["source"] = source
     document["pods"]["source"] = str(options.pods)
     return document
+
+
+class dra_counted:
+    """The cluster's nodes and pods with the GPUs NVIDIA's DRA driver serves counted like device-plugin GPUs
+    (core/dra.counted), answering `list` as the Kubernetes adapter does."""
+
+    def __init__(self, kube):
+        from gpu_bootstrap.core import dra
+        self.notes: list[str] = []
+        self.nodes, self.pods = dra.counted(kube, kube.list("v1", "Node"), kube.list("v1", "Pod"), self.notes)
+
+    def list(self, api_version: str, kind: str, *_args, **_kwargs) -> list[dict]:
+        return {"Node": self.nodes, "Pod": self.pods}[kind]
 
 
 def simulate_shapes(options: SimOptions, nodes, chosen: list[scoring.Profile], source: str, kube_version: str,
