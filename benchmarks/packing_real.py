@@ -5,6 +5,7 @@ against kube-scheduler built by scripts/install-test-tools, then the same arriva
     python benchmarks/packing_real.py --quick                 # 1 seed, 150 sampled nodes: about 2 minutes here
     python benchmarks/packing_real.py [--seeds 5] [--nodes-sample N] [--profiles a,b] [--json FILE] [--markdown]
     python benchmarks/packing_real.py --real-from FILE.json   # only the model again, against saved real figures
+    python benchmarks/packing_real.py --dra [--quick]         # the GPUs served through DRA instead (1.37)
 
 Protocol (benchmarks/packing_openb.py, ../shared/notes/packing-benchmark.md): whole-GPU pods of the openb pod list
 drawn with replacement until their GPU requests reach 130 % of the nodes' GPUs, in that random order, no departures;
@@ -82,16 +83,20 @@ QUICK_PROFILES = ("kube-default", "mostalloc-gpu", "rtcr-50:1-w3:1", "rtcr-50:2-
 # --kube-scheduler: which real kube-scheduler places the pods (tests/localcluster/cluster.binaries())
 SCHEDULERS = {"1.37": "kube-scheduler", "1.35": "kube-scheduler-1.35"}
 scheduler_binary = SCHEDULERS["1.37"]
+# --dra: the nodes advertise no nvidia.com/gpu; NVIDIA's DRA driver's ResourceSlices and DeviceClass (with
+# extendedResourceName, tests/localcluster/dra.py) serve it, and the pods ask nvidia.com/gpu as before
+dra_mode = False
 
 
 def scheduler_config(name: str, kubeconfig: Path) -> dict:
     """The KubeSchedulerConfiguration for one benchmark run: the profile named `name`, our client settings."""
-    settings = PROFILES[name]
+    settings = settings_of(name)
     if settings is None:
         config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                   "profiles": [{"schedulerName": "default-scheduler"}]}
     else:
-        config = render.scheduler_configuration(SchedulerConfig(**settings), scheduler_version())
+        config = render.scheduler_configuration(SchedulerConfig(**settings), scheduler_version(),
+                                                dra_classes=dra_classes())
     # Preemption looks for lower-priority pods to evict for every unschedulable pod; all pods here have the same
     # priority, so it never finds any and only costs time (most of the scheduler's, once the nodes fill up).
     config["profiles"][0].setdefault("plugins", {})["postFilter"] = {"disabled": [{"name": "DefaultPreemption"}]}
@@ -99,6 +104,22 @@ def scheduler_config(name: str, kubeconfig: Path) -> dict:
     config["clientConnection"] = {"kubeconfig": str(kubeconfig), "qps": 5000, "burst": 5000}
     config["leaderElection"] = {"leaderElect": False}
     return config
+
+
+def settings_of(name: str) -> dict | None:
+    """Profile `name`'s `scheduler:` section; with --dra without the GPU in BalancedAllocation, as `up` requires
+    there (render.for_cluster: kube-scheduler 1.37 crashes balancing a DRA-backed resource)."""
+    settings = PROFILES[name]
+    if settings is None or not dra_mode or GPU not in settings.get("balanced_allocation_resources", ()):
+        return settings
+    return {**settings, "balanced_allocation_resources": [r for r in settings["balanced_allocation_resources"]
+                                                          if r != GPU]}
+
+
+def dra_classes() -> tuple[str, ...]:
+    """The DeviceClasses serving nvidia.com/gpu, as `up` reads them (render.for_cluster): --dra's one, or none."""
+    from tests.localcluster import dra
+    return (dra.GPU_CLASS,) if dra_mode else ()
 
 
 def scheduler_version() -> str:
@@ -110,12 +131,12 @@ def scheduler_version() -> str:
 
 def model_profile(name: str, kube_version: str) -> scoring.Profile:
     """`simulate`'s model of profile `name` as kube-scheduler `kube_version` scores it."""
-    settings = PROFILES[name]
+    settings = settings_of(name)
     if settings is None:
         return dataclasses.replace(scoring.DEFAULT_PROFILE,
                                    balanced_by_change=scoring.balanced_by_change(kube_version))
-    return scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(**settings), kube_version), 0,
-                                       kube_version)
+    return scoring.profile_from_config(render.scheduler_configuration(SchedulerConfig(**settings), kube_version,
+                                                                      dra_classes=dra_classes()), 0, kube_version)
 
 
 # --- nodes ---
@@ -310,6 +331,12 @@ def clear_pods(api: Api, cluster) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("the last run's pods were not deleted within 300 s")
         time.sleep(0.2)
+    if dra_mode:  # the claims kube-scheduler wrote hold their devices until deleted; with no controller-manager to
+        # see their pods gone, their delete-protection finalizer is lifted here
+        path = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
+        for claim in rest.get(path)["items"]:
+            api.request("PATCH", f"{path}/{claim['metadata']['name']}", {"metadata": {"finalizers": None}})
+        api.request("DELETE", path)
 
 
 def start_scheduler(cluster, profile: str, folder: Path) -> str:
@@ -419,12 +446,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kube-scheduler", choices=sorted(SCHEDULERS), default="1.37",
                         help="the real kube-scheduler's minor: 1.37 (the local cluster's) or 1.35 (the last that "
                              "scores BalancedAllocation by the balance after placement)")
+    parser.add_argument("--dra", action="store_true",
+                        help="the nodes' GPUs served through DRA (ResourceSlices of NVIDIA's driver and its DeviceClass "
+                             "with extendedResourceName, no nvidia.com/gpu capacity); the pods unchanged")
     parser.add_argument("--real-from", type=Path, metavar="JSON", action="append",
                         help="take the real scheduler's figures from an earlier --json (repeatable) and run only the "
                              "model")
     args = parser.parse_args(argv)
-    global scheduler_binary
+    global scheduler_binary, dra_mode
     scheduler_binary = SCHEDULERS[args.kube_scheduler]
+    dra_mode = args.dra
+    if dra_mode and args.kube_scheduler != "1.37":
+        parser.error("--dra needs --kube-scheduler 1.37 (DRA-backed extended resources are GA there, alpha in 1.35)")
     seeds = 1 if args.quick and "--seeds" not in (argv or sys.argv) else args.seeds
     sample_size = args.nodes_sample if args.nodes_sample is not None else (QUICK_NODES if args.quick else None)
     profiles = args.profiles.split(",") if args.profiles else list(QUICK_PROFILES)
@@ -451,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{' (stratified sample by GPU count and model)' if len(nodes) < len(all_nodes) else ''}, "
           f"{capacity} GPUs; track A, {len(population)} pods in the population; seeds {seed_list}; "
           f"{statistics.median(len(a.pods) for a in arrivals.values()):.0f} arrivals per seed; "
-          f"profiles: {', '.join(profiles)}")
+          f"profiles: {', '.join(profiles)}"
+          f"{'; GPUs served through DRA (ResourceSlices, DeviceClass with extendedResourceName)' if dra_mode else ''}")
     kube_version = scheduler_version()
     for name in profiles:
         print(f"  {name:16} {model_profile(name, kube_version).describe()}"
@@ -473,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(runs)} runs in {elapsed / 60:.1f} min; 'stranded': GPUs free at 100 % arrived on nodes whose cpu "
           f"or memory cannot take the smallest GPU pod; diff: model minus real, in points")
     if args.json:
-        args.json.write_text(json.dumps({"nodes": len(nodes), "gpus": capacity, "seeds": seed_list,
+        args.json.write_text(json.dumps({"nodes": len(nodes), "gpus": capacity, "seeds": seed_list, "dra": dra_mode,
                                          "kube_version": kube_version, "seconds": round(elapsed, 1), "runs": [
             {"profile": r.profile, "seed": r.seed, "pods": r.pods, "pods_per_second": round(r.pods_per_second, 1),
              "real": {k: getattr(r.real, k) for k in FIGURES}, "model": {k: getattr(r.model, k) for k in FIGURES}}
@@ -538,14 +572,28 @@ def rerun_model(saved: dict, nodes: list[Node], arrivals: dict, profiles: list[s
 
 
 def prepare(api: Api, nodes: list[Node]) -> None:
-    """The namespace, its default ServiceAccount (no controller-manager makes it here) and the nodes."""
+    """The namespace, its default ServiceAccount (no controller-manager makes it here) and the nodes; with --dra the
+    DeviceClass and each node's ResourceSlice instead of its nvidia.com/gpu capacity."""
     for path, body in (("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}),
                        (f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": "default"}})):
         status, answer = api.request("POST", path, body)
         if status not in (201, 409):
             raise RuntimeError(f"POST {path}: {status} {answer}")
+    if dra_mode:
+        from tests.localcluster import dra
+        status, answer = api.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", dra.device_class())
+        if status not in (201, 409):
+            raise RuntimeError(f"creating the DeviceClass: {status} {answer.get('message', answer)}")
     for node in nodes:
-        status, answer = api.request("POST", "/api/v1/nodes", node_object(node))
+        body = node_object(node)
+        if dra_mode:
+            for field in ("capacity", "allocatable"):
+                del body["status"][field][GPU]
+            status, answer = api.request("POST", "/apis/resource.k8s.io/v1/resourceslices",
+                                         dra.resource_slice(node.name, node.gpus))
+            if status not in (201, 409):
+                raise RuntimeError(f"the ResourceSlice of {node.name}: {status} {answer.get('message', answer)}")
+        status, answer = api.request("POST", "/api/v1/nodes", body)
         if status not in (201, 409):
             raise RuntimeError(f"creating node {node.name}: {status} {answer.get('message', answer)}")
         # The TaintNodesByCondition admission plugin gives every new node node.kubernetes.io/not-ready, which the
