@@ -93,3 +93,19 @@ def test_the_throughput_benchmark_refuses_what_it_cannot_run(capsys):
         with pytest.raises(SystemExit) as raised:
             module.parse(argv)
         assert raised.value.code == 2 and says in capsys.readouterr().err, says
+
+
+def test_packing_real_with_dra_renders_each_profile_without_the_gpu_in_balanced_allocation(monkeypatch, tmp_path):
+    """`packing_real.py --dra` runs each profile as `up` would render it on a DRA cluster (render.for_cluster): the
+    GPU out of BalancedAllocation (kube-scheduler 1.37 crashes balancing it), still packed by NodeResourcesFit."""
+    real = bench("packing_real")
+    monkeypatch.setattr(real, "scheduler_version", lambda: "1.37.2")
+    for dra_mode in (False, True):
+        monkeypatch.setattr(real, "dra_mode", dra_mode)
+        config = real.scheduler_config("rtcr-50:2-w1:2", tmp_path / "kubeconfig")
+        args = {c["name"]: c["args"] for c in config["profiles"][0]["pluginConfig"]}
+        balanced = [r["name"] for r in args.get("NodeResourcesBalancedAllocation", {}).get("resources", [])] or \
+            ["cpu", "memory"]
+        assert ("nvidia.com/gpu" in balanced) is not dra_mode
+        assert args["NodeResourcesFit"]["scoringStrategy"]["resources"] == [{"name": "nvidia.com/gpu", "weight": 100}]
+        assert real.model_profile("rtcr-50:2-w1:2", "1.37.2").balanced_resources == tuple(balanced)
