@@ -92,3 +92,9 @@ def test_unreadable_dra_objects_are_a_note_not_no_gpus():
     nodes = [node("n1")]
     assert dra.counted(Refusing(), nodes, [], notes) == (nodes, [])
     assert notes and notes[0].startswith("DRA ResourceSlices and ResourceClaims could not be read (GET /apis/resource")
+
+
+def test_a_node_served_by_the_device_plugin_and_dra_at_once_is_named():
+    nodes = [node("both", "8"), node("dra-only"), node("plugin-only", "8")]
+    slices = [objects.resource_slice("both", 8), objects.resource_slice("dra-only", 8)]
+    assert dra.served_twice(nodes, slices) == ["both"]

@@ -54,6 +54,14 @@ def claim_gpus(claim: dict) -> int:
     return sum(1 for result in results if result.get("driver") == GPU_DRIVER)
 
 
+def served_twice(nodes: list[dict], slices: list[dict]) -> list[str]:
+    """Nodes whose GPUs both the device plugin (nvidia.com/gpu capacity) and NVIDIA's DRA driver (ResourceSlices)
+    serve: neither knows what the other handed out, so the same GPU can go to two pods."""
+    published = gpu_devices_by_node(slices)
+    return sorted(n["metadata"]["name"] for n in nodes if published.get(n["metadata"]["name"])
+                  and _count(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)))
+
+
 def claim_names(pod: dict) -> set[str]:
     """The ResourceClaims a pod uses: named in spec.resourceClaims, or made from a template (status names those)."""
     named = {entry["resourceClaimName"] for entry in (pod.get("spec") or {}).get("resourceClaims") or []
@@ -113,4 +121,9 @@ def counted(kube, nodes: list[dict], pods: list[dict], notes: list[str]) -> tupl
         notes.append(f"DRA ResourceSlices and ResourceClaims could not be read ({error.message}): GPUs served through "
                      f"DRA are not counted, and nodes that have only those show none")
         return nodes, pods
+    if twice := served_twice(nodes, slices):
+        notes.append(f"{len(twice)} node(s) serve their GPUs through the device plugin and NVIDIA's DRA driver at once "
+                     f"({', '.join(twice[:5])}{', ...' if len(twice) > 5 else ''}): neither knows what the other "
+                     f"handed out, so one GPU can go to two pods; turn one off on those nodes (the figures count the "
+                     f"device plugin's)")
     return as_device_plugin(nodes, pods, slices, claims)
