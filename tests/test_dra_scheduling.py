@@ -189,7 +189,7 @@ def explicit_claim_pod(name: str, claim: str) -> dict:
 def test_status_counts_dra_gpus_per_node_namespace_and_pod(control_plane, tmp_path):
     """`gpu-bootstrap status` on the real API server: the DRA-only nodes show their published GPUs, a pod asking
     nvidia.com/gpu: 2 and a pod holding one GPU through an explicit ResourceClaim count on the node they went to and
-    in their namespace."""
+    in their namespace; `simulate --from-cluster` finds the nodes' GPUs too."""
     from typer.testing import CliRunner
     from gpu_bootstrap.cli.commands import app
     cluster, api, _ = control_plane
@@ -204,6 +204,11 @@ def test_status_counts_dra_gpus_per_node_namespace_and_pod(control_plane, tmp_pa
                                           "-o", "json", "--log-file", str(tmp_path / "log")])
         assert result.exit_code == 0, result.output
         seen.update(json.loads(result.stdout))
+        result = CliRunner().invoke(app, ["simulate", "--from-cluster", "--shapes", "--seeds", "1", "--workers", "1",
+                                          "--kubeconfig", str(cluster.folder / "admin.kubeconfig"), "-o", "json",
+                                          "--log-file", str(tmp_path / "log")])
+        assert result.exit_code == 0, result.output
+        seen["simulated"] = json.loads(result.stdout)["shapes"]
 
     pods = place(control_plane, [Pod(2000, 8192, 2), explicit_claim_pod("claimed", "one-gpu")], up_profile(),
                  inspect=read_status, claims=[one_gpu])
@@ -220,3 +225,5 @@ def test_status_counts_dra_gpus_per_node_namespace_and_pod(control_plane, tmp_pa
     namespace = next(n for n in seen["namespaces"] if n["name"] == real.NAMESPACE)
     assert (namespace["gpu_pods"], namespace["gpus"]) == (2, 3)
     assert {p["name"]: p["gpus"] for p in seen["pods"]} == {"dra-0": 2, "claimed": 1}
+    # simulate --from-cluster reads the same: two 8-GPU nodes
+    assert (seen["simulated"]["nodes"], seen["simulated"]["gpus_per_node"]) == (2, GPUS_PER_NODE)

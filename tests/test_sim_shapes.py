@@ -109,3 +109,17 @@ def test_packing_real_with_dra_renders_each_profile_without_the_gpu_in_balanced_
         assert ("nvidia.com/gpu" in balanced) is not dra_mode
         assert args["NodeResourcesFit"]["scoringStrategy"]["resources"] == [{"name": "nvidia.com/gpu", "weight": 100}]
         assert real.model_profile("rtcr-50:2-w1:2", "1.37.2").balanced_resources == tuple(balanced)
+
+
+def test_pods_that_fit_nowhere_are_left_out_of_the_ideal_as_a_scheduler_leaves_them_pending():
+    """Training pods (8 cpu, 64 Gi) at 75 % of two 8-GPU nodes with 256 Gi: 12 pods, room for 4 a node. The ideal
+    places the 8 that fit on both nodes (none left empty), and the count of what the scheduler could not place is
+    the measure's, not an error."""
+    nodes = [Node(f"n{i}", 64_000, 256 * 1024, 8) for i in range(2)]
+    pods = shapes.arrivals("training", nodes, 75, seed=42)
+    assert len(pods) == 12
+    assert shapes.ideal_nodes_used(nodes, pods) == 2
+    run = shapes.measure("training", 75, nodes, pods, lambda c: Scheduler(c, Profile("p", strategy="MostAllocated",
+                                                                                     resources=((GPU, 1),)),
+                                                                           random.Random(1)))
+    assert (run.empty, run.ideal, run.unplaced) == (0, 0, 4)

@@ -62,14 +62,15 @@ def arrivals(shape: str, nodes: list[Node], load: int, seed: int) -> list[Pod]:
 def ideal_nodes_used(nodes: list[Node], pods: list[Pod]) -> int:
     """The fewest nodes the pods fit on, by first-fit-decreasing onto the roomiest nodes first: exact for one shape
     (every node takes as many pods as its GPUs, cpu and memory allow, the roomiest the most), and for the light mix
-    (sizes dividing 8, cpu and memory never binding); an upper bound otherwise."""
+    (sizes dividing 8, cpu and memory never binding); an upper bound otherwise. Pods that fit on no node (the load
+    asks for more than the nodes' cpu or memory holds, e.g. training pods on small nodes) are left out, as a
+    scheduler leaves them pending."""
     order = sorted(nodes, key=lambda n: (-n.gpus, -n.cpu * n.memory, n.name))
     cluster = Cluster(order)
     for pod in sorted(pods, key=lambda p: (-p.gpus, -p.memory, -p.cpu)):
         index = next((i for i in range(len(order)) if cluster.fits(i, pod)), None)
-        if index is None:
-            raise ValueError(f"the pods do not fit on the {len(nodes)} nodes")
-        cluster.add(index, pod)
+        if index is not None:
+            cluster.add(index, pod)
     return sum(1 for used in cluster.gpu if used)
 
 
