@@ -491,7 +491,7 @@ def shapes_notes(shapes: dict) -> list[str]:
                     if cell["share_pct"] < shapes["target_share_pct"]})
     lines.append(f"short of {shapes['target_share_pct']:g} % somewhere: {', '.join(short)}" if short else
                  f"every policy keeps {shapes['target_share_pct']:g} % of the ideal everywhere")
-    return lines
+    return lines + [f"note: {note}" for note in shapes.get("notes") or []]
 
 
 def sharing_notes(document: dict) -> list[str]:

@@ -124,7 +124,7 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
         source = str(options.nodes)
     chosen = profiles(options, settings, kube_version, len(nodes))
     if options.shapes:
-        return simulate_shapes(options, nodes, chosen, source, kube_version, progress)
+        return simulate_shapes(options, nodes, chosen, source, kube_version, progress, notes)
     if options.sharing:
         return simulate_sharing(options, nodes, pods, chosen[1], source)
     try:
@@ -169,7 +169,7 @@ class dra_counted:
 
 
 def simulate_shapes(options: SimOptions, nodes, chosen: list[scoring.Profile], source: str, kube_version: str,
-                    progress=None) -> dict:
+                    progress=None, notes: list[str] = ()) -> dict:
     """`simulate --shapes`: inference, light and training pods at 25/50/75 % of the GPUs on the inventory's nodes
     with the most GPUs (taken empty: what is running now is left out), whole nodes left empty against the ideal."""
     from gpu_bootstrap.sim import FIRST_SEED, shapes
@@ -178,5 +178,5 @@ def simulate_shapes(options: SimOptions, nodes, chosen: list[scoring.Profile], s
         raise ConfigError(f"no node of {source} has a GPU", "the shapes are GPU pods: give an inventory with GPU nodes")
     seeds = list(range(FIRST_SEED, FIRST_SEED + options.seeds))
     document = shapes.report(biggest, chosen, seeds, workers=options.workers, progress=progress)
-    document["shapes"] |= {"source": source, "kube_version": kube_version}
+    document["shapes"] |= {"source": source, "kube_version": kube_version, "notes": list(notes)}
     return document
