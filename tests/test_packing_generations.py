@@ -31,11 +31,7 @@ def bench():
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory):
     from tests.localcluster import cluster as local
-    from tests.tools import missing
-    absent = [f"{name} ({path})" for name, path in local.binaries().items()
-              if name in ("etcd", "kube-apiserver", *SCHEDULERS.values()) and not path.exists()]
-    if absent:
-        missing("not built: " + ", ".join(absent))
+    local.require("etcd", "kube-apiserver", *SCHEDULERS.values())
     folder = tmp_path_factory.mktemp("generations")
     cluster = local.control_plane(folder / "cluster", die_with_parent=True)
     try:

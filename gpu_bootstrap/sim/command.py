@@ -111,7 +111,7 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     kube_version = options.kube_version or DEFAULT_KUBE_VERSION
     if options.from_cluster:
         kube_version = options.kube_version or server_version(kube.version()) or DEFAULT_KUBE_VERSION
-        counted = dra_counted(kube)
+        counted = DraCounted(kube)
         nodes, used = trace.cluster_snapshot(counted)  # one Pod per running pod: defaults count per container
         source = f"cluster {kube.host}"
         if not any(n.gpus for n in nodes):
@@ -155,7 +155,7 @@ def simulate_sharing(options: SimOptions, nodes, pods: list[dict], profile: scor
     return document
 
 
-class dra_counted:
+class DraCounted:
     """The cluster's nodes and pods with the GPUs NVIDIA's DRA driver serves counted like device-plugin GPUs
     (core/dra.counted), answering `list` as the Kubernetes adapter does."""
 

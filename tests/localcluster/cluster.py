@@ -92,6 +92,14 @@ def missing_binaries() -> list[str]:
     return [f"{name} ({path})" for name, path in binaries().items() if not path.exists()]
 
 
+def require(*names: str) -> None:
+    """Skip (or, under GPU_BOOTSTRAP_REQUIRE_TOOLS, fail) a test whose binaries `names` are not built."""
+    from tests.tools import missing
+    absent = [f"{name} ({path})" for name, path in binaries().items() if name in names and not path.exists()]
+    if absent:
+        missing("not built: " + ", ".join(absent))
+
+
 def kubernetes_version() -> str:
     return gomod_version("kubernetes", "k8s.io/kubernetes")
 
