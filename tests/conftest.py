@@ -15,7 +15,7 @@ import pytest
 
 from tests.kubeapi import Emulator
 from tests.localcluster.rest import Verbs
-from tests.tools import client_env, run, shared_dir, tool
+from tests.tools import ROOT, client_env, run, shared_dir, tool
 
 SHARED = shared_dir()
 CHARTS = SHARED / "charts"
@@ -74,8 +74,11 @@ def helm_on_path(monkeypatch, tmp_path):
 
 
 def chart(name: str) -> Path:
-    """A real upstream chart from ../shared/charts (see its README for provenance)."""
+    """A real upstream chart from ../shared/charts (see its README for provenance), or one that
+    scripts/install-test-tools took from its source module into .tools/charts (CHART_MODULES there)."""
     path = CHARTS / name
+    if not path.exists() and (ROOT / ".tools" / "charts" / name).exists():
+        path = ROOT / ".tools" / "charts" / name
     if not path.exists():
         from tests.tools import missing
         missing(f"chart {path} is not present")

@@ -72,6 +72,15 @@ def pod(resources=None, init_resources=None, scheduler="default-scheduler", node
 GPU = {"limits": {"nvidia.com/gpu": 1}}
 
 
+def claim_pod(template: bool = True, claims=None, **fields) -> dict:
+    """A pod that gets its GPU through a ResourceClaim, as NVIDIA's DRA docs write one (no GPU resource request)."""
+    obj = pod(**fields)
+    source = {"resourceClaimTemplateName": "one-gpu"} if template else {"resourceClaimName": "shared-gpu"}
+    obj["spec"]["resourceClaims"] = [{"name": "gpu", **source}] if claims is None else claims
+    obj["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]} if claims is None else {}
+    return obj
+
+
 TENANT = {"username": "alice", "groups": ["team-a", "system:authenticated"]}
 KUBELET = {"username": "system:node:gpu-1", "groups": ["system:nodes", "system:authenticated"]}
 DS_CONTROLLER = {"username": "system:serviceaccount:kube-system:daemon-set-controller",
@@ -187,6 +196,19 @@ TABLE = [
     # node-prep off: no taint, no toleration
     ("no taint: a gpu pod", review(pod(GPU)), {}, "steer", "deny", {"_no_taint": True}),
     ("no taint: on our scheduler", review(pod(GPU, scheduler=SCHEDULER)), {}, "allow", "allow", {"_no_taint": True}),
+    # GPUs through DRA (gpu_operator.allocation: dra): a pod that names a claim (or a claim template) is a GPU pod
+    ("dra: a pod with a claim template", review(claim_pod()), {}, "patch", "deny", {"_dra": True}),
+    ("dra: a pod with a named claim", review(claim_pod(template=False)), {}, "patch", "deny", {"_dra": True}),
+    ("dra: a claim pod on our scheduler", review(claim_pod(scheduler=SCHEDULER)), {}, "tolerate", "allow",
+     {"_dra": True}),
+    ("dra: a claim pod in an exempt namespace", review(claim_pod(), namespace="research"), {}, "allow", "allow",
+     {"_dra": True}),
+    ("dra: a claim pod the kubelet creates for its node", review(claim_pod(node_name="gpu-1"), user=KUBELET), {},
+     "allow", "allow", {"_dra": True}),
+    ("dra: a claim pod naming a node", review(claim_pod(node_name="gpu-1")), {}, "bound", "bound", {"_dra": True}),
+    ("dra: an empty claim list", review(claim_pod(claims=[])), {}, "allow", "allow", {"_dra": True}),
+    ("dra: nvidia.com/gpu served by DRA is still a request", review(pod(GPU)), {}, "patch", "deny", {"_dra": True}),
+    ("device plugin: a claim pod is not a gpu pod", review(claim_pod()), {}, "allow", "allow", {}),
 ]
 IDS = [row[0] for row in TABLE]
 
@@ -195,6 +217,7 @@ def configured(mode: str, settings: dict) -> tuple[cfg.Config, policy_render.Pol
     settings = dict(settings)
     scheduler_ns = settings.pop("_scheduler_ns", None)
     steer = settings.pop("_steer", True)
+    dra = settings.pop("_dra", False)
     taint = None if settings.pop("_no_taint", False) else policy_render.CONFIG_TAINT
     if settings.pop("_drop_exempt", False):
         config = cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}], "admission": {"mode": mode, **settings}})
@@ -203,6 +226,9 @@ def configured(mode: str, settings: dict) -> tuple[cfg.Config, policy_render.Pol
     if scheduler_ns:
         config = cfg.Config.model_validate({**config.model_dump(by_alias=True),
                                             "scheduler": {"namespace": scheduler_ns}})
+    if dra:
+        dumped = config.model_dump(by_alias=True)
+        config = cfg.Config.model_validate({**dumped, "gpu_operator": {**dumped["gpu_operator"], "allocation": "dra"}})
     return config, policy_render.of(config, steer, taint)
 
 

@@ -91,7 +91,9 @@ def start_scraping(cluster, prometheus, exporters) -> dict:
     return monitor
 
 
-def test_one_up_installs_the_stack_and_the_operator_creates_the_dcgm_servicemonitor(cluster, tmp_path, stand_ins):
+def test_one_up_installs_the_stack_the_operator_creates_the_dcgm_servicemonitor_and_verify_queries_it(
+        cluster, tmp_path, stand_ins):
+    """One test, so that the stack is installed once for all of it (an `up` with helm takes about a minute here)."""
     exporters, prometheus = stand_ins
     cluster.emu.proxy_service(STACK_NS, STACK_SERVICE, prometheus.url)
     result, document = cli("up", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
@@ -125,34 +127,8 @@ def test_one_up_installs_the_stack_and_the_operator_creates_the_dcgm_servicemoni
     assert sorted((s["metric"]["node"], s["metric"].get("Hostname", s["metric"].get("hostname")))
                   for s in series) == [("node5", "node5"), ("node6", "node6")]
     assert prometheus.query('DCGM_FI_DEV_GPU_UTIL{pod=~"nvidia-dcgm-exporter.*"}') == []
-    # doctor: the real queries through the emulator's service proxy
-    cluster.emu.seed({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "default"},
-                      "spec": {"nodeName": "node5", "containers": [{"name": "trainer", "image": "cuda",
-                                                                   "resources": {"limits": {"nvidia.com/gpu": 4}}}],
-                               "tolerations": [{"operator": "Exists"}]}})
-    cluster.emu.settle()
-    cluster.emu.requests.clear()
-    result, document = cli("doctor", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
-    checks = [c for c in document["checks"] if c["id"] == "monitoring"]
-    assert [c["status"] for c in checks] == ["pass", "pass"], checks
-    assert uncovered(cluster.emu.requests.all(), "doctor", write_config(tmp_path, cluster)) == []
-    assert checks[1]["message"] == ("DCGM exporter scraped on every GPU node (2); series carry namespace/pod for the "
-                                    "1 running GPU pod(s)")
-    # an exporter that stops mapping GPUs to pods is named
-    for exporter in exporters.values():
-        exporter.pods = False
-    prometheus.wait_for('count(DCGM_FI_DEV_GPU_UTIL{pod!=""})', lambda r: not r)
-    result, document = cli("doctor", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
-    checks = [c for c in document["checks"] if c["id"] == "monitoring"]
-    assert checks[1]["status"] == "warn" and "but no DCGM series has a pod label" in checks[1]["message"]
-
-
-def test_verify_queries_the_dcgm_targets_and_a_rerun_writes_nothing(cluster, tmp_path, stand_ins):
-    exporters, prometheus = stand_ins
-    cluster.emu.proxy_service(STACK_NS, STACK_SERVICE, prometheus.url)
+    # a rerun with nothing new writes nothing
     config = write_config(tmp_path, cluster)
-    assert cli("up", "-c", str(config), tmp_path=tmp_path)[0].exit_code == 0
-    start_scraping(cluster, prometheus, exporters)
     cluster.emu.requests.clear()
     result, document = cli("up", "-c", str(config), tmp_path=tmp_path)
     assert result.exit_code == 0 and statuses(document)["monitoring"] == "unchanged", result.output
@@ -164,6 +140,28 @@ def test_verify_queries_the_dcgm_targets_and_a_rerun_writes_nothing(cluster, tmp
     assert message(document, "monitoring") == ("install mode (monitoring/kube-prometheus-stack-prometheus): DCGM "
                                                "exporter scraped on 2 GPU node(s); dashboards and alerts in place")
     assert cluster.emu.list("prometheuses", STACK_NS)[0]["spec"]["retention"] == "30d"
+    # doctor: the real queries through the emulator's service proxy
+    cluster.emu.seed({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "default"},
+                      "spec": {"nodeName": "node5", "containers": [{"name": "trainer", "image": "cuda",
+                                                                   "resources": {"limits": {"nvidia.com/gpu": 4}}}],
+                               "tolerations": [{"operator": "Exists"}]}})
+    cluster.emu.settle()
+    cluster.emu.requests.clear()
+    result, document = cli("doctor", "-c", str(config), tmp_path=tmp_path)
+    checks = [c for c in document["checks"] if c["id"] == "monitoring"]
+    assert [c["status"] for c in checks] == ["pass", "pass"], checks
+    assert uncovered(cluster.emu.requests.all(), "doctor", config) == []
+    assert checks[1]["message"] == ("DCGM exporter scraped on every GPU node (2); series carry namespace/pod for the "
+                                    "1 running GPU pod(s)")
+    # an exporter that stops mapping GPUs to pods is named
+    for exporter in exporters.values():
+        exporter.pods = False
+    prometheus.wait_for('count(DCGM_FI_DEV_GPU_UTIL{pod!=""})', lambda r: not r)
+    result, document = cli("doctor", "-c", str(config), tmp_path=tmp_path)
+    checks = [c for c in document["checks"] if c["id"] == "monitoring"]
+    assert checks[1]["status"] == "warn" and "but no DCGM series has a pod label" in checks[1]["message"]
+    for exporter in exporters.values():
+        exporter.pods = True
     # a node whose exporter Prometheus cannot scrape fails verify, naming the node
     exporters["node6"].stop()
     prometheus.wait_for('up{job="nvidia-dcgm-exporter",node="node6"} == 0', bool)

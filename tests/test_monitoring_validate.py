@@ -85,10 +85,11 @@ def test_the_offline_render_validates(minor, tmp_path, monkeypatch):
     monkeypatch.setenv("HELM_REPOSITORY_CONFIG", str(tmp_path / "repositories.yaml"))
     config = tmp_path / "gpu-bootstrap.yaml"
     local = f"\nmonitoring: {{chart: {chart('kube-prometheus-stack-88.5.3.tgz')}}}" if minor >= 25 else \
-        "\nmonitoring: {repository: 'http://127.0.0.1:9/offline'}"  # no network in tests: an address that refuses
+        "\nmonitoring: {repository: 'http://charts.invalid/offline'}"  # a name that never resolves (RFC 2606)
     config.write_text("nodes: [{name: gpu-1}, {name: gpu-2}]" + local + "\n")
     out = tmp_path / "out"
-    # --allow-incomplete: 1.24's chart comes from a repository, which cannot be reached here
+    # --allow-incomplete: 1.24's chart comes from a repository, which cannot be reached here. A refused connection
+    # is transient to the helm adapter (90 s of retries); a name that does not resolve is not
     result = runner.invoke(app, ["up", "--dry-run", "--offline", "--allow-incomplete", "--kube-version",
                                  f"1.{minor}", "-c", str(config), "--only", "monitoring", "--render-dir", str(out), "-o", "json", "--log-file",
                                  str(tmp_path / "log")])

@@ -239,10 +239,14 @@ def _plural(kind: str) -> str:
     return lower[:-1] + "ies" if lower.endswith("y") else lower + "es" if lower.endswith("s") else lower + "s"
 
 
+DRA_CHART = ("dra-driver", "dra-driver-nvidia-gpu-0.5.0")
+CHART_SETTINGS = {"dra-driver": ["--set", "gpuResourcesEnabledOverride=true"]}  # the chart refuses GPUs without it
+
+
 @pytest.mark.tools
 @pytest.mark.parametrize("step, archive", [("gpu-operator", "gpu-operator-v26.7.0.tgz"),
                                            ("gpu-operator", "gpu-operator-v25.10.1.tgz"),
-                                           ("monitoring", "kube-prometheus-stack-88.5.3.tgz")])
+                                           ("monitoring", "kube-prometheus-stack-88.5.3.tgz"), DRA_CHART])
 def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
     """The charts' objects are granted by kind (rbac.CHART_KINDS): every kind the chart renders (hooks and CRDs
     included), and whether it is namespaced, must be there."""
@@ -250,7 +254,8 @@ def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
     helm = tool("helm")
     import subprocess
     rendered = subprocess.run([helm, "template", "x", str(chart(archive)), "--namespace", "ns", "--kube-version",
-                               "1.33.0", "--include-crds"], capture_output=True, text=True, check=True).stdout
+                               "1.33.0", "--include-crds", *CHART_SETTINGS.get(step, [])], capture_output=True,
+                              text=True, check=True).stdout
     found = set()
     for doc in yaml.load_all(rendered, Loader=yaml.BaseLoader):  # (a CRD holds "- =", which SafeLoader refuses)
         if isinstance(doc, dict) and doc.get("kind"):
@@ -341,14 +346,15 @@ def test_the_pipeline_roles_from_least_to_most(tmp_path):
 @pytest.mark.parametrize("release", ["gpu-operator", "gpu", "a-rather-long-release-name-for-the-platform"])
 @pytest.mark.parametrize("step, archive", [("gpu-operator", "gpu-operator-v26.7.0.tgz"),
                                            ("gpu-operator", "gpu-operator-v25.10.1.tgz"),
-                                           ("monitoring", "kube-prometheus-stack-88.5.3.tgz")])
+                                           ("monitoring", "kube-prometheus-stack-88.5.3.tgz"), DRA_CHART])
 def test_the_roles_a_chart_creates_and_binds_are_the_ones_named(step, archive, release):
     """rbac.chart_roles follows each chart's naming rules; the chart rendered with that release name agrees (the
     dry-run and up roles may bind and escalate exactly these)."""
     from tests.tools import tool
     import subprocess
     rendered = subprocess.run([tool("helm"), "template", release, str(chart(archive)), "--namespace", "ns",
-                               "--kube-version", "1.33.0"], capture_output=True, text=True, check=True).stdout
+                               "--kube-version", "1.33.0", *CHART_SETTINGS.get(step, [])], capture_output=True,
+                              text=True, check=True).stdout
     cluster_roles, roles = set(), set()
     for doc in yaml.load_all(rendered, Loader=yaml.BaseLoader):
         if isinstance(doc, dict) and doc.get("kind") in ("ClusterRole", "Role"):

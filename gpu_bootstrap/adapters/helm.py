@@ -404,8 +404,10 @@ class Helm:
 
     # --- changing ---------------------------------------------------------------------------------------------------
     def upgrade(self, release: str, chart: Chart, values: dict, namespace: str, wait: bool = True,
-                timeout: str | None = None, dry_run: bool = False, labels: dict | None = None) -> dict:
-        """`labels`: kept in the release's metadata (helm --labels), e.g. who manages it.
+                timeout: str | None = None, dry_run: bool = False, labels: dict | None = None,
+                skip_crds: bool = False) -> dict:
+        """`labels`: kept in the release's metadata (helm --labels), e.g. who manages it. `skip_crds`: leave the
+        chart's crds/ alone (another chart of ours owns the same CRDs).
 
         helm exits 0 when the install or upgrade worked but its last write, the release record's new status,
         failed (it logs "failed to record the release" and goes on): the release then stays pending, and the next
@@ -416,6 +418,8 @@ class Helm:
                 "--history-max", "10"]
         if labels:
             args += ["--labels", ",".join(f"{key}={value}" for key, value in sorted(labels.items()))]
+        if skip_crds:
+            args += ["--skip-crds"]
         if wait and not dry_run:
             args += ["--wait"]
         if dry_run:

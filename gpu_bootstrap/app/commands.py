@@ -43,6 +43,7 @@ class Options:
     no_nodes: bool = False  # doctor --no-nodes: no SSH
     no_cluster: bool = False  # doctor --no-cluster: no Kubernetes API
     allow_operand_restart: bool = False
+    allow_allocation_change: bool = False  # up --allow-allocation-change
     via: str | None = None  # doctor/up --via ssh|cluster|auto (None: the config's preflight.via)
 
 
@@ -77,7 +78,8 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None, confi
     ctx = Context(config=config, kube=kube, helm=helm, node_facts=node_facts,
                   gate=gate_module.Gate(mode, kube, helm, render_dir), reporter=reporter,
                   options=RunOptions(playbook=tuple(playbook.steps), purge_crds=options.purge_crds,
-                                     allow_operand_restart=options.allow_operand_restart, selected=tuple(selected)),
+                                     allow_operand_restart=options.allow_operand_restart, selected=tuple(selected),
+                                     allow_allocation_change=options.allow_allocation_change),
                   ssh=getattr(node_facts, "ssh", None), kube_version=kube_version)
     from gpu_bootstrap.pipeline.runner import Runner
     listed = [s for s in skipped if s in options.skip]  # --only hides what it leaves out; --skip shows it

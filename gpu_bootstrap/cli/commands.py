@@ -100,6 +100,10 @@ def up(common, dry_run: Annotated[Optional[DryRun], Option("--dry-run", metavar=
        allow_operand_restart: Annotated[bool, Option("--allow-operand-restart", help=(
            "Let a plan change the driver, toolkit or runtime values of a running gpu-operator (it restarts the "
            "operands on every GPU node)."))] = False,
+       allow_allocation_change: Annotated[bool, Option("--allow-allocation-change", help=(
+           "Let a run move a running cluster between gpu_operator.allocation device-plugin and dra. GPUs are not "
+           "advertised while one side goes and the other comes: pods waiting for GPUs then wait, and running "
+           "pods keep their GPUs."))] = False,
        via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None,
        allow_incomplete: Annotated[bool, Option("--allow-incomplete", help=(
            "With --dry-run: accept a partial plan (a chart that could not be rendered, values decided without node "
@@ -124,7 +128,8 @@ def up(common, dry_run: Annotated[Optional[DryRun], Option("--dry-run", metavar=
     options = options_from(common, dry_run=mode is not None, dry_run_mode=mode or "server", offline=offline,
                            kube_version=kube_version,
                        preflight_report=preflight_report, render_dir=render_dir,
-                       allow_operand_restart=allow_operand_restart, via=via.value if via else None)
+                       allow_operand_restart=allow_operand_restart, via=via.value if via else None,
+                       allow_allocation_change=allow_allocation_change)
 
     def body():
         from gpu_bootstrap.app import commands as application

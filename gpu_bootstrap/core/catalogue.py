@@ -167,6 +167,11 @@ def chart_sha256(chart: str, version: str) -> str | None:
     return versions.get(version) or versions.get(version.lstrip("v")) or versions.get(f"v{version.lstrip('v')}")
 
 
+def chart_default(chart: str) -> str | None:
+    """The version of a chart the catalogue installs when the config pins none (charts without a version table)."""
+    return (catalogue()["charts"].get(chart) or {}).get("default")
+
+
 def chart_sha256_verified(chart: str) -> bool:
     """Whether the catalogue's sums for a chart were read from its repository's index (a mismatch is then refused),
     rather than from our own reproducible packaging of the release tag (a mismatch is then only warned about)."""
@@ -264,6 +269,24 @@ def gpu_operator_values(registry, chart_values: dict | None = None) -> list[tupl
         why = f"registry.pull_secret: the operands pull with Secret {registry.pull_secret}"
         out += [(f"{path}.imagePullSecrets", [registry.pull_secret], why) for path in GPU_OPERATOR_SECRET_LISTS]
         out.append(("node-feature-discovery.imagePullSecrets", [{"name": registry.pull_secret}], why))
+    return out
+
+
+DRA_DRIVER_REPOSITORY = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu"  # the chart's only image
+
+
+def dra_driver_values(registry) -> list[tuple[str, object, str]]:
+    """(values path, value, why) for NVIDIA's DRA driver chart: its one image (every container of the chart, and the
+    workloads the driver itself creates, which it is told about in IMAGE_NAME) from the mirror."""
+    out = []
+    if registry is None:
+        return out
+    if registry.mirror:
+        out.append(("image.repository", mirror_path(DRA_DRIVER_REPOSITORY, registry.mirror),
+                    f"registry.mirror: the DRA driver's image comes from {registry.mirror}"))
+    if registry.pull_secret:
+        out.append(("imagePullSecrets", [{"name": registry.pull_secret}],
+                    f"registry.pull_secret: the DRA driver pulls with Secret {registry.pull_secret}"))
     return out
 
 

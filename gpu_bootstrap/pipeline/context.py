@@ -78,6 +78,7 @@ class RunOptions:
     purge_crds: bool = False  # teardown --purge-crds
     allow_operand_restart: bool = False  # up --allow-operand-restart: driver/toolkit changes on a running release
     selected: tuple[str, ...] = ()  # the steps this run runs (--only/--skip applied); () when not known
+    allow_allocation_change: bool = False  # up --allow-allocation-change: device plugin <-> DRA on a running cluster
 
 
 @dataclass

@@ -101,8 +101,9 @@ class Gate:
     def _helm_upgrade(self, change: Change, dry_run: bool):
         body = change.body
         chart = Chart(body["chart"]["ref"], body["chart"].get("repo"), body["chart"].get("version"))
+        extra = {"skip_crds": True} if body.get("skip_crds") else {}  # only when asked: fakes know no such keyword
         return self.helm.upgrade(body["release"], chart, body["values"], body["namespace"], wait=True,
-                                 timeout=body.get("timeout"), dry_run=dry_run, labels=body.get("labels"))
+                                 timeout=body.get("timeout"), dry_run=dry_run, labels=body.get("labels"), **extra)
 
     def _helm_dry_run(self, step_id: str, change: Change):
         """A server-side dry run of the release. Object by object instead, and said so, when helm's own would not

@@ -55,6 +55,7 @@ class RenderDir:
         self.order = order
         self.helm = helm
         self._counts: dict[str, int] = {}
+        self._releases: dict[str, list[str]] = {}  # step -> the releases written for it, in order
 
     def folder(self, step_id: str) -> str:
         """The step's folder, relative to the root."""
@@ -91,13 +92,19 @@ class RenderDir:
         """values.yaml (the exact merged values), release.yaml (what and why) and manifests.yaml from `helm template`
         for the target Kubernetes version; when the chart cannot be rendered, a note saying why instead."""
         body = change.body
-        self.write_file(step_id, "values.yaml", VALUES_NOTE + yaml.safe_dump(secret_values.hidden(body["values"]),
+        # a step's first release writes values.yaml, release.yaml and manifests.yaml; another of the same step (the
+        # DRA driver beside the gpu-operator) prefixes them with its release name
+        self._releases.setdefault(step_id, [])
+        prefix = f"{body['release']}-" if self._releases[step_id] and body["release"] not in \
+            self._releases[step_id][:1] else ""
+        self._releases[step_id].append(body["release"])
+        self.write_file(step_id, f"{prefix}values.yaml", VALUES_NOTE + yaml.safe_dump(secret_values.hidden(body["values"]),
                                                                               sort_keys=False, allow_unicode=True))
         release = {key: body[key] for key in ("release", "namespace", "chart", "chart_version", "kube_version")}
         release["derived_values"] = body.get("derived", [])
         release["warnings"] = body.get("warnings", [])
-        self.write_file(step_id, "release.yaml", yaml.safe_dump(redact.tree(release), sort_keys=False,
-                                                               allow_unicode=True))
+        self.write_file(step_id, f"{prefix}release.yaml", yaml.safe_dump(redact.tree(release), sort_keys=False,
+                                                                        allow_unicode=True))
         chart = body["chart"]
         try:
             manifests = self.helm.template(body["release"], Chart(chart["ref"], chart.get("repo"),
@@ -105,12 +112,12 @@ class RenderDir:
                                            body["values"], body["namespace"], body["kube_version"])
         except Exception as error:  # noqa: BLE001 - a chart we cannot read offline is a note, not a failed plan
             reason = getattr(error, "one_line", lambda: str(error))()
-            self.write_file(step_id, "manifests-not-rendered.txt",
+            field = body.get("chart_field") or f"{step_id.replace('-', '_')}.chart"
+            self.write_file(step_id, f"{prefix}manifests-not-rendered.txt",
                             f"helm template could not render {chart['ref']}: {reason}\n"
-                            f"For air-gapped or offline plans, set {step_id.replace('-', '_')}.chart to a local .tgz "
-                            f"(helm pull).\n")
+                            f"For air-gapped or offline plans, set {field} to a local .tgz (helm pull).\n")
             return f"{chart['ref']} manifests not rendered ({reason})"
-        self.write_file(step_id, "manifests.yaml", redact.manifests(manifests))
+        self.write_file(step_id, f"{prefix}manifests.yaml", redact.manifests(manifests))
         return None
 
 

@@ -5,7 +5,11 @@ Pure functions of the admission settings. tests/test_admission_policy.py runs bo
 fixtures with a real Rego engine and a real CEL runtime and requires the same verdicts.
 
 A GPU pod: any container or init container whose limits or requests name `nvidia.com/gpu`, a MIG resource
-(`nvidia.com/mig-*`) or a renamed shared resource time-slicing creates (`nvidia.com/gpu.shared`).
+(`nvidia.com/mig-*`) or a renamed shared resource time-slicing creates (`nvidia.com/gpu.shared`). Where the GPUs
+are served through DRA (gpu_operator.allocation: dra), also a pod that names a ResourceClaim (spec.resourceClaims,
+a claim or a claim template): admission sees only the claim's name, not its device class, so on such a cluster every
+claim pod is taken for a GPU pod (a namespace of other DRA workloads is exempted with admission.exempt_namespaces).
+Pods that ask for nvidia.com/gpu and get it from DRA (KEP-5004) keep the request, and are GPU pods either way.
 
 Exempt whatever the mode, and only where the system itself sent the request (docs/security.md): the fields a
 pod's creator writes (spec.nodeName, ownerReferences, annotations) never exempt a pod on their own.
@@ -54,6 +58,7 @@ class Policy:
     # the GPU taint's toleration (mode mutate adds it to the GPU pods it routes that do not tolerate the taint yet);
     # None when node-prep does not taint the GPU nodes
     toleration: dict | None = None
+    claims: bool = False  # a pod with spec.resourceClaims is a GPU pod (gpu_operator.allocation: dra)
 
     @property
     def message(self) -> str:
@@ -89,7 +94,8 @@ def of(config, steer: bool = True, taint=CONFIG_TAINT) -> Policy:
         section = config.node_prep
         taint = section.taint.as_taint() if section.enabled and section.taint else None
     return Policy(config.scheduler.name, settings.mode, tuple(sorted(set(exempt))),
-                  settings.override_other_schedulers, config.gpu_operator.namespace, steer, toleration(taint))
+                  settings.override_other_schedulers, config.gpu_operator.namespace, steer, toleration(taint),
+                  config.gpu_operator.allocation == "dra")
 
 
 def toleration(taint: dict | None) -> dict | None:
@@ -295,6 +301,13 @@ gpu_pod if {{
 	gpu_resource(name)
 }}
 
+gpu_pod if {{
+	claims_are_gpus
+	count(object.get(input.request.object.spec, "resourceClaims", [])) > 0
+}}
+
+claims_are_gpus if {"true" if policy.claims else "false"}
+
 gpu_resource(name) if name == "nvidia.com/gpu"
 
 gpu_resource(name) if startswith(name, "nvidia.com/gpu.")
@@ -335,7 +348,8 @@ def exemption_conditions(policy: Policy) -> list[dict]:
     return [
         {"name": "gpu-pod", "expression":
             "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
-            f".exists(c, has(c.resources) && ({per_section}))"},
+            f".exists(c, has(c.resources) && ({per_section}))" +
+            (" || (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)" if policy.claims else "")},
         {"name": "not-a-kubelet-bound-or-mirror-pod", "expression":
             f"!({REQUESTER}.startsWith('{NODE_PREFIX}') && '{NODES_GROUP}' in {GROUPS} && "
             f"(({NAMES_A_NODE}) || {mirror} || {_owned_by('Node')}))"},

@@ -126,6 +126,7 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
     _sharing(facts, config, derived, labels, warnings)
     _pool_operands(config, playbook_steps, derived, warnings)
     _dcgm_scrape(config, playbook_steps, scrape, derived)
+    _allocation(section, derived)
     derived += [Derived(path, value, why) for path, value, why in images.gpu_operator_values(
         getattr(config, "registry", None), chart_values)]
     tree: dict = {}
@@ -133,6 +134,15 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
         set_path(tree, item.path, item.value)
     merged = deep_merge(deep_merge(base, tree), section.values)
     return ValuesPlan(base, derived, dict(section.values), merged, labels, warnings)
+
+
+def _allocation(section, derived: list) -> None:
+    """allocation: dra turns the device plugin off (NVIDIA's DRA driver, render/dra_driver.py, serves the GPUs)."""
+    if section.allocation == "dra":
+        derived.append(Derived("devicePlugin.enabled", False,
+                               "gpu_operator.allocation: dra: NVIDIA's DRA driver serves the GPUs, and a node must never "
+                               "serve nvidia.com/gpu from a device plugin as well (the scheduler would count its GPUs "
+                               "twice)"))
 
 
 def _dcgm_scrape(config, playbook_steps, scrape: dict | None, derived: list) -> None:

@@ -31,11 +31,12 @@ class ValuesPlan:
     merged: dict
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    section: str = "gpu_operator.values"  # where the user's overrides come from
 
     def explain(self) -> list[str]:
         lines = [d.line() for d in self.derived]
         for path, value in sorted(leaf_items(self.overrides), key=lambda item: item[0]):
-            lines.append(user_value_line(path, value, "gpu_operator.values"))
+            lines.append(user_value_line(path, value, self.section))
         return lines
 
 

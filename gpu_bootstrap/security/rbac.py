@@ -86,6 +86,15 @@ CHART_KINDS = {
                      ("rbac.authorization.k8s.io", "clusterrolebindings", False),
                      ("rbac.authorization.k8s.io", "roles", True), ("rbac.authorization.k8s.io", "rolebindings", True),
                      ("apiextensions.k8s.io", "customresourcedefinitions", False)],
+    # NVIDIA's DRA driver (gpu_operator.allocation: dra), with ComputeDomains' controller and CRDs when turned on
+    "dra-driver": [("", "serviceaccounts", True), ("apps", "daemonsets", True), ("apps", "deployments", True),
+                   ("resource.k8s.io", "deviceclasses", False),
+                   ("admissionregistration.k8s.io", "validatingadmissionpolicies", False),
+                   ("admissionregistration.k8s.io", "validatingadmissionpolicybindings", False),
+                   ("rbac.authorization.k8s.io", "clusterroles", False),
+                   ("rbac.authorization.k8s.io", "clusterrolebindings", False),
+                   ("rbac.authorization.k8s.io", "roles", True), ("rbac.authorization.k8s.io", "rolebindings", True),
+                   ("apiextensions.k8s.io", "customresourcedefinitions", False)],
     "monitoring": [("", "configmaps", True), ("", "secrets", True), ("", "services", True),
                    ("", "serviceaccounts", True), ("apps", "daemonsets", True), ("apps", "deployments", True),
                    ("batch", "jobs", True), ("monitoring.coreos.com", "alertmanagers", True),
@@ -114,6 +123,10 @@ def chart_roles(step: str, release: str) -> tuple[set[str], set[str]]:
         nfd = _fullname(release, "node-feature-discovery")
         return ({"gpu-operator", "gpu-operator-upgrade-crd-hook-role", nfd, f"{nfd}-gc", f"{nfd}-prune"},
                 {"gpu-operator", f"{nfd}-worker"})
+    if step == "dra-driver":  # the chart names its roles after itself, whatever the release
+        chart = "dra-driver-nvidia-gpu"
+        return ({"compute-domain-daemon-role", f"{chart}-clusterrole-controller", f"{chart}-clusterrole-kubeletplugin"},
+                {f"{chart}-role-controller", f"{chart}-role-kubeletplugin"})
     if step == "monitoring":
         stack = _fullname(release, "kube-prometheus-stack", 26)  # the chart cuts its fullname to 26
         return ({f"{stack}-operator", f"{stack}-prometheus", f"{stack}-admission",
@@ -214,6 +227,14 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
                     *_chart_rbac("gpu-operator", config.gpu_operator.release, "operator")],
             RUN: [*_chart("gpu-operator", "operator", HELM), need("", "pods", "list", "operator")],
             DOCTOR: [need("apps", "daemonsets", "list", "operator"), need("", "pods", "list create", "operator")]},
+        "gpu-operator:dra": {  # gpu_operator.allocation: dra (the DRA driver's release beside the operator)
+            READ: [*_chart("dra-driver", "dra", ("get", "list"))],
+            WRITE: [*_chart("dra-driver", "dra", APPLY),
+                    *_chart_rbac("dra-driver", config.gpu_operator.dra_driver.release, "dra")],
+            RUN: [*_chart("dra-driver", "dra", HELM), need("apps", "daemonsets", "list", "dra"),
+                  need("resource.k8s.io", "resourceslices", "list",
+                       why="gpu-operator: each GPU node publishes its GPUs (allocation: dra)")],
+            DOCTOR: []},
         "binpack-scheduler": {
             # check reads the pods and the leader Lease once nothing drifts (found on a real cluster: a dry run
             # of an up-to-date cluster was refused `list pods` in kube-system)
@@ -363,7 +384,7 @@ def namespaces(config, prometheus: PrometheusService | None = None) -> dict[str,
     if config is not None and hasattr(config, "gpu_operator"):  # status reads only the node-free sections
         found.update({"operator": config.gpu_operator.namespace, "monitoring": config.monitoring.namespace,
                       "opa": config.admission.opa.namespace, "scheduler": config.scheduler.namespace,
-                      "validation": config.validation.namespace})
+                      "validation": config.validation.namespace, "dra": config.gpu_operator.dra_driver.namespace})
     if prometheus is not None:
         found["prometheus"] = prometheus.namespace
     return found
@@ -385,9 +406,10 @@ def needs(command: str, config, steps: list[str], prometheus: PrometheusService 
               "probe": (READ, DOCTOR)}[command]
     table = _steps(config)
     out = [n for phase in phases for n in _pipeline().get(phase, [])]
-    for step in steps:
+    dra = config is not None and hasattr(config, "gpu_operator") and config.gpu_operator.allocation == "dra"
+    for step in [*steps, *(["gpu-operator:dra"] if dra and "gpu-operator" in steps else [])]:
         for phase in phases:
-            out += [_origin(n, step, phase) for n in table.get(step, {}).get(phase, [])]
+            out += [_origin(n, step.partition(":")[0], phase) for n in table.get(step, {}).get(phase, [])]
     if "preflight" in steps and (command == "probe" or (command == "up" and probes_through_the_cluster(config))):
         out += _cluster_probe()  # the probe identity exists for it, whatever preflight.via says (doctor --via)
     if command == "plan":

@@ -18,10 +18,12 @@ from gpu_bootstrap.adapters import charts
 from gpu_bootstrap.core.objects import pin_resource_version, pod_ready, pod_state
 from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from gpu_bootstrap.core.refs import Chart
+from gpu_bootstrap.render import dra_driver as dra_render
 from gpu_bootstrap.render import gpu_operator_values as values_render
 from gpu_bootstrap.render import live_diff
 from gpu_bootstrap.render import node_prep as labels_render
 from gpu_bootstrap.security import pod_security
+from gpu_bootstrap.steps import gpu_operator_dra as dra_release
 from gpu_bootstrap.steps.node_prep import no_room_warning
 from gpu_bootstrap.steps.preflight import facts_digest
 
@@ -61,11 +63,14 @@ def gpu_resources(node: dict) -> int:
 
 
 def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, dict | None],
-                     namespace: str) -> list[str]:
-    """Pure: what keeps the operator's operands from being ready on the GPU nodes (empty when all is well)."""
+                     namespace: str, dra: bool = False) -> list[str]:
+    """Pure: what keeps the operator's operands from being ready on the GPU nodes (empty when all is well). `dra`:
+    allocation dra, where no device plugin runs and the GPUs are not node capacity (the DRA driver's own check
+    follows)."""
     problems = []
-    if not any(ds["metadata"]["name"].startswith("nvidia-device-plugin") for ds in daemonsets):
-        problems.append("the operator has not created its operands yet (no nvidia-device-plugin DaemonSet): check "
+    marker = "nvidia-operator-validator" if dra else "nvidia-device-plugin"
+    if not any(ds["metadata"]["name"].startswith(marker) for ds in daemonsets):
+        problems.append(f"the operator has not created its operands yet (no {marker} DaemonSet): check "
                         f"the gpu-operator pod in {namespace} and its ClusterPolicy")
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
@@ -92,7 +97,7 @@ def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, 
     for name, node in sorted(nodes.items()):
         if node is None:
             problems.append(f"{name} is not a node of the cluster")
-        elif not gpu_resources(node):
+        elif not dra and not gpu_resources(node):
             problems.append(f"{name} advertises no nvidia.com/gpu yet: the device plugin is not running there")
     return problems
 
@@ -169,6 +174,8 @@ class OperatorFacts:
     namespace: str = "ours"  # the release's namespace: missing (we create it, labelled ours), ours, or theirs
     crds: object = None  # render.crds.CrdPlan: the chart's CRDs to apply before the release
     namespace_plan: pod_security.NamespaceDecision | None = None  # its Pod Security label (privileged)
+    dra: object = None  # gpu_operator_dra.DraFacts with allocation: dra
+    remove_dra: bool = False  # a move back to the device plugin: our DRA driver goes first
 
 
 class GpuOperator(Step):
@@ -238,7 +245,11 @@ class GpuOperator(Step):
 
     def inputs(self, ctx) -> dict:
         chart, meta = self.chart(ctx)
-        return {"config": ctx.config.gpu_operator.model_dump(mode="json"), "chart": self.version_of(chart, meta),
+        config = ctx.config.gpu_operator.model_dump(mode="json")
+        if config["allocation"] == "device-plugin":  # as before DRA: fingerprints recorded then still match
+            config.pop("allocation")
+            config.pop("dra_driver")
+        return {"config": config, "chart": self.version_of(chart, meta),
                 "facts": facts_digest(ctx.node_facts.reports()),
                 "kube": ".".join(ctx.server_version().split(".")[:2]),
                 "node_prep": ctx.config.node_prep.model_dump(mode="json"), "playbook": list(ctx.options.playbook),
@@ -251,8 +262,21 @@ class GpuOperator(Step):
             chart, meta = self.chart(ctx)  # an unsupported Kubernetes version raises UnsupportedVersion (exit 2)
         except ChartProblem as error:
             return Check(FAIL, str(error))
+        if section.allocation == "dra":
+            try:
+                dra_render.check_kubernetes(ctx.server_version())
+            except versions.UnsupportedVersion as error:
+                error.step = self.id
+                raise
         version = self.version_of(chart, meta)
         status = ctx.helm.status(section.release, section.namespace)
+        dra_status, dra_ours = dra_release.release_status(ctx, MANAGED_SELECTOR)
+        if dra_status is not None and not dra_ours and section.allocation == "dra":
+            return Check(FAIL, f"a release {section.dra_driver.namespace}/{section.dra_driver.release} exists that "
+                               f"gpu-bootstrap did not install, so it is left alone: remove it, or choose another "
+                               f"gpu_operator.dra_driver.release / namespace")
+        if refused := dra_release.switch_refusal(ctx, status, dra_ours):
+            return Check(FAIL, refused)
         # values_unknown: the release's record (a Secret) was not readable (adapters/secretless.py)
         deployed = (status.get("config") or {}) if status and not status.get("values_unknown") else None
         ours = status is None or ctx.helm.labelled(section.release, section.namespace, MANAGED_SELECTOR)
@@ -271,8 +295,22 @@ class GpuOperator(Step):
             return Check(FAIL, f"{refusal.message} — {refusal.fix}")
         by_name = {node["metadata"]["name"]: node for node in everything}
         nodes = {n.name: by_name.get(n.name) for n in ctx.config.nodes}
-        label_patches = {name: labels_render.prepare_patch(node, plan.node_labels.get(name, {}), None,
-                                                           LABELS_ANNOTATION)
+        dra_facts = None
+        if section.allocation == "dra":
+            advertising = [name for name, node in nodes.items() if node is not None and gpu_resources(node)]
+            if taken := dra_release.foreign_capacity(advertising, status):
+                return Check(FAIL, f"{', '.join(taken[:4])} advertise nvidia.com/gpu from a device plugin "
+                                   f"gpu-bootstrap does not manage: a node must not serve its GPUs through DRA as well "
+                                   f"— remove that device plugin first, or use allocation: device-plugin")
+            try:
+                dra_facts = self._dra_facts(ctx, plan, dra_status)
+            except ValueError as error:
+                return Check(FAIL, str(error))
+            except values_render.Refusal as refusal:
+                return Check(FAIL, f"{refusal.message} — {refusal.fix}")
+        wanted = {name: {**plan.node_labels.get(name, {}), **(dra_facts.values.node_labels.get(name, {})
+                                                               if dra_facts else {})} for name in nodes}
+        label_patches = {name: labels_render.prepare_patch(node, wanted.get(name, {}), None, LABELS_ANNOTATION)
                          for name, node in nodes.items() if node is not None}
         label_patches = {k: v for k, v in label_patches.items() if v}
         if status is None:  # a first install: remember which operator labels each node has without it
@@ -297,29 +335,54 @@ class GpuOperator(Step):
             return Check(FAIL, refused)
         from gpu_bootstrap.pipeline.chart_crds import plan_crds
         crds = plan_crds(ctx, chart, version, release, CRD_GROUPS)
+        remove_dra = section.allocation == "device-plugin" and dra_ours
         facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice,
-                              namespace, crds, ns_plan)
+                              namespace, crds, ns_plan, dra_facts, remove_dra)
         warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings) + crds.kept
         warnings += [ns_plan.advice] if ns_plan.advice else []
+        warnings += list(dra_facts.values.warnings) if dra_facts else []
         unknown = [d.path for d in plan.derived if d.because.startswith(values_render.NO_FACTS)]
-        if ns_plan.action == "label" and release["up_to_date"] and not label_patches and not crds.changes:
+        unknown += [f"dra_driver:{d.path}" for d in (dra_facts.values.derived if dra_facts else [])
+                    if d.because.startswith(values_render.NO_FACTS)]
+        dra_done = (dra_facts is None or (dra_facts.release["up_to_date"] and dra_facts.namespace_plan.action ==
+                                          "none")) and not remove_dra
+        warnings += [dra_facts.namespace_plan.advice] if dra_facts and dra_facts.namespace_plan.advice else []
+        if ns_plan.action == "label" and release["up_to_date"] and not label_patches and not crds.changes and dra_done:
             return Check(WARN, f"{section.release} {version} up to date; its namespace needs "
                                f"{pod_security.ENFORCE}=privileged", facts=facts, warnings=warnings, unknown=unknown)
-        if release["up_to_date"] and not label_patches and not crds.changes:
-            return Check(PASS, f"{section.release} {version} deployed and up to date", done=True, facts=facts,
+        if release["up_to_date"] and not label_patches and not crds.changes and dra_done:
+            shown = f" and DRA driver {dra_facts.version}" if dra_facts else ""
+            return Check(PASS, f"{section.release} {version}{shown} deployed and up to date", done=True, facts=facts,
                          warnings=warnings)
         todo = release["reason"] if not release["up_to_date"] else "up to date"
+        if dra_facts and not dra_facts.release["up_to_date"]:
+            todo += f"; DRA driver {dra_facts.version}: {dra_facts.release['reason']}"
+        if remove_dra:
+            todo += "; DRA driver to remove (allocation: device-plugin)"
         if crds.changes:
             todo += f"; {len(crds.changes)} CRD(s) to apply first"
         return Check(WARN, f"{section.release} {version}: {todo}", facts=facts, warnings=warnings, unknown=unknown)
 
-    def _release_state(self, ctx, status: dict | None, chart: Chart, version: str, values: dict | None) -> dict:
+    def _dra_facts(self, ctx, plan: values_render.ValuesPlan, status: dict | None) -> dra_release.DraFacts:
+        chart, version = dra_release.chart(ctx)
+        values = dra_render.derive(plan, ctx.config, ctx.server_version(), list(ctx.options.playbook))
+        section = ctx.config.gpu_operator.dra_driver
+        release = self._release_state(ctx, status, chart, version, values.merged if ctx.node_facts.reports() else None,
+                                      section.release, section.namespace)
+        ns_plan = pod_security.decide(section.namespace, ctx.kube.get("v1", "Namespace", section.namespace),
+                                      pod_security.PRIVILEGED, dra_release.PRIVILEGED_WHY, "the DRA driver's namespace")
+        return dra_release.DraFacts(chart, version, values, release, ns_plan)
+
+    def _release_state(self, ctx, status: dict | None, chart: Chart, version: str, values: dict | None,
+                       name: str | None = None, namespace: str | None = None) -> dict:
         """Is the deployed release (helm status) what we would deploy? values=None: no node facts (doctor
-        --no-nodes), so only the chart version can be compared."""
+        --no-nodes), so only the chart version can be compared. `name`/`namespace`: another release of the step
+        (the DRA driver's); default the operator's."""
         section = ctx.config.gpu_operator
+        name, namespace = name or section.release, namespace or section.namespace
         if status is None:
             return {"up_to_date": False, "reason": "not installed", "installed": None}
-        deployed = ctx.helm.deployed_chart(section.release, section.namespace, version) or ""
+        deployed = ctx.helm.deployed_chart(name, namespace, version) or ""
         installed = deployed.rsplit("-", 1)[-1] if "-" in deployed else deployed
         state = (status.get("info") or {}).get("status")
         if state and (state.startswith("pending") or state == "uninstalling"):
@@ -333,11 +396,10 @@ class GpuOperator(Step):
             return {"up_to_date": True, "reason": "deployed (values not compared without node facts)",
                     "installed": installed}
         if status.get("values_unknown"):
-            return live_diff.release_state(ctx.helm.live_differences(section.release, chart, values,
-                                                                     section.namespace), installed)
+            return live_diff.release_state(ctx.helm.live_differences(name, chart, values, namespace), installed)
         if (status.get("config") or {}) != values:
             return {"up_to_date": False, "reason": "values changed", "installed": installed}
-        if _documents(ctx.helm.dry_run_manifest(section.release, chart, values, section.namespace)) != \
+        if _documents(ctx.helm.dry_run_manifest(name, chart, values, namespace)) != \
                 _documents(status.get("manifest", "")):
             return {"up_to_date": False, "reason": "the rendered manifest differs from the deployed one",
                     "installed": installed}
@@ -362,6 +424,9 @@ class GpuOperator(Step):
             changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.namespace), *parts))
         from gpu_bootstrap.pipeline.chart_crds import crd_changes
         changes += crd_changes(facts.crds, f"gpu-operator {facts.version}")
+        if facts.remove_dra:  # before the device plugin returns: a node never serves its GPUs both ways
+            changes.append(dra_release.uninstall_change(ctx, "gpu_operator.allocation: device-plugin (moved back "
+                                                             "with --allow-allocation-change)"))
         if not facts.release["up_to_date"]:
             plan = facts.values
             action = "install" if facts.release["installed"] is None else facts.release["reason"]
@@ -374,6 +439,10 @@ class GpuOperator(Step):
             shown = f"{choice.release.label} ({facts.version})" if choice.release else facts.version
             changes.append(Change(Verb.HELM_UPGRADE, release, f"{action}: gpu-operator {shown}", choice.reason,
                                   body, details=tuple(plan.explain())))
+        if facts.dra is not None and (parts := facts.dra.namespace_plan.change()):
+            changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.dra_driver.namespace), *parts))
+        if facts.dra is not None and not facts.dra.release["up_to_date"]:  # after the operator's device plugin stops
+            changes.append(dra_release.upgrade_change(ctx, facts.dra, MANAGED))
         return changes
 
     # --- verify: wait for the operands ------------------------------------------------------------------------------
@@ -383,6 +452,14 @@ class GpuOperator(Step):
         last_note = 0.0
         while True:
             problems = self.operand_problems(ctx)
+            if not problems and section.allocation == "dra":
+                problems = dra_release.problems(ctx, self._gpu_counts(ctx))
+                if not problems:
+                    from gpu_bootstrap.core import dra
+                    published = dra.gpu_devices_by_node(ctx.kube.list(dra.API_VERSION, "ResourceSlice"))
+                    gpus = sum(published.get(n.name, 0) for n in ctx.config.nodes)
+                    return Check(PASS, f"operands and the DRA driver ready on {len(ctx.config.nodes)} GPU node(s), "
+                                       f"{gpus} GPU(s) published as ResourceSlices", done=True)
             if not problems:
                 gpus = sum(gpu_resources(ctx.kube.get("v1", "Node", n.name) or {}) for n in ctx.config.nodes)
                 return Check(PASS, f"operands ready on {len(ctx.config.nodes)} GPU node(s), {gpus} GPU(s) "
@@ -401,7 +478,14 @@ class GpuOperator(Step):
         pods = ctx.kube.list("v1", "Pod", namespace)
         listed = {n["metadata"]["name"]: n for n in ctx.kube.list("v1", "Node")}  # one list, not a GET per node
         nodes = {n.name: listed.get(n.name) for n in ctx.config.nodes}
-        return operand_problems(daemonsets, pods, nodes, namespace)
+        return operand_problems(daemonsets, pods, nodes, namespace, ctx.config.gpu_operator.allocation == "dra")
+
+    @staticmethod
+    def _gpu_counts(ctx) -> dict[str, int | None]:
+        """node -> the GPUs preflight found there (None: its facts are unknown, or there are none offline)."""
+        facts = {f.name: f for f in values_render.facts_from_reports(ctx.node_facts.reports())}
+        return {n.name: (len(facts[n.name].gpus) if n.name in facts and not facts[n.name].unknown else None)
+                for n in ctx.config.nodes}
 
     def doctor(self, ctx) -> list[Check]:
         try:
@@ -445,6 +529,14 @@ class GpuOperator(Step):
         it, the node labels we set; a release someone else installed is left alone."""
         section = ctx.config.gpu_operator
         changes = []
+        dra = section.dra_driver
+        if dra_release.release_status(ctx, MANAGED_SELECTOR)[1]:
+            changes.append(dra_release.uninstall_change(ctx, "teardown"))
+        live_dra_ns = ctx.kube.get("v1", "Namespace", dra.namespace) if dra.namespace != section.namespace else None
+        if live_dra_ns and (live_dra_ns["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == \
+                "gpu-bootstrap":
+            changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", dra.namespace), "remove",
+                                  "the namespace gpu-bootstrap created for the DRA driver"))
         if ctx.helm.status(section.release, section.namespace) is not None and (
                 section.adopt or ctx.helm.labelled(section.release, section.namespace, MANAGED_SELECTOR)):
             changes.append(Change(Verb.HELM_UNINSTALL, Ref.release(section.release, section.namespace),

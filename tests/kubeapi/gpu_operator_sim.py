@@ -4,7 +4,9 @@ No real operator can run here (it needs GPUs and a kubelet), so this does what i
 NFD's worker labels GPU nodes it runs on (feature.node.kubernetes.io/pci-10de.present), the operator labels them
 nvidia.com/gpu.present and nvidia.com/gpu.deploy.<operand>=true (leaving a user's "false" alone), creates one
 DaemonSet per operand enabled in the ClusterPolicy (with the ClusterPolicy's tolerations), and the device plugin
-makes a node advertise nvidia.com/gpu once its pod is ready (time-slicing replicas included).
+makes a node advertise nvidia.com/gpu once its pod is ready (time-slicing replicas included). NVIDIA's DRA driver
+(gpu_operator.allocation: dra) publishes a node's GPUs as a ResourceSlice once its kubelet plugin's pod is ready
+there, and withdraws it when that pod goes.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from .util import jcopy
 GPUS_ANNOTATION = "kubeapi.emulator/gpus"
 DCGM = "nvidia-dcgm-exporter"
 PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+DRA_PLUGIN = "dra-driver-nvidia-gpu-kubelet-plugin"  # the DRA driver chart's DaemonSet (its pods' name prefix)
 OPERANDS = (
     # (ClusterPolicy spec key, DaemonSet name, deploy label suffix)
     ("driver", "nvidia-driver-daemonset", "driver"),
@@ -36,12 +39,14 @@ class GpuOperatorSim:
     def wants(self, key: tuple) -> bool:
         group, plural = key[0], key[1]
         return (group, plural) in {("nvidia.com", "clusterpolicies"), ("apps", "deployments"), ("", "nodes"),
-                                   ("", "pods"), ("apps", "daemonsets"), ("", "configmaps"), ("", "serviceaccounts")}
+                                   ("", "pods"), ("apps", "daemonsets"), ("", "configmaps"), ("", "serviceaccounts"),
+                                   ("resource.k8s.io", "resourceslices")}
 
     def reconcile(self) -> None:
         policy = next(iter(self.store.objects.get(("nvidia.com", "clusterpolicies"), {}).values()), None)
         operator = self._operator()
         self._nfd_labels()
+        self._publish_slices()
         if policy is None or operator is None or policy["metadata"].get("deletionTimestamp"):
             self._advertise(None, None)
             return
@@ -227,6 +232,23 @@ class GpuOperatorSim:
                     del values[key]
                 values.update(wanted)
             self.manager._write_status("", "nodes", node, body["status"], "nvidia-device-plugin")
+
+    def _publish_slices(self) -> None:
+        """NVIDIA's DRA driver: a ready kubelet-plugin pod on a GPU node publishes that node's GPUs (one pool named
+        after the node, tests/localcluster/dra.py's H200 devices); no ready pod, no slice."""
+        if int(self.manager.kube_version.lstrip("v").split(".")[1]) < 34:  # resource.k8s.io/v1 not served
+            return
+        from tests.localcluster.dra import resource_slice
+        slices = self.store.objects.get(("resource.k8s.io", "resourceslices"), {})
+        for node in self._gpu_nodes():
+            name = node["metadata"]["name"]
+            wanted = resource_slice(name, int(node["metadata"]["annotations"][GPUS_ANNOTATION])) \
+                if self._pods_ready_on(DRA_PLUGIN, name) else None
+            current = slices.get(("", f"{name}-gpu.nvidia.com"))
+            if wanted is not None and current is None:
+                self.manager._create("resource.k8s.io", "resourceslices", None, wanted, "gpu.nvidia.com")
+            elif wanted is None and current is not None:
+                self.manager._delete("resource.k8s.io", "resourceslices", current)
 
     def _sharing(self, namespace: str, spec: dict) -> tuple[int, str]:
         config = ((spec.get("devicePlugin") or {}).get("config") or {})

@@ -182,8 +182,37 @@ class DriverUpgradeConfig(Section):
         return value
 
 
+class DraDriverConfig(Section):
+    """NVIDIA's DRA driver (the dra-driver-nvidia-gpu chart), installed by the gpu-operator step when
+    gpu_operator.allocation is dra."""
+
+    chart: str = Field("dra-driver-nvidia-gpu", description="a chart in `repository`, or a local .tgz or directory")
+    repository: str = Field("oci://registry.k8s.io/dra-driver-nvidia/charts",
+                            description="a chart repository or an OCI registry path")
+    version: str | None = Field(None, description="default: the release the gpu-operator release pairs with")
+    release: str = "dra-driver-nvidia-gpu"
+    namespace: str = "dra-driver-nvidia-gpu"
+    values: dict[str, Any] = Field(default_factory=dict, description="your overrides, applied last")
+
+    @field_validator("release", "namespace")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        return check_dns_label(value, 53)
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value):
+        if value is not None and not re.fullmatch(r"v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.-]+)?", value):
+            raise ValueError(f"{value!r} is not a chart version (e.g. 0.5.0)")
+        return value
+
+
 class GpuOperatorConfig(Section):
     enabled: bool = True
+    allocation: Literal["device-plugin", "dra"] = Field(
+        "device-plugin", description="how pods get GPUs: the operator's device plugin (nvidia.com/gpu node capacity), "
+                                     "or NVIDIA's DRA driver (ResourceSlices; Kubernetes 1.34 or newer)")
+    dra_driver: DraDriverConfig = Field(default_factory=DraDriverConfig)
     chart: str = Field("gpu-operator", description="a chart in `repository`, or a local .tgz or directory")
     repository: str = "https://helm.ngc.nvidia.com/nvidia"
     version: str | None = Field(None, description="default: the newest release validated for the cluster")
@@ -205,6 +234,22 @@ class GpuOperatorConfig(Section):
     @classmethod
     def _dns_label(cls, value: str) -> str:
         return check_dns_label(value, 53)  # helm's limit on a release name
+
+    @field_validator("sharing")
+    @classmethod
+    def _dra_sharing(cls, value, info):
+        if info.data.get("allocation") == "dra" and value.mode == "time-slicing":
+            raise ValueError("mode: time-slicing is set in the device plugin, which gpu_operator.allocation: dra "
+                             "turns off (with DRA, time-slicing is a setting of a ResourceClaim, not of the node); "
+                             "use allocation: device-plugin, or sharing.mode: none or mig")
+        return value
+
+    @model_validator(mode="after")
+    def _dra_release(self):
+        if self.allocation == "dra" and (self.dra_driver.release, self.dra_driver.namespace) == \
+                (self.release, self.namespace):
+            raise ValueError("dra_driver.release: the DRA driver needs a release of its own, not the operator's")
+        return self
 
     @field_validator("version")
     @classmethod

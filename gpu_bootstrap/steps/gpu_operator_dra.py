@@ -1,0 +1,147 @@
+"""The DRA half of the gpu-operator step (gpu_operator.allocation: dra): NVIDIA's DRA driver as a second release
+beside the operator, whose device plugin is then off. Not a step of its own: the operator must stop its device plugin
+before the DRA driver serves a node's GPUs, and a move back must remove the DRA driver before the device plugin
+returns, so one step orders both (a node must never serve nvidia.com/gpu from both).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_bootstrap.adapters import charts
+from gpu_bootstrap.core import catalogue, dra
+from gpu_bootstrap.core.refs import Chart
+from gpu_bootstrap.pipeline.step import Change, Ref, Verb
+from gpu_bootstrap.render import dra_driver as render
+from gpu_bootstrap.render.values import ValuesPlan, get_path
+
+CHART = "dra-driver-nvidia-gpu"
+SWITCH_FLAG = "--allow-allocation-change"
+
+
+@dataclass(frozen=True)
+class DraFacts:
+    chart: Chart
+    version: str
+    values: ValuesPlan
+    release: dict  # as the operator's: up_to_date, reason, installed, pending
+    namespace_plan: object = None  # security.pod_security.NamespaceDecision: its Pod Security label (privileged)
+
+
+PRIVILEGED_WHY = "the DRA driver's kubelet plugin prepares GPUs on the host (privileged, host paths)"
+
+
+def chart(ctx) -> tuple[Chart, str]:
+    """The DRA driver's chart and version: a local chart's own, else the pinned one or the catalogue's default.
+    Raises ValueError naming the field when a local chart cannot be read or does not match the pin."""
+    section = ctx.config.gpu_operator.dra_driver
+    if charts.is_local(section.chart):
+        meta = charts.local_chart_metadata(section.chart)
+        if meta is None:
+            raise ValueError(f"gpu_operator.dra_driver.chart {section.chart} is neither a chart directory nor a .tgz")
+        version = str(meta.get("version", ""))
+        if section.version and section.version.lstrip("v") != version.lstrip("v"):
+            raise ValueError(f"gpu_operator.dra_driver.version {section.version} does not match the local chart "
+                             f"{section.chart} (version {version})")
+        return Chart(section.chart, None, None), version
+    version = section.version or catalogue.chart_default(CHART) or ""
+    return Chart(section.chart, section.repository, version), version
+
+
+def release_status(ctx, selector: str) -> tuple[dict | None, bool]:
+    """(helm status of the DRA driver's release, whether it is ours). Outside dra mode it is read only where its
+    namespace is gpu-bootstrap's (created for it): a cluster that never ran DRA costs no read, and the roles of
+    device-plugin mode need none."""
+    section = ctx.config.gpu_operator
+    dra_section = section.dra_driver
+    if section.allocation != "dra":
+        namespace = ctx.kube.get("v1", "Namespace", dra_section.namespace)
+        if not namespace or (namespace["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") != \
+                "gpu-bootstrap" or dra_section.namespace == section.namespace:
+            return None, False
+    status = ctx.helm.status(dra_section.release, dra_section.namespace)
+    ours = status is not None and ctx.helm.labelled(dra_section.release, dra_section.namespace, selector)
+    return status, ours
+
+
+def device_plugin_on(deployed: dict | None) -> bool:
+    """Whether a deployed gpu-operator release runs its device plugin (the chart's default is on)."""
+    return deployed is not None and get_path(deployed, "devicePlugin.enabled", True) is not False
+
+
+def switch_refusal(ctx, operator_status: dict | None, dra_ours: bool) -> str | None:
+    """A move between allocation modes on a running cluster, refused unless the flag allows it."""
+    section = ctx.config.gpu_operator
+    if ctx.options.allow_allocation_change:
+        return None
+    deployed = (operator_status or {}).get("config") if operator_status else None
+    if section.allocation == "dra" and operator_status is not None and device_plugin_on(deployed):
+        return (f"gpu_operator.allocation: dra, but the running {section.release} serves GPUs through its device "
+                f"plugin: moving a running cluster to DRA stops the device plugin on every GPU node (pods waiting for "
+                f"GPUs wait until the DRA driver publishes them; running pods keep theirs) — rerun with "
+                f"{SWITCH_FLAG} to move it, or set allocation: device-plugin")
+    if section.allocation == "device-plugin" and dra_ours:
+        return (f"gpu_operator.allocation: device-plugin, but gpu-bootstrap's DRA driver "
+                f"({section.dra_driver.namespace}/{section.dra_driver.release}) serves the GPUs: moving back removes "
+                f"it before the device plugin returns (claims of running pods stay; new pods wait meanwhile) — rerun "
+                f"with {SWITCH_FLAG} to move it, or set allocation: dra")
+    return None
+
+
+def foreign_capacity(advertising: list[str], operator_status: dict | None) -> list[str]:
+    """GPU nodes that advertise nvidia.com/gpu (`advertising`) from a device plugin that is not the operator's (which
+    this step turns off): DRA must not serve them as well."""
+    return [] if operator_status is not None else sorted(advertising)
+
+
+def upgrade_change(ctx, facts: DraFacts, labels: dict) -> Change:
+    """`labels`: the release's metadata labels (who manages it)."""
+    section = ctx.config.gpu_operator.dra_driver
+    action = "install" if facts.release["installed"] is None else facts.release["reason"]
+    body = {"release": section.release, "namespace": section.namespace,
+            "chart": {"ref": facts.chart.ref, "repo": facts.chart.repo, "version": facts.chart.version},
+            "chart_version": facts.version, "values": facts.values.merged, "derived": facts.values.explain(),
+            "warnings": facts.values.warnings, "kube_version": ctx.server_version(),
+            "timeout": f"{ctx.config.gpu_operator.wait_timeout}s", "labels": dict(labels),
+            "chart_field": "gpu_operator.dra_driver.chart",
+            # its crds/ (ComputeDomain, ComputeDomainClique) are the gpu-operator chart's too, which this step applies
+            # before the operator: one owner, or the two versions would replace each other on every run
+            "skip_crds": True}
+    return Change(Verb.HELM_UPGRADE, Ref.release(section.release, section.namespace),
+                  f"{action}: NVIDIA DRA driver {facts.version}",
+                  "gpu_operator.allocation: dra (the chart beside the operator's ClusterPolicy, not the experimental "
+                  "GPUCluster, which a running cluster cannot move to and whose device class serves no nvidia.com/gpu "
+                  "requests)", body, details=tuple(facts.values.explain()))
+
+
+def uninstall_change(ctx, why: str) -> Change:
+    section = ctx.config.gpu_operator.dra_driver
+    return Change(Verb.HELM_UNINSTALL, Ref.release(section.release, section.namespace),
+                  f"uninstall {section.release}", why,
+                  {"release": section.release, "namespace": section.namespace,
+                   "timeout": f"{ctx.config.gpu_operator.wait_timeout}s"})
+
+
+def problems(ctx, gpu_counts: dict[str, int | None]) -> list[str]:
+    """What keeps DRA from serving the GPU nodes: the kubelet plugin not ready there, or a node whose ResourceSlices
+    do not hold the GPUs preflight found (`gpu_counts`: node -> GPUs found, None when unknown)."""
+    section = ctx.config.gpu_operator.dra_driver
+    out = []
+    plugins = [ds for ds in ctx.kube.list("apps/v1", "DaemonSet", section.namespace)
+               if ds["metadata"]["name"].endswith("kubelet-plugin")]
+    if not plugins:
+        out.append(f"the DRA driver's kubelet plugin DaemonSet is not in {section.namespace} yet")
+    for ds in plugins:
+        status = ds.get("status") or {}
+        desired, ready = status.get("desiredNumberScheduled", 0), status.get("numberReady", 0)
+        if desired < len(gpu_counts) or ready < desired:
+            out.append(f"{ds['metadata']['name']} is ready on {ready} of {len(gpu_counts)} GPU nodes "
+                       f"(kubectl -n {section.namespace} describe daemonset {ds['metadata']['name']})")
+    published = dra.gpu_devices_by_node(ctx.kube.list(dra.API_VERSION, "ResourceSlice"))
+    for name, expected in sorted(gpu_counts.items()):
+        found = published.get(name, 0)
+        if not found:
+            out.append(f"{name} publishes no GPU in a ResourceSlice yet (driver {dra.GPU_DRIVER})")
+        elif expected is not None and found != expected:
+            out.append(f"{name} publishes {found} GPU(s) in its ResourceSlices, but preflight found {expected}: "
+                       f"kubectl -n {section.namespace} logs of its kubelet plugin say which it could not prepare")
+    return out
