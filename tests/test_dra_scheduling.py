@@ -5,7 +5,10 @@ with `extendedResourceName: nvidia.com/gpu` (KEP-5004, GA in 1.37).
 What this proves for gpu-bootstrap: a pod as users write it (`nvidia.com/gpu: N` in its limits) is served there
 unchanged, the scheduler writes a ResourceClaim with N devices of that node, and the bin-packing profile `up` renders
 scores such pods (1.37's NodeResourcesFit counts DRA-backed extended resources), so light pods fill one node first.
-The slices are written by hand (tests/localcluster/dra.py says why); the API server and scheduler are real.
+`up`'s admission policies (engine vap, rendered for gpu_operator.allocation: dra) steer such pods, and pods with a
+ResourceClaimTemplate, when they name no scheduler (only the bin-packing scheduler runs here, so a pod they miss is
+never bound). The slices are written by hand (tests/localcluster/dra.py says why); the API server, the scheduler
+and the controller-manager's ResourceClaim controller (which makes a template's claim) are real.
 """
 from __future__ import annotations
 
@@ -68,6 +71,7 @@ def clear(cluster, api) -> None:
     its devices for the next test."""
     real = bench()
     real.clear_pods(api, cluster)
+    api.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{real.NAMESPACE}/resourceclaimtemplates")
     path = f"/apis/resource.k8s.io/v1/namespaces/{real.NAMESPACE}/resourceclaims"
     for claim in cluster.admin("dra-test").get(path)["items"]:
         api.request("PATCH", f"{path}/{claim['metadata']['name']}", {"metadata": {"finalizers": None}})
@@ -76,11 +80,12 @@ def clear(cluster, api) -> None:
 
 
 def place(control_plane, pods: list[Pod | dict], config: dict, wait: float = 120, inspect=None,
-          claims: list[dict] = ()) -> list[dict]:
+          claims: list[dict] = (), as_users_write_them: bool = False) -> list[dict]:
     """Start kube-scheduler 1.37 with `config`, create `pods` one at a time (each bound before the next), and return
     them as the API server has them, each with its claim under "claim"; the scheduler is stopped and the pods and
     claims deleted afterwards. A dict is a pod object, created as it is (with the profile's schedulerName);
-    `claims` are created first; `inspect()` runs while the pods are still bound."""
+    `claims` (claims or claim templates) are created first; `inspect()` runs while the pods are still bound.
+    `as_users_write_them`: the pods name no scheduler (admission must steer them)."""
     from tests.localcluster.cluster import binaries
     cluster, api, folder = control_plane
     real = bench()
@@ -90,8 +95,8 @@ def place(control_plane, pods: list[Pod | dict], config: dict, wait: float = 120
     path.write_text(json.dumps(config))
     clear(cluster, api)
     for claim in claims:
-        status, answer = api.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{real.NAMESPACE}/resourceclaims",
-                                     claim)
+        plural = "resourceclaimtemplates" if claim["kind"] == "ResourceClaimTemplate" else "resourceclaims"
+        status, answer = api.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{real.NAMESPACE}/{plural}", claim)
         assert status == 201, answer
     admin = cluster.admin("dra-test")
     listed = admin.get(f"/api/v1/namespaces/{real.NAMESPACE}/pods")
@@ -107,6 +112,8 @@ def place(control_plane, pods: list[Pod | dict], config: dict, wait: float = 120
                 body["spec"]["schedulerName"] = scheduler_name
             else:
                 name, body = f"dra-{index}", real.pod_object(f"dra-{index}", pod, scheduler_name)
+            if as_users_write_them:
+                del body["spec"]["schedulerName"]
             status, answer = api.request("POST", f"/api/v1/namespaces/{real.NAMESPACE}/pods", body)
             assert status == 201, answer
             verdict, where = outcomes.wait(name, wait)
@@ -124,9 +131,11 @@ def place(control_plane, pods: list[Pod | dict], config: dict, wait: float = 120
 
 def claim_of(cluster, pod: dict) -> dict:
     """The ResourceClaim that holds the pod's GPUs: the one kube-scheduler wrote for its extended resource (named in
-    the pod's status), or the one it names itself."""
+    the pod's status), the one it names itself, or the one the controller-manager made from its template."""
     status = pod["status"].get("extendedResourceClaimStatus") or {}
     named = [c["resourceClaimName"] for c in pod["spec"].get("resourceClaims") or [] if c.get("resourceClaimName")]
+    named += [c["resourceClaimName"] for c in pod["status"].get("resourceClaimStatuses") or []  # from a template
+              if c.get("resourceClaimName")]
     name = status.get("resourceClaimName") or (named[0] if named else None)
     assert name, f"{pod['metadata']['name']} has no claim: {pod['status']}"
     status = {"resourceClaimName": name}
@@ -223,3 +232,99 @@ def test_status_counts_dra_gpus_per_node_namespace_and_pod(control_plane, tmp_pa
     assert {p["name"]: p["gpus"] for p in seen["pods"]} == {"dra-0": 2, "claimed": 1}
     # simulate --from-cluster reads the same: two 8-GPU nodes
     assert (seen["simulated"]["nodes"], seen["simulated"]["gpus_per_node"]) == (2, GPUS_PER_NODE)
+
+
+ONE_GPU_TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
+                    "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                        "deviceClassName": dra.GPU_CLASS, "count": 1}}]}}}}
+
+
+def template_pod(name: str) -> dict:
+    """A pod that gets its GPU through a ResourceClaimTemplate, as NVIDIA's DRA examples write one."""
+    body = explicit_claim_pod(name, "")
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": ONE_GPU_TEMPLATE["metadata"]["name"]}]
+    return body
+
+
+def start_claim_controller(cluster) -> None:
+    """kube-controller-manager with only its ResourceClaim controller, which makes a template pod's claim (the
+    node-lifecycle controller would mark these kubelet-less nodes unreachable)."""
+    from tests.localcluster.cluster import SERVICE_CIDR, binaries
+    if "kube-controller-manager" in (cluster.running() or {}):
+        return
+    cm = cluster.folder / "controller-manager.kubeconfig"
+    cluster.spawn("kube-controller-manager", [
+        str(binaries()["kube-controller-manager"]), f"--kubeconfig={cm}", f"--authentication-kubeconfig={cm}",
+        f"--authorization-kubeconfig={cm}", "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
+        # as a real cluster runs it: under its own ServiceAccount, whose bootstrap role may write claims
+        "--controllers=resourceclaim-controller", "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={cluster.pki / 'sa.key'}", f"--root-ca-file={cluster.ca}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}", "--v=1"],
+        die_with_parent=True)
+
+
+def test_admission_steers_dra_gpu_pods_as_users_write_them_and_status_counts_them(control_plane, tmp_path):
+    """`up`'s admission policies (engine vap: the API server's own MutatingAdmissionPolicy and
+    ValidatingAdmissionPolicy, rendered for gpu_operator.allocation: dra) on the real API server: a pod asking
+    nvidia.com/gpu: 2 and a pod with a ResourceClaimTemplate for gpu.nvidia.com, neither naming a scheduler, are
+    steered to the bin-packing scheduler, which binds them with their devices; `status` counts both."""
+    from typer.testing import CliRunner
+    from gpu_bootstrap.cli.commands import app
+    from gpu_bootstrap.core import config as cfg
+    from gpu_bootstrap.render import admission as admission_render
+    from gpu_bootstrap.render import admission_policy
+    cluster, api, _ = control_plane
+    start_claim_controller(cluster)
+    config = cfg.Config.model_validate({"nodes": [{"name": n.name} for n in NODES], "node_prep": {"taint": None},
+                                        "gpu_operator": {"allocation": "dra"}, "admission": {"engine": "vap"}})
+    policy = admission_policy.of(config, steer=True)
+    objects = [*admission_render.mutating_policy(config, "admissionregistration.k8s.io/v1", policy),
+               *admission_render.validating_policy(config, policy)]
+    paths = {"MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+             "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+             "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+             "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
+    created = []
+    seen = {}
+
+    def read_status():
+        result = CliRunner().invoke(app, ["status", "--kubeconfig", str(cluster.folder / "admin.kubeconfig"),
+                                          "-o", "json", "--log-file", str(tmp_path / "log")])
+        assert result.exit_code == 0, result.output
+        seen.update(json.loads(result.stdout))
+
+    try:
+        for obj in objects:
+            path = f"/apis/admissionregistration.k8s.io/v1/{paths[obj['kind']]}"
+            status, answer = api.request("POST", path, obj)
+            assert status == 201, answer
+            created.append(f"{path}/{obj['metadata']['name']}")
+        wait_until_steered(api)
+        pods = place(control_plane, [Pod(2000, 8192, 2), template_pod("templated")], up_profile(),
+                     claims=[ONE_GPU_TEMPLATE], inspect=read_status, as_users_write_them=True)
+    finally:
+        for path in created:
+            api.request("DELETE", path)
+    assert {p["metadata"]["name"]: p["spec"]["schedulerName"] for p in pods} == \
+        {"dra-0": config.scheduler.name, "templated": config.scheduler.name}
+    assert [len(p["claim"]["status"]["allocation"]["devices"]["results"]) for p in pods] == [2, 1]
+    where = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    expected = {n.name: 0 for n in NODES}
+    expected[where["dra-0"]] += 2
+    expected[where["templated"]] += 1
+    assert {n["name"]: n["gpus"]["requested"] for n in seen["nodes"]} == expected
+    assert {p["name"]: p["gpus"] for p in seen["pods"]} == {"dra-0": 2, "templated": 1}
+
+
+def wait_until_steered(api, timeout: float = 30) -> None:
+    """The API server loads admission policies asynchronously: dry-run a claim pod until the policy acts on it."""
+    import time
+    real = bench()
+    deadline = time.monotonic() + timeout
+    while True:
+        status, answer = api.request("POST", f"/api/v1/namespaces/{real.NAMESPACE}/pods?dryRun=All",
+                                     template_pod("probe"))
+        if status == 201 and answer["spec"].get("schedulerName") != "default-scheduler":
+            return
+        assert time.monotonic() < deadline, f"the admission policies never acted: {status} {answer}"
+        time.sleep(0.5)
