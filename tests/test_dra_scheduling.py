@@ -314,6 +314,8 @@ def test_admission_steers_dra_gpu_pods_as_users_write_them_and_status_counts_the
     expected[where["templated"]] += 1
     assert {n["name"]: n["gpus"]["requested"] for n in seen["nodes"]} == expected
     assert {p["name"]: p["gpus"] for p in seen["pods"]} == {"dra-0": 2, "templated": 1}
+    namespace = next(n for n in seen["namespaces"] if n["name"] == bench().NAMESPACE)
+    assert (namespace["gpu_pods"], namespace["gpus"]) == (2, 3)
 
 
 def wait_until_steered(api, timeout: float = 30) -> None:

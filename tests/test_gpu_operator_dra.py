@@ -178,6 +178,18 @@ def test_an_offline_plan_renders_the_drivers_chart_with_each_derived_value_and_i
     assert roots["driver-root"] == "/run/nvidia/driver"
     operator = yaml.safe_load((folder / "values.yaml").read_text())
     assert operator["devicePlugin"]["enabled"] is False and operator["driver"]["enabled"] is True
+    # the GitOps export carries the driver as its own unit after the operator's, without the CRDs the operator owns
+    exported = tmp_path / "export"
+    result = runner.invoke(app, ["export", "--format", "manifests", "-o", str(exported), "--offline", "--kube-version",
+                                 "1.37", "-c", str(config), "--only", "gpu-operator", "--preflight-report", str(report),
+                                 "--log-file", str(tmp_path / "log")])
+    assert result.exit_code == 0, result.output
+    units = sorted(p.name for p in exported.iterdir() if p.is_dir())
+    kinds = {unit: {d["kind"] for f in sorted((exported / unit).glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
+                    if d} for unit in units}
+    driver = next(unit for unit in units if "DeviceClass" in kinds[unit])
+    assert driver == units[-1] and "DaemonSet" in kinds[driver]
+    assert "CustomResourceDefinition" not in kinds[driver]
     # the same plan for a 1.33 cluster: bad input naming the field, exit 2
     result = runner.invoke(app, ["up", "--dry-run", "--offline", "--kube-version", "1.33", "-c", str(config),
                                  "--only", "gpu-operator", "--preflight-report", str(report),

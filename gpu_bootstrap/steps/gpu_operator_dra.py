@@ -44,6 +44,8 @@ def chart(ctx) -> tuple[Chart, str]:
                              f"{section.chart} (version {version})")
         return Chart(section.chart, None, None), version
     version = section.version or catalogue.chart_default(CHART) or ""
+    if section.repository.startswith("oci://"):  # helm takes an OCI chart as one reference, never with --repo
+        return Chart(f"{section.repository.rstrip('/')}/{section.chart}", None, version), version
     return Chart(section.chart, section.repository, version), version
 
 

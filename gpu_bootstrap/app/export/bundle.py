@@ -33,6 +33,7 @@ class Release:
     # the values document the user puts in a Secret (or a file outside the bundle): the tree of secret_paths, each
     # secret as a placeholder naming its path, and whole the lists that hold one (helm replaces a list, never merges it)
     secret_skeleton: dict = field(default_factory=dict)
+    skip_crds: bool = False  # its CRDs are another release's (the DRA driver's ComputeDomain CRDs: the operator's)
 
 
 @dataclass
@@ -131,7 +132,8 @@ def _release(body: dict) -> Release:
     values, secrets, skeleton = split_secrets(body["values"])
     chart = body["chart"]
     return Release(body["release"], body["namespace"], chart["ref"], chart.get("repo"), chart.get("version"),
-                   values, _without(list(body.get("derived") or []), secrets), secrets, skeleton)
+                   values, _without(list(body.get("derived") or []), secrets), secrets, skeleton,
+                   bool(body.get("skip_crds")))
 
 
 def _without(derived: list[str], secrets: list[str]) -> list[str]:

@@ -152,7 +152,7 @@ def _render_charts(ctx, made) -> dict[str, str]:
         try:
             text = ctx.helm.template(release.name, Chart(release.chart, release.repo, release.version),
                                      release.values, release.namespace, made.kube_version,
-                                     include_crds=True)
+                                     include_crds=not release.skip_crds)
         except GpuBootstrapError as error:
             raise GpuBootstrapError(f"{release.name}: helm template could not render {release.chart}: "
                                     f"{error.one_line()}", "--format manifests renders the charts here: set the "

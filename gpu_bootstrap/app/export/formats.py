@@ -253,6 +253,8 @@ def _chart_source(release: Release) -> dict:
         source = {"repoURL": release.repo, "chart": release.chart}
     source["targetRevision"] = release.version
     source["helm"] = {"releaseName": release.name, "valuesObject": release.values}
+    if release.skip_crds:
+        source["helm"]["skipCrds"] = True
     return source
 
 
@@ -300,8 +302,9 @@ def _helm_release_folder(unit: Unit, target: Target) -> dict[str, str]:
             "chart": {"spec": {"chart": chart, "version": release.version,
                                "sourceRef": {"kind": "HelmRepository", "name": repo_name,
                                              "namespace": target.flux_namespace}}},
-            "install": {"crds": "CreateReplace", "createNamespace": True, "remediation": {"retries": 3}},
-            "upgrade": {"crds": "CreateReplace", "remediation": {"retries": 3}},
+            "install": {"crds": "Skip" if release.skip_crds else "CreateReplace", "createNamespace": True,
+                        "remediation": {"retries": 3}},
+            "upgrade": {"crds": "Skip" if release.skip_crds else "CreateReplace", "remediation": {"retries": 3}},
             "values": release.values}
     if release.secret_paths:
         # one values document (helm merges it as a values file: lists whole), not one targetPath per value: a
@@ -368,6 +371,7 @@ def helmfile(bundle: Bundle) -> dict[str, str]:
             entry = {"name": release.name, "namespace": release.namespace, "chart": chart,
                      "version": release.version, "values": [values, *secret],
                      "labels": {"gpu-bootstrap/unit": unit.id}}
+
         if previous:
             entry["needs"] = [previous]
         previous = f"{entry['namespace']}/{entry['name']}"
