@@ -81,7 +81,14 @@ def test_dra_mode_installs_the_driver_beside_the_operator_and_verifies_the_publi
     deployed = releases(cluster)
     assert {name: r["status"] for name, r in deployed.items()} == {"gpu-operator": "deployed",
                                                                   "dra-driver-nvidia-gpu": "deployed"}
-    assert values(cluster, "gpu-operator", "gpu-operator")["devicePlugin"] == {"enabled": False}
+    operator_values = values(cluster, "gpu-operator", "gpu-operator")
+    assert operator_values["devicePlugin"] == {"enabled": False}
+    assert {"name": "KUBERNETES_ENABLE_DRA", "value": "true"} in operator_values["dcgmExporter"]["env"]
+    reader = cluster.emu.get("clusterrolebindings", "gpu-bootstrap-dcgm-exporter-dra")
+    assert reader["subjects"] == [{"kind": "ServiceAccount", "name": "nvidia-dcgm-exporter",
+                                   "namespace": "gpu-operator"}]
+    assert cluster.emu.get("clusterroles", "gpu-bootstrap-dcgm-exporter-dra")["rules"][0]["resources"] == \
+        ["resourceslices"]
     dra = values(cluster, "dra-driver-nvidia-gpu", DRA_NS)
     assert dra["nvidiaDriverRoot"] == "/"  # the report's nodes have their driver pre-installed
     assert dra["resources"] == {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}}
@@ -110,6 +117,7 @@ def test_dra_mode_installs_the_driver_beside_the_operator_and_verifies_the_publi
     assert not any("nvidia.com/dra-kubelet-plugin" in (cluster.emu.get("nodes", n)["metadata"].get("labels") or {})
                    for n in NODES)
     assert cluster.emu.list("resourceslices") == []
+    assert cluster.emu.get("clusterroles", "gpu-bootstrap-dcgm-exporter-dra") is None
 
 
 def test_moving_a_running_cluster_between_modes_needs_the_flag_and_never_serves_a_node_both_ways(cluster, tmp_path):
@@ -141,6 +149,7 @@ def test_moving_a_running_cluster_between_modes_needs_the_flag_and_never_serves_
     upgraded = next(i for i, path in enumerate(writes) if "/clusterpolicies/" in path)
     assert removed < upgraded, writes
     assert set(releases(cluster)) == {"gpu-operator"}
+    assert cluster.emu.get("clusterroles", "gpu-bootstrap-dcgm-exporter-dra") is None
     cluster.emu.settle()
     assert advertised(cluster) == {n: "8" for n in NODES}
     assert cluster.emu.list("resourceslices") == []

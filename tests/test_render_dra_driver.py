@@ -137,11 +137,13 @@ def test_in_dra_mode_the_operands_are_ready_without_a_device_plugin_or_gpu_capac
                for p in operand_problems([], [], nodes, "gpu-operator", dra=True))
 
 
-def test_facts_are_not_changed_by_dra_mode_for_the_operator_except_the_device_plugin():
+def test_dra_mode_changes_the_operators_device_plugin_and_exporter_only():
     facts = [node(n) for n in NAMES]
     device_plugin = gov.derive(facts, cfg.validate({"nodes": [{"name": n} for n in NAMES]}, cfg.Source(None, {})),
                                "v26.7.0", PLAYBOOK)
     dra, _plan = plans(facts)
     assert {k: v for k, v in dra.merged.items() if k != "devicePlugin"} == \
-        {k: v for k, v in device_plugin.merged.items() if k != "devicePlugin"}
-    assert dataclasses.asdict(dra.derived[-1])["path"] == "devicePlugin.enabled"
+        {**device_plugin.merged, "dcgmExporter": {**device_plugin.merged["dcgmExporter"], "env": [
+            {"name": "KUBERNETES_ENABLE_DRA", "value": "true"}]}}
+    assert [dataclasses.asdict(d)["path"] for d in dra.derived[-2:]] == ["devicePlugin.enabled", "dcgmExporter.env"]
+    assert "gpu-bootstrap-dcgm-exporter-dra" in reasons(dra)["dcgmExporter.env"]

@@ -143,6 +143,10 @@ def _allocation(section, derived: list) -> None:
                                "gpu_operator.allocation: dra: NVIDIA's DRA driver serves the GPUs, and a node must never "
                                "serve nvidia.com/gpu from a device plugin as well (the scheduler would count its GPUs "
                                "twice)"))
+        derived.append(Derived("dcgmExporter.env", [{"name": "KUBERNETES_ENABLE_DRA", "value": "true"}],
+                               "gpu_operator.allocation: dra: the DCGM exporter maps DRA GPUs to their pods (it reads "
+                               "ResourceSlices, which gpu-bootstrap's ClusterRole gpu-bootstrap-dcgm-exporter-dra "
+                               "lets it)"))
 
 
 def _dcgm_scrape(config, playbook_steps, scrape: dict | None, derived: list) -> None:

@@ -230,7 +230,10 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
         "gpu-operator:dra": {  # gpu_operator.allocation: dra (the DRA driver's release beside the operator)
             READ: [*_chart("dra-driver", "dra", ("get", "list"))],
             WRITE: [*_chart("dra-driver", "dra", APPLY),
-                    *_chart_rbac("dra-driver", config.gpu_operator.dra_driver.release, "dra")],
+                    *_chart_rbac("dra-driver", config.gpu_operator.dra_driver.release, "dra"),
+                    need("rbac.authorization.k8s.io", "clusterroles", "bind escalate", CLUSTER,
+                         ("gpu-bootstrap-dcgm-exporter-dra",),
+                         why="gpu-operator: the DCGM exporter's ResourceSlice reader (allocation: dra)")],
             RUN: [*_chart("dra-driver", "dra", HELM), need("apps", "daemonsets", "list", "dra"),
                   need("resource.k8s.io", "resourceslices", "list",
                        why="gpu-operator: each GPU node publishes its GPUs (allocation: dra)")],

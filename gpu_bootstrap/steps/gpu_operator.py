@@ -175,6 +175,7 @@ class OperatorFacts:
     crds: object = None  # render.crds.CrdPlan: the chart's CRDs to apply before the release
     namespace_plan: pod_security.NamespaceDecision | None = None  # its Pod Security label (privileged)
     dra: object = None  # gpu_operator_dra.DraFacts with allocation: dra
+    exporter: tuple = ()  # with allocation: dra, the DCGM exporter's ResourceSlice reader to apply (Changes)
     remove_dra: bool = False  # a move back to the device plugin: our DRA driver goes first
 
 
@@ -336,8 +337,10 @@ class GpuOperator(Step):
         from gpu_bootstrap.pipeline.chart_crds import plan_crds
         crds = plan_crds(ctx, chart, version, release, CRD_GROUPS)
         remove_dra = section.allocation == "device-plugin" and dra_ours
+        exporter = tuple(dra_release.exporter_changes(ctx, MANAGED) if dra_facts else
+                         dra_release.exporter_removals(ctx, MANAGED) if remove_dra else ())
         facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice,
-                              namespace, crds, ns_plan, dra_facts, remove_dra)
+                              namespace, crds, ns_plan, dra=dra_facts, remove_dra=remove_dra, exporter=exporter)
         warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings) + crds.kept
         warnings += [ns_plan.advice] if ns_plan.advice else []
         warnings += list(dra_facts.values.warnings) if dra_facts else []
@@ -345,7 +348,7 @@ class GpuOperator(Step):
         unknown += [f"dra_driver:{d.path}" for d in (dra_facts.values.derived if dra_facts else [])
                     if d.because.startswith(values_render.NO_FACTS)]
         dra_done = (dra_facts is None or (dra_facts.release["up_to_date"] and dra_facts.namespace_plan.action ==
-                                          "none")) and not remove_dra
+                                          "none" and not exporter)) and not remove_dra
         warnings += [dra_facts.namespace_plan.advice] if dra_facts and dra_facts.namespace_plan.advice else []
         if ns_plan.action == "label" and release["up_to_date"] and not label_patches and not crds.changes and dra_done:
             return Check(WARN, f"{section.release} {version} up to date; its namespace needs "
@@ -439,6 +442,7 @@ class GpuOperator(Step):
             shown = f"{choice.release.label} ({facts.version})" if choice.release else facts.version
             changes.append(Change(Verb.HELM_UPGRADE, release, f"{action}: gpu-operator {shown}", choice.reason,
                                   body, details=tuple(plan.explain())))
+        changes += list(facts.exporter)
         if facts.dra is not None and (parts := facts.dra.namespace_plan.change()):
             changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.dra_driver.namespace), *parts))
         if facts.dra is not None and not facts.dra.release["up_to_date"]:  # after the operator's device plugin stops
@@ -532,6 +536,7 @@ class GpuOperator(Step):
         dra = section.dra_driver
         if dra_release.release_status(ctx, MANAGED_SELECTOR)[1]:
             changes.append(dra_release.uninstall_change(ctx, "teardown"))
+        changes += dra_release.exporter_removals(ctx, MANAGED)
         live_dra_ns = ctx.kube.get("v1", "Namespace", dra.namespace) if dra.namespace != section.namespace else None
         if live_dra_ns and (live_dra_ns["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == \
                 "gpu-bootstrap":

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from gpu_bootstrap.adapters import charts
 from gpu_bootstrap.core import catalogue, dra
+from gpu_bootstrap.core.objects import differences
 from gpu_bootstrap.core.refs import Chart
 from gpu_bootstrap.pipeline.step import Change, Ref, Verb
 from gpu_bootstrap.render import dra_driver as render
@@ -16,6 +17,10 @@ from gpu_bootstrap.render.values import ValuesPlan, get_path
 
 CHART = "dra-driver-nvidia-gpu"
 SWITCH_FLAG = "--allow-allocation-change"
+EXPORTER_ROLE = "gpu-bootstrap-dcgm-exporter-dra"  # ours: the operator's exporter reads ResourceSlices
+EXPORTER_ACCOUNT = "nvidia-dcgm-exporter"  # the gpu-operator's own ServiceAccount for its DCGM exporter
+EXPORTER_WHY = ("the DCGM exporter names the pod of a DRA GPU only by reading ResourceSlices (the kubelet reports DRA "
+                "devices by pool and device, not by GPU UUID); gpu-operator v26.7's ClusterPolicy grants it pods only")
 
 
 @dataclass(frozen=True)
@@ -146,4 +151,39 @@ def problems(ctx, gpu_counts: dict[str, int | None]) -> list[str]:
         elif expected is not None and found != expected:
             out.append(f"{name} publishes {found} GPU(s) in its ResourceSlices, but preflight found {expected}: "
                        f"kubectl -n {section.namespace} logs of its kubelet plugin say which it could not prepare")
+    return out
+
+
+def exporter_objects(namespace: str, labels: dict) -> list[dict]:
+    """The ClusterRole and binding that let the operator's DCGM exporter read ResourceSlices (allocation: dra)."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [{"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": EXPORTER_ROLE, "labels": dict(labels)},
+             "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+                        "verbs": ["get", "list", "watch"]}]},
+            {"apiVersion": rbac, "kind": "ClusterRoleBinding",
+             "metadata": {"name": EXPORTER_ROLE, "labels": dict(labels)},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": EXPORTER_ROLE},
+             "subjects": [{"kind": "ServiceAccount", "name": EXPORTER_ACCOUNT, "namespace": namespace}]}]
+
+
+def exporter_changes(ctx, labels: dict) -> list[Change]:
+    """Apply the exporter's ClusterRole and binding where missing or different."""
+    out = []
+    for obj in exporter_objects(ctx.config.gpu_operator.namespace, labels):
+        ref = Ref.of(obj)
+        live = ctx.kube.get(ref.api_version, ref.kind, ref.name)
+        if live is None or differences(obj, live):
+            out.append(Change(Verb.APPLY, ref, "create" if live is None else "update", EXPORTER_WHY, obj))
+    return out
+
+
+def exporter_removals(ctx, selector_labels: dict) -> list[Change]:
+    """teardown: the exporter's ClusterRole and binding, where they are ours."""
+    out = []
+    for obj in reversed(exporter_objects(ctx.config.gpu_operator.namespace, selector_labels)):
+        ref = Ref.of(obj)
+        live = ctx.kube.get(ref.api_version, ref.kind, ref.name)
+        if live is not None and all((live["metadata"].get("labels") or {}).get(k) == v
+                                    for k, v in selector_labels.items()):
+            out.append(Change(Verb.DELETE, ref, "remove", "the DCGM exporter's ResourceSlice reader gpu-bootstrap made"))
     return out
