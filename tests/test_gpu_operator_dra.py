@@ -204,3 +204,41 @@ def test_an_offline_plan_renders_the_drivers_chart_with_each_derived_value_and_i
                                  "--only", "gpu-operator", "--preflight-report", str(report),
                                  "--log-file", str(tmp_path / "log")])
     assert result.exit_code == 2 and "gpu_operator.allocation: dra needs Kubernetes 1.34" in result.output
+
+
+def test_a_run_killed_while_helm_installs_the_dra_driver_converges_on_rerun(cluster, tmp_path):
+    """SIGKILL to gpu-bootstrap's process group (helm too) while helm installs the DRA driver leaves that release
+    pending-install; the next `up` clears it and reaches the state of an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    config = write_config(tmp_path, cluster)
+    report = write_report(tmp_path / "report.json", NODES)
+    plugin = r"/daemonsets/dra-driver-nvidia-gpu-kubelet-plugin$"
+    cluster.emu.faults.add("PATCH", plugin, delay=3, count=1)
+    cluster.emu.faults.add("POST", r"/namespaces/dra-driver-nvidia-gpu/daemonsets$", delay=3, count=1)
+    process = subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "up", "-c", str(config), "--only", ONLY,
+                                "--preflight-report", str(report), "--log-file", str(tmp_path / "killed.log")],
+                               cwd=Path(__file__).resolve().parent.parent, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not any("/namespaces/dra-driver-nvidia-gpu/daemonsets" in r.path and r.method in ("POST", "PATCH")
+                  for r in cluster.emu.requests.all()):
+        assert time.monotonic() < deadline and process.poll() is None, "the run never reached the DRA driver"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    time.sleep(3.2)
+    assert json.loads(cluster.helm("status", "dra-driver-nvidia-gpu", "-n", DRA_NS, "-o", "json").stdout)[
+        "info"]["status"] == "pending-install"
+    result, document = up(config, tmp_path)  # the dead holder's lock is taken over
+    assert result.exit_code == 0, result.output
+    assert step(document)["message"].startswith("operands and the DRA driver ready on 3 GPU node(s)")
+    assert {name: r["status"] for name, r in releases(cluster).items()} == {"gpu-operator": "deployed",
+                                                                           "dra-driver-nvidia-gpu": "deployed"}
+    cluster.emu.requests.clear()
+    result, document = up(config, tmp_path)
+    assert result.exit_code == 0 and step(document)["status"] == "unchanged", result.output
+    assert cluster.emu.requests.writes() == []

@@ -445,6 +445,13 @@ class GpuOperator(Step):
         changes += list(facts.exporter)
         if facts.dra is not None and (parts := facts.dra.namespace_plan.change()):
             changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section.dra_driver.namespace), *parts))
+        if facts.dra is not None and facts.dra.release.get("pending"):
+            dra = section.dra_driver
+            changes.append(Change(Verb.HELM_RECOVER, Ref.release(dra.release, dra.namespace),
+                                  f"clear the {facts.dra.release['pending']} state",
+                                  "a helm run was interrupted; helm refuses new operations until it is cleared",
+                                  {"release": dra.release, "namespace": dra.namespace,
+                                   "timeout": f"{section.wait_timeout}s"}))
         if facts.dra is not None and not facts.dra.release["up_to_date"]:  # after the operator's device plugin stops
             changes.append(dra_release.upgrade_change(ctx, facts.dra, MANAGED))
         return changes

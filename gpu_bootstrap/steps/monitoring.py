@@ -510,11 +510,15 @@ class Monitoring(Step):
 
     @staticmethod
     def _gpu_pods(ctx) -> list[str]:
+        """Running pods that hold GPUs: by their resources, and with allocation: dra also by a ResourceClaim (as
+        admission takes them: render/admission_policy.py)."""
+        claims = ctx.config.gpu_operator.allocation == "dra"
         out = []
         for pod in ctx.kube.list("v1", "Pod", field_selector="status.phase=Running"):
             containers = (pod.get("spec") or {}).get("containers") or []
             wants = any(str(name).startswith(("nvidia.com/gpu", "nvidia.com/mig-"))
                         for c in containers for name in ((c.get("resources") or {}).get("limits") or {}))
+            wants = wants or (claims and bool((pod.get("spec") or {}).get("resourceClaims")))
             if wants and pod_ready(pod):
                 out.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
         return out
