@@ -330,3 +330,106 @@ def wait_until_steered(api, timeout: float = 30) -> None:
             return
         assert time.monotonic() < deadline, f"the admission policies never acted: {status} {answer}"
         time.sleep(0.5)
+
+
+def test_the_dra_kubelet_plugins_token_may_write_only_its_own_nodes_slices(control_plane, tmp_path):
+    """Attack on the real API server: a token of the DRA kubelet plugin's ServiceAccount, bound to a pod on dra-a,
+    rewrites dra-b's ResourceSlice. The chart's own policy (v0.5.0, rendered by helm) does not stop it, because it
+    names another ServiceAccount (it does stop that one); gpu-bootstrap's policy, which `up` applies beside the
+    driver, does."""
+    import subprocess
+    import time
+    import yaml
+    from gpu_bootstrap.steps import gpu_operator_dra
+    from tests.conftest import chart
+    from tests.localcluster.rest import ApiError, Rest
+    from tests.tools import tool
+    cluster, api, _ = control_plane
+    namespace = release = "dra-driver-nvidia-gpu"
+    plugin = gpu_operator_dra.plugin_account(release, {})
+    named = plugin.removesuffix("-kubeletplugin")  # the account the chart's policy names
+    rendered = subprocess.run([tool("helm"), "template", release, str(chart("dra-driver-nvidia-gpu-0.5.0")),
+                               "--namespace", namespace, "--kube-version", "1.37.0", "--set",
+                               "gpuResourcesEnabledOverride=true", "--show-only",
+                               "templates/validatingadmissionpolicy.yaml", "--show-only",
+                               "templates/validatingadmissionpolicybinding.yaml"],
+                              capture_output=True, text=True, check=True).stdout
+    theirs = [d for d in yaml.safe_load_all(rendered) if d]
+    ours = gpu_operator_dra.slice_policy_objects(namespace, release, {}, {"gpu-bootstrap.io/test": "dra"})
+    made = [("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+            *[(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+               {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}) for name in (plugin, named)],
+            ("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "dra-plugin"},
+                "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+                           "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]}),
+            ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "dra-plugin"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "dra-plugin"},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}
+                             for name in (plugin, named)]})]
+    plural = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+              "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
+    admission = [(f"/apis/admissionregistration.k8s.io/v1/{plural[d['kind']]}", d) for d in theirs + ours]
+    created = []
+
+    def create(path, body):
+        status, answer = api.request("POST", path, body)
+        assert status == 201, answer
+        created.append(f"{path}/{body['metadata']['name']}")
+
+    def token_on_dra_a(account: str) -> Rest:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{account[-20:]}-on-dra-a"[-50:].lstrip("-")},
+               "spec": {"nodeName": "dra-a", "serviceAccountName": account, "automountServiceAccountToken": False,
+                        "containers": [{"name": "plugin", "image": "registry.k8s.io/pause:3.10"}]}}
+        status, made_pod = api.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+        assert status == 201, made_pod
+        status, answer = api.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {
+                "expirationSeconds": 600, "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
+                                                             "name": made_pod["metadata"]["name"],
+                                                             "uid": made_pod["metadata"]["uid"]}}})
+        assert status == 201, answer
+        return Rest("127.0.0.1", cluster.ports["apiserver"], cluster.ca, token=answer["status"]["token"])
+
+    def relabel(client: Rest, node: str, value: str):
+        """An UPDATE of the node's slice (a label: the devices stay as they are)."""
+        path = f"/apis/resource.k8s.io/v1/resourceslices/{node}-{dra.DRIVER}"
+        try:
+            client.request("PATCH", path, {"metadata": {"labels": {"attack": value}}},
+                           content_type="application/merge-patch+json")
+            return "allowed"
+        except ApiError as error:
+            assert error.status == 422 and "denied request" in error.body, error  # how the server says a policy denied
+            return error.body
+
+    def eventually(check, timeout: float = 30):
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, "the admission policy never came into force"
+            time.sleep(0.5)
+
+    try:
+        for path, body in made:
+            create(path, body)
+        for path, body in admission[:len(theirs)]:
+            create(path, body)
+        theirs_account, plugin_token = token_on_dra_a(named), token_on_dra_a(plugin)
+        # the chart's policy is in force for the account it names ...
+        eventually(lambda: relabel(theirs_account, "dra-b", "1") != "allowed")
+        # ... and not for the plugin's own account, which rewrites another node's GPUs
+        assert relabel(plugin_token, "dra-b", "2") == "allowed"
+        for path, body in admission[len(theirs):]:
+            create(path, body)
+        eventually(lambda: relabel(plugin_token, "dra-b", "3") != "allowed")
+        refused = relabel(plugin_token, "dra-b", "4")
+        assert "the DRA kubelet plugin on node dra-a may write only that node's ResourceSlices" in refused
+        assert relabel(plugin_token, "dra-a", "5") == "allowed"  # its own node's slices: as the driver needs
+    finally:
+        api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods")
+        for path in reversed(created):
+            api.request("DELETE", path)
+        for node in NODES:
+            api.request("PATCH", f"/apis/resource.k8s.io/v1/resourceslices/{node.name}-{dra.DRIVER}",
+                        {"metadata": {"labels": {"attack": None}}})

@@ -89,6 +89,8 @@ def test_dra_mode_installs_the_driver_beside_the_operator_and_verifies_the_publi
                                    "namespace": "gpu-operator"}]
     assert cluster.emu.get("clusterroles", "gpu-bootstrap-dcgm-exporter-dra")["rules"][0]["resources"] == \
         ["resourceslices"]
+    policy = cluster.emu.get("validatingadmissionpolicies", "gpu-bootstrap-dra-resourceslices")
+    assert "dra-driver-nvidia-gpu-service-account-kubeletplugin" in policy["spec"]["matchConditions"][0]["expression"]
     dra = values(cluster, "dra-driver-nvidia-gpu", DRA_NS)
     assert dra["nvidiaDriverRoot"] == "/"  # the report's nodes have their driver pre-installed
     assert dra["resources"] == {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}}
@@ -118,6 +120,7 @@ def test_dra_mode_installs_the_driver_beside_the_operator_and_verifies_the_publi
                    for n in NODES)
     assert cluster.emu.list("resourceslices") == []
     assert cluster.emu.get("clusterroles", "gpu-bootstrap-dcgm-exporter-dra") is None
+    assert cluster.emu.get("validatingadmissionpolicies", "gpu-bootstrap-dra-resourceslices") is None
 
 
 def test_moving_a_running_cluster_between_modes_needs_the_flag_and_never_serves_a_node_both_ways(cluster, tmp_path):
@@ -242,3 +245,28 @@ def test_a_run_killed_while_helm_installs_the_dra_driver_converges_on_rerun(clus
     result, document = up(config, tmp_path)
     assert result.exit_code == 0 and step(document)["status"] == "unchanged", result.output
     assert cluster.emu.requests.writes() == []
+
+
+@pytest.mark.parametrize("release, values", [
+    ("dra-driver-nvidia-gpu", {}), ("gpu", {}), ("a-long-release-name-for-the-dra-driver-of-our-gpus", {}),
+    ("gpu", {"nameOverride": "dra"}), ("gpu", {"fullnameOverride": "nvidia-dra"}),
+    ("gpu", {"serviceAccount": {"name": "plugin"}})])
+def test_our_resourceslice_policy_names_the_account_the_charts_kubelet_plugin_runs_as(release, values, tmp_path):
+    """The policy is only as good as the ServiceAccount it names: the chart rendered with that release name and those
+    values runs its kubelet plugin as exactly that account (the chart's own policy names another)."""
+    import subprocess
+    from gpu_bootstrap.steps import gpu_operator_dra
+    from tests.tools import tool
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump({"gpuResourcesEnabledOverride": True, **values}))
+    rendered = subprocess.run([tool("helm"), "template", release, str(chart("dra-driver-nvidia-gpu-0.5.0")),
+                               "--namespace", DRA_NS, "--kube-version", "1.37.0", "--values", str(values_file)],
+                              capture_output=True, text=True, check=True).stdout
+    documents = [d for d in yaml.safe_load_all(rendered) if d]
+    [plugin] = [d for d in documents if d["kind"] == "DaemonSet"]
+    account = plugin["spec"]["template"]["spec"]["serviceAccountName"]
+    assert gpu_operator_dra.plugin_account(release, values) == account
+    [theirs] = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert account not in theirs["spec"]["matchConditions"][0]["expression"]  # upstream's miss, still there
+    ours = gpu_operator_dra.slice_policy_objects(DRA_NS, release, values, {})[0]
+    assert f"'system:serviceaccount:{DRA_NS}:{account}'" in ours["spec"]["matchConditions"][0]["expression"]

@@ -175,7 +175,7 @@ class OperatorFacts:
     crds: object = None  # render.crds.CrdPlan: the chart's CRDs to apply before the release
     namespace_plan: pod_security.NamespaceDecision | None = None  # its Pod Security label (privileged)
     dra: object = None  # gpu_operator_dra.DraFacts with allocation: dra
-    exporter: tuple = ()  # with allocation: dra, the DCGM exporter's ResourceSlice reader to apply (Changes)
+    exporter: tuple = ()  # ours beside the DRA driver to apply (or remove): gpu_operator_dra.owned_changes
     remove_dra: bool = False  # a move back to the device plugin: our DRA driver goes first
 
 
@@ -337,8 +337,8 @@ class GpuOperator(Step):
         from gpu_bootstrap.pipeline.chart_crds import plan_crds
         crds = plan_crds(ctx, chart, version, release, CRD_GROUPS)
         remove_dra = section.allocation == "device-plugin" and dra_ours
-        exporter = tuple(dra_release.exporter_changes(ctx, MANAGED) if dra_facts else
-                         dra_release.exporter_removals(ctx, MANAGED) if remove_dra else ())
+        exporter = tuple(dra_release.owned_changes(ctx, dra_facts.values.merged, MANAGED) if dra_facts else
+                         dra_release.owned_removals(ctx, MANAGED) if remove_dra else ())
         facts = OperatorFacts(chart, version, plan, nodes, label_patches, release, ctx.server_version(), self._choice,
                               namespace, crds, ns_plan, dra=dra_facts, remove_dra=remove_dra, exporter=exporter)
         warnings = ([self._choice.warning] if self._choice.warning else []) + list(plan.warnings) + crds.kept
@@ -543,7 +543,7 @@ class GpuOperator(Step):
         dra = section.dra_driver
         if dra_release.release_status(ctx, MANAGED_SELECTOR)[1]:
             changes.append(dra_release.uninstall_change(ctx, "teardown"))
-        changes += dra_release.exporter_removals(ctx, MANAGED)
+        changes += dra_release.owned_removals(ctx, MANAGED)
         live_dra_ns = ctx.kube.get("v1", "Namespace", dra.namespace) if dra.namespace != section.namespace else None
         if live_dra_ns and (live_dra_ns["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == \
                 "gpu-bootstrap":

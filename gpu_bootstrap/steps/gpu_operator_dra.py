@@ -166,24 +166,85 @@ def exporter_objects(namespace: str, labels: dict) -> list[dict]:
              "subjects": [{"kind": "ServiceAccount", "name": EXPORTER_ACCOUNT, "namespace": namespace}]}]
 
 
-def exporter_changes(ctx, labels: dict) -> list[Change]:
-    """Apply the exporter's ClusterRole and binding where missing or different."""
+SLICE_POLICY = "gpu-bootstrap-dra-resourceslices"
+SLICE_POLICY_WHY = ("the chart's own ResourceSlice policy never applies: it names ServiceAccount <fullname>-service-account, "
+                    "but the kubelet plugin runs as <fullname>-service-account-kubeletplugin (chart v0.5.0), so one "
+                    "node's plugin, or a token stolen from it, could rewrite every node's GPUs; this one names the "
+                    "plugin's account")
+
+
+def plugin_account(release: str, values: dict) -> str:
+    """The DRA kubelet plugin's ServiceAccount, by the chart's own naming (templates/_helpers.tpl: fullname,
+    serviceAccountName; kubeletplugin.yaml adds -kubeletplugin)."""
+    chart = values.get("nameOverride") or CHART
+    if values.get("fullnameOverride"):
+        full = str(values["fullnameOverride"])[:63].rstrip("-")
+    else:
+        full = (release if chart in release else f"{release}-{chart}")[:63].rstrip("-")
+    account = (values.get("serviceAccount") or {}).get("name") or f"{full}-service-account"
+    return f"{account}-kubeletplugin"
+
+
+def slice_policy_objects(namespace: str, release: str, values: dict, labels: dict) -> list[dict]:
+    """A ValidatingAdmissionPolicy and binding that let the DRA kubelet plugin write only its own node's
+    ResourceSlices (by the node its token's pod runs on). Where ComputeDomains are on, slices for all nodes or a
+    node selector stay allowed, as upstream's policy means them to."""
+    user = f"system:serviceaccount:{namespace}:{plugin_account(release, values)}"
+    which = "(request.operation == 'DELETE' ? oldObject : object).spec"
+    own_node = "variables.userNodeName == variables.objectNodeName"
+    if ((values.get("resources") or {}).get("computeDomains") or {}).get("enabled"):
+        own_node += f" || {which}.?allNodes.orValue(false) == true || {which}.?nodeSelector.orValue(null) != null"
+    admission = "admissionregistration.k8s.io/v1"
+    policy = {"apiVersion": admission, "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": SLICE_POLICY, "labels": dict(labels)},
+              "spec": {"failurePolicy": "Fail",
+                       "matchConstraints": {"resourceRules": [{
+                           "apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
+                           "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["resourceslices"]}]},
+                       "matchConditions": [{"name": "dra-kubelet-plugin",
+                                            "expression": f"request.userInfo.username == '{user}'"}],
+                       "variables": [
+                           {"name": "userNodeName", "expression":
+                               "request.userInfo.extra[?'authentication.kubernetes.io/node-name'][0].orValue('')"},
+                           {"name": "objectNodeName", "expression": f"{which}.?nodeName.orValue('')"}],
+                       "validations": [
+                           {"expression": "variables.userNodeName != ''",
+                            "message": "the DRA kubelet plugin must write ResourceSlices from a pod on a node (its "
+                                       "token names no node)"},
+                           {"expression": own_node, "messageExpression":
+                               "'the DRA kubelet plugin on node ' + variables.userNodeName + ' may write only that "
+                               "node\\'s ResourceSlices (gpu-bootstrap)'"}]}}
+    binding = {"apiVersion": admission, "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": SLICE_POLICY, "labels": dict(labels)},
+               "spec": {"policyName": SLICE_POLICY, "validationActions": ["Deny"]}}
+    return [policy, binding]
+
+
+def owned_objects(ctx, values: dict, labels: dict) -> list[dict]:
+    """Ours beside the DRA driver: the DCGM exporter's ResourceSlice reader and the plugin's ResourceSlice policy."""
+    section = ctx.config.gpu_operator
+    return [*exporter_objects(section.namespace, labels),
+            *slice_policy_objects(section.dra_driver.namespace, section.dra_driver.release, values, labels)]
+
+
+def owned_changes(ctx, values: dict, labels: dict) -> list[Change]:
+    """Apply ours where missing or different."""
     out = []
-    for obj in exporter_objects(ctx.config.gpu_operator.namespace, labels):
+    for obj in owned_objects(ctx, values, labels):
         ref = Ref.of(obj)
         live = ctx.kube.get(ref.api_version, ref.kind, ref.name)
+        why = SLICE_POLICY_WHY if obj["metadata"]["name"] == SLICE_POLICY else EXPORTER_WHY
         if live is None or differences(obj, live):
-            out.append(Change(Verb.APPLY, ref, "create" if live is None else "update", EXPORTER_WHY, obj))
+            out.append(Change(Verb.APPLY, ref, "create" if live is None else "update", why, obj))
     return out
 
 
-def exporter_removals(ctx, selector_labels: dict) -> list[Change]:
-    """teardown: the exporter's ClusterRole and binding, where they are ours."""
+def owned_removals(ctx, labels: dict) -> list[Change]:
+    """teardown, or a move back to the device plugin: ours, where they exist and carry our labels."""
     out = []
-    for obj in reversed(exporter_objects(ctx.config.gpu_operator.namespace, selector_labels)):
+    for obj in reversed(owned_objects(ctx, ctx.config.gpu_operator.dra_driver.values, labels)):
         ref = Ref.of(obj)
         live = ctx.kube.get(ref.api_version, ref.kind, ref.name)
-        if live is not None and all((live["metadata"].get("labels") or {}).get(k) == v
-                                    for k, v in selector_labels.items()):
-            out.append(Change(Verb.DELETE, ref, "remove", "the DCGM exporter's ResourceSlice reader gpu-bootstrap made"))
+        if live is not None and all((live["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items()):
+            out.append(Change(Verb.DELETE, ref, "remove", "made by gpu-bootstrap beside the DRA driver"))
     return out
