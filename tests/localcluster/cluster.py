@@ -263,6 +263,24 @@ def up(folder: Path, *, gpu_nodes: int = 2, gpus_per_node: int = 4, cpu_nodes: i
     if existing is not None and existing.running():
         raise ClusterError(f"a cluster already runs from {folder} (PIDs {existing.running()}); "
                            f"scripts/local-cluster down --dir {folder} stops it")
+    # A port free_port() found can be taken before the component binds it (the kernel hands the same range out to
+    # other processes' outgoing connections): KWOK once exited with "address already in use", and the whole live
+    # suite with it. Such a start is repeated from scratch with new ports.
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return _up_once(folder, gpu_nodes, gpus_per_node, cpu_nodes, die_with_parent, agent, timeout, say)
+        except ClusterError as error:
+            if "address already in use" not in str(error) or attempt == PORT_ATTEMPTS:
+                raise
+            say(f"a port was taken before its component bound it; starting again with new ports ({error})")
+    raise AssertionError("unreachable")
+
+
+PORT_ATTEMPTS = 3
+
+
+def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, die_with_parent: bool, agent: bool,
+             timeout: float, say) -> LocalCluster:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, mode=0o700)
@@ -306,6 +324,16 @@ def control_plane(folder: Path, *, die_with_parent: bool = False, timeout: float
               if name in ("etcd", "kube-apiserver") and not path.exists()]
     if absent:
         raise ClusterError("not built: " + ", ".join(absent) + "; run scripts/install-test-tools")
+    for attempt in range(1, PORT_ATTEMPTS + 1):  # as up(): a port taken before its component bound it
+        try:
+            return _control_plane_once(folder, die_with_parent, timeout)
+        except ClusterError as error:
+            if "address already in use" not in str(error) or attempt == PORT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _control_plane_once(folder: Path, die_with_parent: bool, timeout: float) -> LocalCluster:
     if folder.exists():
         existing = LocalCluster.load(folder)
         if existing is not None and existing.running():
