@@ -115,6 +115,10 @@ class LocalOperatorSim(GpuOperatorSim):
     def _advertise(self, namespace, spec) -> None:
         """KWOK's GPU nodes advertise their GPUs from the start (see the module docstring)."""
 
+    def _publish_slices(self) -> None:
+        """No DRA driver runs on the local cluster (its nodes advertise nvidia.com/gpu); tests/test_dra_scheduling.py
+        writes the slices of its DRA-only nodes itself."""
+
 
 class OperatorStandIn:
     def __init__(self, api: Rest):
