@@ -181,6 +181,16 @@ def test_balancing_a_dra_gpu_crashes_kube_scheduler_1_37_which_is_why_up_leaves_
     assert "Observed a panic" in log and "deviceMatchesClass" in log
 
 
+def status_of(cluster, tmp_path) -> dict:
+    """`gpu-bootstrap status -o json` as the cluster's admin."""
+    from typer.testing import CliRunner
+    from gpu_bootstrap.cli.commands import app
+    result = CliRunner().invoke(app, ["status", "--kubeconfig", str(cluster.folder / "admin.kubeconfig"), "-o", "json",
+                                      "--log-file", str(tmp_path / "log")])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
 def explicit_claim_pod(name: str, claim: str) -> dict:
     """A pod that gets its GPU through a ResourceClaim it names (no nvidia.com/gpu in its resources)."""
     real = bench()
@@ -205,10 +215,7 @@ def test_status_counts_dra_gpus_per_node_namespace_and_pod(control_plane, tmp_pa
     seen = {}
 
     def read_status():
-        result = CliRunner().invoke(app, ["status", "--kubeconfig", str(cluster.folder / "admin.kubeconfig"),
-                                          "-o", "json", "--log-file", str(tmp_path / "log")])
-        assert result.exit_code == 0, result.output
-        seen.update(json.loads(result.stdout))
+        seen.update(status_of(cluster, tmp_path))
         result = CliRunner().invoke(app, ["simulate", "--from-cluster", "--shapes", "--seeds", "1", "--workers", "1",
                                           "--kubeconfig", str(cluster.folder / "admin.kubeconfig"), "-o", "json",
                                           "--log-file", str(tmp_path / "log")])
@@ -268,8 +275,6 @@ def test_admission_steers_dra_gpu_pods_as_users_write_them_and_status_counts_the
     ValidatingAdmissionPolicy, rendered for gpu_operator.allocation: dra) on the real API server: a pod asking
     nvidia.com/gpu: 2 and a pod with a ResourceClaimTemplate for gpu.nvidia.com, neither naming a scheduler, are
     steered to the bin-packing scheduler, which binds them with their devices; `status` counts both."""
-    from typer.testing import CliRunner
-    from gpu_bootstrap.cli.commands import app
     from gpu_bootstrap.core import config as cfg
     from gpu_bootstrap.render import admission as admission_render
     from gpu_bootstrap.render import admission_policy
@@ -288,10 +293,7 @@ def test_admission_steers_dra_gpu_pods_as_users_write_them_and_status_counts_the
     seen = {}
 
     def read_status():
-        result = CliRunner().invoke(app, ["status", "--kubeconfig", str(cluster.folder / "admin.kubeconfig"),
-                                          "-o", "json", "--log-file", str(tmp_path / "log")])
-        assert result.exit_code == 0, result.output
-        seen.update(json.loads(result.stdout))
+        seen.update(status_of(cluster, tmp_path))
 
     try:
         for obj in objects:

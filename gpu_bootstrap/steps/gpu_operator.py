@@ -493,7 +493,7 @@ class GpuOperator(Step):
 
     @staticmethod
     def _gpu_counts(ctx) -> dict[str, int | None]:
-        """node -> the GPUs preflight found there (None: its facts are unknown, or there are none offline)."""
+        """node -> the GPUs preflight found there (None: its facts are unknown or were not read)."""
         facts = {f.name: f for f in values_render.facts_from_reports(ctx.node_facts.reports())}
         return {n.name: (len(facts[n.name].gpus) if n.name in facts and not facts[n.name].unknown else None)
                 for n in ctx.config.nodes}
