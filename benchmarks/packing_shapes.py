@@ -4,7 +4,8 @@
     python benchmarks/packing_shapes.py --model-only                   # the model, all 617 8-GPU nodes: a minute
     python benchmarks/packing_shapes.py --quick [--kube-scheduler 1.35]  # real: 40 nodes, 50 % load: minutes
     python benchmarks/packing_shapes.py [--nodes-sample N] [--loads 25,50,75] [--shapes a,b] [--profiles a,b]
-                                        [--kube-scheduler 1.37|1.35] [--json FILE]
+                                        [--kube-scheduler 1.37|1.35] [--check-ties] [--feature-gates G=false]
+                                        [--json FILE]
 
 Protocol (gpu_bootstrap/sim/shapes.py): the openb trace's 8-GPU nodes (617; a sample keeps every stratum's share
 by cpu and memory); pods of one shape arrive in random order (seed 42) until the next would ask for more than the
@@ -27,6 +28,7 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,11 +102,54 @@ def burst(cluster_api, api, outcomes, scheduler_name: str, shape: str, load: int
         else:
             unplaced += 1
     empty = sum(1 for used in booked.gpu if not used)
+    burst.placements = [index[where[name]] if where.get(name) else None for name in names]
     return shapes.ShapeRun(shape, load, empty, len(nodes) - shapes.ideal_nodes_used(nodes, pods), unplaced)
 
 
+@dataclass
+class TieCheck:
+    """The real scheduler's placements replayed in the model, pod by pod, in arrival order."""
+    placed: int = 0
+    off_top: int = 0  # the real node was not among the model's top-scored nodes: the scoring disagrees
+    tied: int = 0  # more than one node had the top score: the tie-break decided
+    first_of_tie: int = 0  # of those, the real node was the first tied node in node order
+    tie_sizes: list = field(default_factory=list)
+
+    def describe(self) -> str:
+        if not self.placed:
+            return "no placements to replay"
+        sizes = sorted(self.tie_sizes)
+        median = sizes[len(sizes) // 2] if sizes else 0
+        return (f"{self.placed - self.off_top}/{self.placed} real placements on a node the model scores top; "
+                f"{self.tied} decided among tied nodes (median {median} tied), "
+                f"{self.first_of_tie} of them the first tied node in node order")
+
+
+def check_ties(model: scoring.Profile, nodes, pods, placements) -> TieCheck:
+    """Replays where the real scheduler put each pod and scores every node the model's way just before it: tells
+    a scoring difference (the real node is not top-scored) from a tie-break difference (it is, among equals)."""
+    from gpu_bootstrap.sim.engine import Cluster, Scorer
+    cluster = Cluster(nodes)
+    scorer = Scorer(model, cluster)
+    check = TieCheck()
+    for pod, chosen in zip(pods, placements):
+        if chosen is None:
+            continue
+        scores = [(scorer.score(i, pod), i) for i in range(len(nodes)) if cluster.fits(i, pod)]
+        top = max(score for score, _ in scores)
+        tied = [i for score, i in scores if score == top]
+        check.placed += 1
+        check.off_top += chosen not in tied
+        if len(tied) > 1 and chosen in tied:
+            check.tied += 1
+            check.tie_sizes.append(len(tied))
+            check.first_of_tie += chosen == tied[0]
+        cluster.add(chosen, pod)
+    return check
+
+
 def real_run(local_cluster, api, folder: Path, profile: str, shape: str, load: int, nodes,
-             kube_version: str, sequential: bool = False) -> shapes.ShapeRun:
+             kube_version: str, sequential: bool = False, feature_gates: str = "") -> shapes.ShapeRun:
     pods = shapes.arrivals(shape, nodes, load, SEED)
     real.clear_pods(api, local_cluster)
     listed = local_cluster.admin("packing-shapes").get(f"/api/v1/namespaces/{real.NAMESPACE}/pods")
@@ -118,13 +163,16 @@ def real_run(local_cluster, api, folder: Path, profile: str, shape: str, load: i
     path.write_text(json.dumps(config))
     from tests.localcluster.cluster import binaries
     local_cluster.spawn("kube-scheduler", [str(binaries()[real.scheduler_binary]), f"--config={path}",
-                                           "--bind-address=127.0.0.1", "--secure-port=0", "--v=1"],
+                                           "--bind-address=127.0.0.1", "--secure-port=0", "--v=1",
+                                           *([f"--feature-gates={feature_gates}"] if feature_gates else [])],
                         die_with_parent=True)
     index = {node.name: i for i, node in enumerate(nodes)}
     try:
         if not sequential:
-            return burst(local_cluster.admin("packing-shapes"), api, outcomes, config["profiles"][0]["schedulerName"],
-                         shape, load, nodes, pods)
+            got = burst(local_cluster.admin("packing-shapes"), api, outcomes, config["profiles"][0]["schedulerName"],
+                        shape, load, nodes, pods)
+            real_run.replay = (model_of(profile, kube_version, len(nodes)), pods, burst.placements)
+            return got
         return shapes.measure(shape, load, nodes, pods, lambda cluster: real.RealScheduler(
             cluster, api, outcomes, config["profiles"][0]["schedulerName"], index))
     finally:
@@ -166,6 +214,11 @@ def parse(argv):
                         help="whose scoring: the real scheduler of that minor (and the model of it)")
     parser.add_argument("--sequential", action="store_true",
                         help="wait for each pod's placement before creating the next (slow; the burst's check)")
+    parser.add_argument("--check-ties", action="store_true",
+                        help="replay each real run in the model: were the real nodes top-scored, and how many tied?")
+    parser.add_argument("--feature-gates", default="", metavar="GATES",
+                        help="passed to the real kube-scheduler, e.g. OpportunisticBatching=false (the model has "
+                             "no such switch)")
     parser.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
     parser.add_argument("--json", type=Path, metavar="FILE")
     args = parser.parse_args(argv)
@@ -219,10 +272,13 @@ def main(argv: list[str] | None = None) -> int:
                 for row in rows:
                     for profile in args.profiles:
                         got = real_run(local_cluster, api, folder, profile, row["shape"], row["load"], nodes,
-                                       kube_version, args.sequential)
+                                       kube_version, args.sequential, args.feature_gates)
                         row["runs"][profile]["real"] = got
                         print(f"  {row['shape']:11} {row['load']:3}% {profile:17} real {share(got):>16}  "
                               f"model {share(row['runs'][profile]['model'])}", flush=True)
+                        if args.check_ties and not args.sequential:
+                            print(f"      {check_ties(real_run.replay[0], nodes, *real_run.replay[1:]).describe()}",
+                                  flush=True)
             finally:
                 local.stop_processes(local_cluster)
     print()

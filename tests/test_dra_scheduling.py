@@ -435,3 +435,36 @@ def test_the_dra_kubelet_plugins_token_may_write_only_its_own_nodes_slices(contr
         for node in NODES:
             api.request("PATCH", f"/apis/resource.k8s.io/v1/resourceslices/{node.name}-{dra.DRIVER}",
                         {"metadata": {"labels": {"attack": None}}})
+
+
+def test_the_validate_steps_pods_get_their_gpus_through_the_extended_resource_and_a_claim_template(control_plane):
+    """The pods and the ResourceClaimTemplate the validate step plans in DRA mode, created as they are on the real
+    API server: each node's pod (nvidia.com/gpu: 1, as users write it) and the first node's claim pod are bound to
+    their nodes by the bin-packing scheduler, each with one device of that node (the claim pod's from the claim the
+    controller-manager made from the template). The CUDA sample itself needs a GPU; the emulator runs it."""
+    from gpu_bootstrap.core import config as cfg
+    from gpu_bootstrap.pipeline.context import Context, RunOptions
+    from gpu_bootstrap.pipeline.step import Check
+    from gpu_bootstrap.core.outcomes import WARN
+    from gpu_bootstrap.steps.validate import Validate, ValidateFacts
+    cluster, _, _ = control_plane
+    start_claim_controller(cluster)
+    config = cfg.Config.model_validate({"nodes": [{"name": n.name} for n in NODES], "node_prep": {"taint": None},
+                                        "gpu_operator": {"allocation": "dra"},
+                                        "validate": {"nodes": "all", "namespace": bench().NAMESPACE}})
+    context = Context(config=config, kube=None, helm=None, node_facts=None, gate=None, reporter=None,
+                      options=RunOptions(playbook=("binpack-scheduler", "validate")))
+    bodies = {"Pod": [], "ResourceClaimTemplate": []}
+    for change in Validate().plan(context, Check(WARN, "", facts=ValidateFacts((), None))):
+        bodies[change.target.kind].append(change.body)
+    assert [t["metadata"]["name"] for t in bodies["ResourceClaimTemplate"]] == ["gpu-bootstrap-validate-gpu"]
+    pods = place(control_plane, bodies["Pod"], up_profile(), claims=bodies["ResourceClaimTemplate"])
+    placed = {p["metadata"]["name"]: (p["spec"]["nodeName"], [r["pool"] for r in
+                                                               p["claim"]["status"]["allocation"]["devices"]["results"]])
+              for p in pods}
+    assert placed == {"gpu-bootstrap-validate-dra-a": ("dra-a", ["dra-a"]),
+                      "gpu-bootstrap-validate-dra-b": ("dra-b", ["dra-b"]),
+                      "gpu-bootstrap-validate-claim-dra-a": ("dra-a", ["dra-a"])}
+    through = {p["metadata"]["name"]: bool(p["status"].get("extendedResourceClaimStatus")) for p in pods}
+    assert through == {"gpu-bootstrap-validate-dra-a": True, "gpu-bootstrap-validate-dra-b": True,
+                       "gpu-bootstrap-validate-claim-dra-a": False}

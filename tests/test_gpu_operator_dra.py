@@ -36,17 +36,19 @@ def write_config(tmp_path: Path, cluster, allocation: str = "dra") -> Path:
     path = tmp_path / "gpu-bootstrap.yaml"
     path.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes:\n" +
                     "".join(f"  - name: {n}\n" for n in NODES) + "monitoring: {enabled: false}\n"
+                    # the validation pods go to the default scheduler: no bin-packing scheduler runs here
+                    "validate: {nodes: all, timeout: 60}\nscheduler: {enabled: false}\n"
                     f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 30\n"
                     f"  allocation: {allocation}\n"
                     f"  dra_driver: {{chart: {chart('dra-driver-nvidia-gpu-0.5.0')}}}\n")
     return path
 
 
-def up(config: Path, tmp_path: Path, *extra: str):
+def up(config: Path, tmp_path: Path, *extra: str, only: str = ONLY):
     report = tmp_path / "report.json"
     if not report.exists():
         write_report(report, NODES)
-    result = runner.invoke(app, ["up", "-c", str(config), "--preflight-report", str(report), "--only", ONLY,
+    result = runner.invoke(app, ["up", "-c", str(config), "--preflight-report", str(report), "--only", only,
                                  "-o", "json", *extra, "--log-file", str(tmp_path / "log")])
     document = json.loads(result.stdout) if result.stdout.startswith("{") else None
     return result, document
@@ -71,10 +73,15 @@ def advertised(cluster) -> dict[str, str]:
 
 def test_dra_mode_installs_the_driver_beside_the_operator_and_verifies_the_published_gpus(cluster, tmp_path):
     config = write_config(tmp_path, cluster)
-    result, document = up(config, tmp_path)
+    result, document = up(config, tmp_path, only=ONLY + ",validate")
     assert result.exit_code == 0, result.output
     assert step(document)["message"] == ("operands and the DRA driver ready on 3 GPU node(s), 24 GPU(s) published "
                                          "as ResourceSlices")
+    # the CUDA sample ran with a GPU through the extended resource on every node, and once through a claim template
+    assert step(document, "validate")["message"] == (
+        "CUDA vector-add passed on node5, node5 (GPU from a ResourceClaim), node6, node7")
+    assert cluster.emu.list("pods", "gpu-bootstrap") == []
+    assert cluster.emu.list("resourceclaimtemplates", "gpu-bootstrap") == []
     # every request of the run (helm's for both charts included) is one `rbac --for up` grants
     missing = uncovered(cluster.emu.requests.all(), "up", config)
     assert missing == [], "\n".join(missing)
@@ -151,6 +158,10 @@ def test_moving_a_running_cluster_between_modes_needs_the_flag_and_never_serves_
     removed = next(i for i, path in enumerate(writes) if f"/namespaces/{DRA_NS}/daemonsets/" in path)
     upgraded = next(i for i, path in enumerate(writes) if "/clusterpolicies/" in path)
     assert removed < upgraded, writes
+    # the role for the move back is `rbac --for up --allow-allocation-change`: the config's own mode no longer
+    # grants removing the DRA driver's release, the flag's role grants every request of it
+    assert uncovered(cluster.emu.requests.all(), "up", config, both_allocations=True) == []
+    assert any(f"in {DRA_NS}" in line for line in uncovered(cluster.emu.requests.all(), "up", config))
     assert set(releases(cluster)) == {"gpu-operator"}
     assert cluster.emu.get("clusterroles", "gpu-bootstrap-dcgm-exporter-dra") is None
     cluster.emu.settle()

@@ -47,11 +47,13 @@ def generate(command: str, config: Path) -> tuple[str, list[dict]]:
     return result.stdout, [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
-def uncovered(requests, command: str, config_path: Path) -> list[str]:
-    """The recorded requests the role generated for `command` would refuse (each as the emulator logged it)."""
+def uncovered(requests, command: str, config_path: Path, both_allocations: bool = False) -> list[str]:
+    """The recorded requests the role generated for `command` would refuse (each as the emulator logged it).
+    `both_allocations`: the role of `rbac --allow-allocation-change`."""
     from tests.kubeapi.rbac import _matches
     config = load(config_path)
-    found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
+    found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)),
+                              both_allocations=both_allocations)
     out = []
     for request in requests:
         access = request.access

@@ -222,6 +222,39 @@ def test_validate_runs_one_pod_per_chosen_node_after_removing_leftovers(playbook
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
 
 
+@pytest.mark.unit
+def test_validate_in_dra_mode_adds_a_pod_whose_gpu_comes_from_a_claim_template():
+    """allocation: dra: every node's pod still asks for nvidia.com/gpu (served through the driver's DeviceClass), and
+    the first node runs one more whose GPU comes from a ResourceClaimTemplate; leftovers go pods first."""
+    conf = config(validate={"nodes": "all"}, gpu_operator={"allocation": "dra"})
+    facts = ValidateFacts(("gpu-bootstrap-validate-claim-old",), None, ("gpu-bootstrap-validate-gpu",))
+    changes = Validate().plan(context(conf, ("gpu-operator", "binpack-scheduler", "validate")), check_of(facts))
+    first = conf.nodes[0].name
+    assert [(c.verb, str(c.target)) for c in changes] == [
+        (Verb.DELETE, "Pod gpu-bootstrap/gpu-bootstrap-validate-claim-old"),
+        (Verb.DELETE, "ResourceClaimTemplate gpu-bootstrap/gpu-bootstrap-validate-gpu"),
+        *[(Verb.CREATE, f"Pod gpu-bootstrap/gpu-bootstrap-validate-{n.name}") for n in conf.nodes],
+        (Verb.CREATE, "ResourceClaimTemplate gpu-bootstrap/gpu-bootstrap-validate-gpu"),
+        (Verb.CREATE, f"Pod gpu-bootstrap/gpu-bootstrap-validate-claim-{first}")]
+    template, pod = changes[-2].body, changes[-1].body
+    assert template["apiVersion"] == "resource.k8s.io/v1"
+    assert template["spec"]["spec"]["devices"]["requests"] == [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]
+    spec = pod["spec"]
+    assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "gpu-bootstrap-validate-gpu"}]
+    assert spec["containers"][0]["resources"] == {"claims": [{"name": "gpu"}]}  # no nvidia.com/gpu: the claim's GPU
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": first}
+    assert spec["schedulerName"] == conf.scheduler.name
+    for change in changes[2:-2]:
+        assert change.body["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+
+
+@pytest.mark.unit
+def test_validate_with_the_device_plugin_makes_no_claim_template():
+    changes = Validate().plan(context(config(validate={"nodes": "all"})), check_of(ValidateFacts((), None)))
+    assert all(c.target.kind == "Pod" for c in changes)
+
+
 # --- admission-opa and admission --------------------------------------------------------------------------------------
 NOW = datetime.datetime(2026, 11, 23, tzinfo=datetime.timezone.utc)
 SEED = bytes(range(32))

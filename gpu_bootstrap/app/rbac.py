@@ -49,7 +49,8 @@ def rbac(options: Options, command: str, service_account: str | None = None, pro
                          "read the nodes over SSH (preflight.via: ssh) or pass --preflight-report FILE")
     target = rbac_module.prometheus_service(config, prometheus)
     docs = identity_policy.manifests(command, service_account) if held and policies else []
-    docs += rbac_module.manifests(command, config, steps, service_account, target, policies)
+    docs += rbac_module.manifests(command, config, steps, service_account, target, policies,
+                                  both_allocations=options.allow_allocation_change)
     return _rbac_header(command, config, steps, docs, service_account, target, policies) + _yaml_with_reasons(docs)
 
 

@@ -481,7 +481,11 @@ def rbac(common, for_: Annotated[RbacFor, Option("--for", metavar="ROLE", help=(
              "their policy needs ValidatingAdmissionPolicy, 1.30+."))] = None,
          prometheus: Annotated[Optional[str], Option("--prometheus", metavar="NAMESPACE/SERVICE[:PORT]", help=(
              "The Prometheus Service status and doctor may proxy to (default: the one the monitoring step "
-             "installs)."))] = None) -> None:
+             "installs)."))] = None,
+         allow_allocation_change: Annotated[bool, Option("--allow-allocation-change", help=(
+             "Also grant what moving a running cluster between gpu_operator.allocation device-plugin and dra needs "
+             "(up --allow-allocation-change removes the other mode's release): generate the role with this for "
+             "that one run, whichever mode the config names."))] = False) -> None:
     """Print the least-privilege RBAC a command needs for the configured steps: a ClusterRole, a Role in each
     namespace where namespaced access suffices, and for identities that must not write for real an admission
     policy that holds them. No `*` verb or resource; a comment above each rule says which step or check needs it.
@@ -501,8 +505,9 @@ def rbac(common, for_: Annotated[RbacFor, Option("--for", metavar="ROLE", help=(
     """
     def body():
         from gpu_bootstrap.app import rbac as application
-        typer.echo(application.rbac(options_from(common, kube_version=kube_version), for_.value, service_account,
-                                    prometheus), nl=False)
+        typer.echo(application.rbac(options_from(common, kube_version=kube_version,
+                                                 allow_allocation_change=allow_allocation_change),
+                                    for_.value, service_account, prometheus), nl=False)
 
     run("rbac", common, body)
 

@@ -18,6 +18,16 @@ def gpu_classes(device_classes: list[dict]) -> list[str]:
                   if (c.get("spec") or {}).get("extendedResourceName") == GPU_RESOURCE)
 
 GPU_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: its ResourceSlices and claim results name it
+GPU_CLASS = "gpu.nvidia.com"  # the DeviceClass the driver's chart installs for whole GPUs
+
+
+def gpu_claim_template(name: str, namespace: str, labels: dict, gpus: int = 1) -> dict:
+    """A ResourceClaimTemplate for `gpus` whole GPUs of NVIDIA's DRA driver, as a user writes one."""
+    request = {"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS, "allocationMode": "ExactCount",
+                                          "count": gpus}}
+    return {"apiVersion": API_VERSION, "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "spec": {"spec": {"devices": {"requests": [request]}}}}
 
 
 def _count(value) -> int:

@@ -303,10 +303,15 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             RUN: [need("admissionregistration.k8s.io", admission_kinds, "delete"), *probes],
             DOCTOR: probes},
         "validate": {
-            READ: [need("", "pods", "list", "validation")],
+            # claim templates: leftovers of a run in DRA mode are found and removed in either mode
+            READ: [need("", "pods", "list", "validation"),
+                   need("resource.k8s.io", "resourceclaimtemplates", "list", "validation")],
             WRITE: [need("", "namespaces", APPLY), need("", "pods", "create", "validation")],
-            RUN: [need("", "pods", "get delete", "validation"), need("", "pods/log", "get", "validation")],
+            RUN: [need("", "pods", "get delete", "validation"), need("", "pods/log", "get", "validation"),
+                  need("resource.k8s.io", "resourceclaimtemplates", "delete", "validation")],
             DOCTOR: [need("", "pods", "create", "validation")]},
+        "validate:dra": {  # gpu_operator.allocation: dra: one pod gets its GPU through a ResourceClaimTemplate
+            WRITE: [need("resource.k8s.io", "resourceclaimtemplates", "create", "validation")]},
     }
 
 
@@ -397,7 +402,7 @@ PHASE_WORDS = {READ: "its check", WRITE: "its changes", RUN: "up only", DOCTOR: 
 
 
 def needs(command: str, config, steps: list[str], prometheus: PrometheusService | None = None,
-          admission_policies: bool = True) -> list[Need]:
+          admission_policies: bool = True, both_allocations: bool = False) -> list[Need]:
     """What `command` uses for the enabled `steps` of the playbook. `admission_policies`: the cluster serves
     admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (1.30+), which keeps the dry identities dry; without
     it doctor's identity goes without the dry-run pod creates of its admission checks (those checks say unknown)."""
@@ -409,8 +414,11 @@ def needs(command: str, config, steps: list[str], prometheus: PrometheusService 
               "probe": (READ, DOCTOR)}[command]
     table = _steps(config)
     out = [n for phase in phases for n in _pipeline().get(phase, [])]
-    dra = config is not None and hasattr(config, "gpu_operator") and config.gpu_operator.allocation == "dra"
-    for step in [*steps, *(["gpu-operator:dra"] if dra and "gpu-operator" in steps else [])]:
+    # both_allocations (rbac --allow-allocation-change): moving a cluster between the device plugin and DRA also
+    # removes the other mode's release and objects, whichever way the config now points
+    dra = config is not None and hasattr(config, "gpu_operator") and (
+        config.gpu_operator.allocation == "dra" or both_allocations)
+    for step in [*steps, *([f"{s}:dra" for s in steps if f"{s}:dra" in table] if dra else [])]:
         for phase in phases:
             out += [_origin(n, step.partition(":")[0], phase) for n in table.get(step, {}).get(phase, [])]
     if "preflight" in steps and (command == "probe" or (command == "up" and probes_through_the_cluster(config))):
@@ -485,7 +493,7 @@ class Rules:
 
 
 def rules(command: str, config, steps: list[str], prometheus: PrometheusService | None = None,
-          admission_policies: bool = True) -> Rules:
+          admission_policies: bool = True, both_allocations: bool = False) -> Rules:
     """The needs merged into RBAC rules: one per (API group, verbs), resources sorted; namespaced verbs a
     cluster-wide rule already grants are left out of the Roles. Each rule's `why` (a key the manifests turn into a
     comment) names the steps and checks that need it."""
@@ -493,7 +501,7 @@ def rules(command: str, config, steps: list[str], prometheus: PrometheusService 
     names = namespaces(config, prometheus)
     wide: dict[tuple[str, str, tuple], dict[str, set]] = defaultdict(lambda: defaultdict(set))
     local: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
-    for item in needs(command, config, steps, prometheus, admission_policies):
+    for item in needs(command, config, steps, prometheus, admission_policies, both_allocations):
         for resource in item.resources:
             target = wide if item.scope is CLUSTER else local[names[item.scope]]
             for verb in item.verbs:
@@ -533,10 +541,11 @@ def without_reasons(rule_list: list[dict]) -> list[dict]:
 
 
 def manifests(command: str, config, steps: list[str], service_account: str | None = None,
-              prometheus: PrometheusService | None = None, admission_policies: bool = True) -> list[dict]:
+              prometheus: PrometheusService | None = None, admission_policies: bool = True,
+              both_allocations: bool = False) -> list[dict]:
     """The ClusterRole, the Roles, and (given `namespace/name` of a ServiceAccount) their bindings. Rules keep
     their reasons under WHY (app/commands.py prints them as comments; without_reasons() drops them)."""
-    found = rules(command, config, steps, prometheus, admission_policies)
+    found = rules(command, config, steps, prometheus, admission_policies, both_allocations)
     name = f"gpu-bootstrap-{command}"
     labels = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": "rbac"}
     docs = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",

@@ -3,19 +3,26 @@
 One pod per node (or a sample of nodes), pinned by the kubernetes.io/hostname label so the scheduler still places
 it, tolerating the GPU taint and requesting one nvidia.com/gpu. It passes when every pod completes with the sample's
 "Test PASSED". The record's fingerprint covers the operator's inputs, so it runs again after any change to them.
+
+With gpu_operator.allocation: dra those pods get their GPU through the extended resource (the driver's DeviceClass
+serves nvidia.com/gpu), as users' pods written for the device plugin do; one more pod, on the first node, gets its
+GPU through a ResourceClaimTemplate, as DRA-native workloads ask: both ways must work.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-from gpu_bootstrap.core.objects import unschedulable, waiting
+from gpu_bootstrap.core import dra
+from gpu_bootstrap.core.objects import served, unschedulable, waiting
 from gpu_bootstrap.core.catalogue import locate, locate_pods, registry_inputs
 from gpu_bootstrap.pipeline.step import FAIL, PASS, Change, Check, Ref, Step, Verb
 from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.steps.preflight import facts_digest
 
 POD_PREFIX = "gpu-bootstrap-validate-"
+CLAIM_POD_PREFIX = POD_PREFIX + "claim-"
+CLAIM_TEMPLATE = "gpu-bootstrap-validate-gpu"
 EXPECTED = "Test PASSED"
 LABEL = {"app.kubernetes.io/name": "gpu-bootstrap-validate", "app.kubernetes.io/managed-by": "gpu-bootstrap"}
 
@@ -24,6 +31,7 @@ LABEL = {"app.kubernetes.io/name": "gpu-bootstrap-validate", "app.kubernetes.io/
 class ValidateFacts:
     leftovers: tuple[str, ...]  # validation pods an earlier run left behind
     namespace: pod_security.NamespaceDecision | None = None  # where they run: created or labelled restricted if ours
+    leftover_templates: tuple[str, ...] = ()  # and its ResourceClaimTemplates (allocation: dra)
 
 
 class Validate(Step):
@@ -41,6 +49,12 @@ class Validate(Step):
         if choice == "all":
             return names
         return names[:1] if choice == "sample" else names[:max(1, int(choice))]
+
+    @classmethod
+    def claim_node(cls, config) -> str | None:
+        """The node whose extra pod gets its GPU through a ResourceClaimTemplate: the first, in DRA mode."""
+        nodes = cls.nodes(config)
+        return nodes[0] if nodes and config.gpu_operator.allocation == "dra" else None
 
     def inputs(self, ctx) -> dict:
         return {"validate": ctx.config.validation.model_dump(mode="json"), "nodes": self.nodes(ctx.config),
@@ -61,14 +75,27 @@ class Validate(Step):
         namespace = ctx.config.validation.namespace
         decision = pod_security.decide(namespace, ctx.kube.get("v1", "Namespace", namespace), pod_security.RESTRICTED,
                                        "the validation pods pass it", "where the validation pods run")
+        claim = self.claim_node(ctx.config)
         return Check(PASS, f"CUDA vector-add ({locate(ctx.config.validation.image, ctx.config.registry)}) on "
-                           f"{len(self.nodes(ctx.config))} GPU node(s)", done=True,
-                     facts=ValidateFacts(leftovers, decision))
+                           f"{len(self.nodes(ctx.config))} GPU node(s)"
+                           + (f", and once through a ResourceClaimTemplate on {claim}" if claim else ""), done=True,
+                     facts=ValidateFacts(leftovers, decision, tuple(self._templates(ctx))))
 
     def _pod_name(self, node: str) -> str:
         return (POD_PREFIX + node)[:63].rstrip("-.")
 
-    def _pod(self, ctx, node: str) -> dict:
+    @staticmethod
+    def _claim_pod_name(node: str) -> str:
+        return (CLAIM_POD_PREFIX + node)[:63].rstrip("-.")
+
+    def _names(self, config) -> dict[str, str]:
+        """Pod name -> what it proves, for every validation pod this configuration runs."""
+        names = {self._pod_name(node): node for node in self.nodes(config)}
+        if claim := self.claim_node(config):
+            names[self._claim_pod_name(claim)] = f"{claim} (GPU from a ResourceClaim)"
+        return names
+
+    def _pod(self, ctx, node: str, through_claim: bool = False) -> dict:
         taint = ctx.config.node_prep.taint
         tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         if taint is not None and taint.key != "nvidia.com/gpu":
@@ -81,11 +108,14 @@ class Validate(Step):
                 "containers": [{"name": "vectoradd", "image": ctx.config.validation.image,
                                 "securityContext": pod_security.restricted_container(),
                                 "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+        if through_claim:  # the GPU comes from the claim the template makes for this pod, not the extended resource
+            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": CLAIM_TEMPLATE}]
+            spec["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
         if scheduler := self.scheduler_name(ctx):
             spec["schedulerName"] = scheduler
+        name = self._claim_pod_name(node) if through_claim else self._pod_name(node)
         pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": self._pod_name(node), "namespace": ctx.config.validation.namespace,
-                            "labels": dict(LABEL)},
+               "metadata": {"name": name, "namespace": ctx.config.validation.namespace, "labels": dict(LABEL)},
                "spec": spec}
         return locate_pods([pod], ctx.config.registry)[0]  # the sample from registry.mirror, when set
 
@@ -94,11 +124,21 @@ class Validate(Step):
         changes = []
         if check.facts.namespace is not None and (parts := check.facts.namespace.change()):
             changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", namespace), *parts))
-        changes += self._removals(namespace, check.facts.leftovers)
+        changes += self._removals(namespace, check.facts.leftovers, check.facts.leftover_templates)
         for node in self.nodes(ctx.config):
             changes.append(Change(Verb.CREATE, Ref("v1", "Pod", self._pod_name(node), namespace),
                                   f"run {ctx.config.validation.image} with 1 GPU on {node}",
                                   "prove that a CUDA workload runs there", self._pod(ctx, node)))
+        if claim := self.claim_node(ctx.config):
+            template = dra.gpu_claim_template(CLAIM_TEMPLATE, namespace, LABEL)
+            changes.append(Change(Verb.CREATE, Ref(dra.API_VERSION, "ResourceClaimTemplate", CLAIM_TEMPLATE,
+                                                   namespace),
+                                  f"a claim template for 1 GPU of DeviceClass {dra.GPU_CLASS}",
+                                  "the next pod asks for its GPU as DRA-native workloads do", template))
+            changes.append(Change(Verb.CREATE, Ref("v1", "Pod", self._claim_pod_name(claim), namespace),
+                                  f"run {ctx.config.validation.image} on {claim} with 1 GPU from a ResourceClaim",
+                                  "prove that a GPU allocated through a claim runs CUDA",
+                                  self._pod(ctx, claim, through_claim=True)))
         return changes
 
     @staticmethod
@@ -107,17 +147,31 @@ class Validate(Step):
                              label_selector="app.kubernetes.io/name=gpu-bootstrap-validate")
 
     @staticmethod
-    def _removals(namespace: str, names) -> list[Change]:
+    def _templates(ctx) -> list[str]:
+        """Our ResourceClaimTemplates, wherever resource.k8s.io/v1 is served (also after a move back from DRA)."""
+        namespace = ctx.config.validation.namespace
+        if not served(ctx.kube, dra.API_VERSION, "ResourceClaimTemplate"):  # a failure to ask propagates
+            return []
+        return [t["metadata"]["name"] for t in ctx.kube.list(
+            dra.API_VERSION, "ResourceClaimTemplate", namespace,
+            label_selector="app.kubernetes.io/name=gpu-bootstrap-validate")]
+
+    @staticmethod
+    def _removals(namespace: str, names, templates=()) -> list[Change]:
+        """Pods first: the claims made from a template belong to their pods and go with them."""
         return [Change(Verb.DELETE, Ref("v1", "Pod", name, namespace), "remove a validation pod",
-                       "left over from an earlier run") for name in names]
+                       "left over from an earlier run") for name in names] + \
+            [Change(Verb.DELETE, Ref(dra.API_VERSION, "ResourceClaimTemplate", name, namespace),
+                    "remove the validation claim template", "left over from an earlier run") for name in templates]
 
     def _leftovers(self, ctx) -> list[Change]:
-        return self._removals(ctx.config.validation.namespace, [p["metadata"]["name"] for p in self._pods(ctx)])
+        return self._removals(ctx.config.validation.namespace, [p["metadata"]["name"] for p in self._pods(ctx)],
+                              self._templates(ctx))
 
     def verify(self, ctx) -> Check:
         namespace = ctx.config.validation.namespace
         deadline = time.monotonic() + ctx.config.validation.timeout
-        pending = {self._pod_name(node): node for node in self.nodes(ctx.config)}
+        pending = self._names(ctx.config)
         failures, passed = [], []
         while pending and time.monotonic() < deadline:
             for name, node in list(pending.items()):

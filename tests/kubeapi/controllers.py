@@ -7,6 +7,7 @@ field-manager names, so their writes show up in watches and managedFields but ne
 from __future__ import annotations
 
 import heapq
+import json
 import random
 import re
 import threading
@@ -756,9 +757,30 @@ class ControllerManager:
         if used["pods"] + 1 > parse_quantity(allocatable.get("pods", "110")):
             return "Too many pods"
         for name, amount in requests.items():
-            if amount and used.get(name, 0) + amount > parse_quantity(allocatable.get(name, "0")):
+            have = parse_quantity(allocatable.get(name, "0"))
+            if not have and amount and (devices := self._dra_devices(node["metadata"]["name"], name)) is not None:
+                have = devices  # KEP-5004: a DeviceClass serves the extended resource from the node's ResourceSlices
+            if amount and used.get(name, 0) + amount > have:
                 return f"Insufficient {name}"
+        if spec.get("resourceClaims") and not self._dra_devices(node["metadata"]["name"]):
+            return "cannot allocate all claims"
         return ""
+
+    def _dra_devices(self, node_name: str, extended_resource: str | None = None) -> int | None:
+        """Devices the node's ResourceSlices publish: for `extended_resource`, those of the drivers a DeviceClass
+        mapping that name selects (None: no class maps it); else all of them. Like the real scheduler's count, not
+        its allocator: which device a claim gets is not modelled here (tests/test_dra_scheduling.py has the real one)."""
+        drivers = None
+        if extended_resource is not None:
+            classes = [c for c in self._bucket("resource.k8s.io", "deviceclasses").values()
+                       if (c.get("spec") or {}).get("extendedResourceName") == extended_resource]
+            if not classes:
+                return None
+            text = json.dumps([c.get("spec", {}).get("selectors") for c in classes])
+            drivers = {s["spec"].get("driver") for s in self._bucket("resource.k8s.io", "resourceslices").values()
+                       if s["spec"].get("driver") and s["spec"]["driver"] in text}
+        return sum(len(s["spec"].get("devices") or []) for s in self._bucket("resource.k8s.io", "resourceslices").values()
+                   if s["spec"].get("nodeName") == node_name and (drivers is None or s["spec"].get("driver") in drivers))
 
     def _allocated_fraction(self, node: dict) -> float:
         allocatable = node.get("status", {}).get("allocatable") or {}
