@@ -224,12 +224,26 @@ def pytest_collection_finish(session):
         validate.schema_contents = functools.lru_cache(maxsize=None)(validate.schema_contents)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-randomly has shuffled them
 def pytest_collection_modifyitems(config, items):
+    _longest_first(items)
     if os.environ.get("GPU_BOOTSTRAP_LIVE_KUBECONFIG"):
         return
     for item in items:
         if "live_only" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="needs GPU_BOOTSTRAP_LIVE_KUBECONFIG (a real cluster)"))
+
+
+def _longest_first(items) -> None:
+    """Slow tests first, then the rest, then unit tests; a stable sort, so each class keeps pytest-randomly's order.
+    xdist's loadgroup hands out work in this order as workers free up, so the minutes-long tests start early and
+    the quick ones fill the gaps, instead of one long test starting last and running alone (longest-first
+    scheduling). Order dependence is still caught: within each class the order is random."""
+    def rank(item) -> int:
+        if item.get_closest_marker("slow") is not None:
+            return 0
+        return 2 if item.get_closest_marker("unit") is not None else 1
+    items[:] = sorted(items, key=rank)
 
 
 # The `unit` marker promises a host-free test (no emulator, sshd, helm, kubectl or Prometheus; no subprocess, no

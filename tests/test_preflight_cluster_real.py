@@ -28,8 +28,8 @@ TIMEOUT = 20  # preflight.timeout: the unschedulable node's probe waits this lon
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory, request):
-    """tree-1 (8×H100, driver installed) and tree-2 (no driver) with file trees and sshd; tree-3 admits no pod
-    (capacity pods: 0), so the real scheduler leaves its probe pod Pending."""
+    """tree-1 (8×H100, driver installed, as busy as a DGX at its pod limit) and tree-2 (no driver) with file trees
+    and sshd; tree-3 admits no pod (capacity pods: 0), so the real scheduler leaves its probe pod Pending."""
     from tests.conftest import local_cluster_wanted
     if not local_cluster_wanted():
         pytest.skip("the local cluster is not built (scripts/install-test-tools); GPU_BOOTSTRAP_LIVE_TARGET=emulator")
@@ -41,7 +41,7 @@ def trees(tmp_path_factory, request):
     api = cluster.admin()
     trees_file = cluster.folder / TREES_FILE
     try:
-        farm.add("tree-1", scenarios.healthy_h100)
+        farm.add("tree-1", scenarios.busy_h100)  # 2,600 processes: the result must still fit the pod's messages
         farm.add("tree-2", scenarios.driver_missing)
         trees_file.write_text(json.dumps({name: str(node.root) for name, node in farm.nodes.items()}))
         for index, (name, gpus, pods) in enumerate((("tree-1", 8, 110), ("tree-2", 4, 110), ("tree-3", 4, 0))):

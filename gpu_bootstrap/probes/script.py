@@ -79,8 +79,23 @@ gb_dump() {
     printf '%%s file %%s\n' "$GB_MARK" "$gb_f"; head -c %(limit)s "$gb_f"; echo
   done
 }
+# gb_ps: the command lines of the kubelet's and the runtime's processes only, picked by name (comm, which the kernel
+# keeps short) in a loop of shell builtins. A node runs thousands of processes (per-CPU kernel threads, a shim for
+# each of 110 pods): one process started per pid would be slow, and a grep over /proc/*/cmdline names every path in
+# its own command line and matches itself, which outgrew the in-cluster probe's output budget. At most 32 lines of
+# 4 KiB each.
 gb_ps() {
-  grep -a -H -E 'containerd|crio|dockerd|kubelet|k3s|rke2|k0s' /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' '
+  gb_n=0
+  for gb_p in /proc/[0-9]*; do
+    gb_c=
+    read -r gb_c < "$gb_p/comm" || continue
+    case $gb_c in
+      kubelet|kubelite|containerd|crio|dockerd|cri-dockerd|k3s|k3s-*|rke2|rke2-*|k0s) ;;
+      *) continue ;;
+    esac
+    gb_n=$((gb_n + 1)); [ "$gb_n" -gt 32 ] && break
+    printf '%%s/cmdline:' "$gb_p"; tr '\0' ' ' < "$gb_p/cmdline" | head -c 4096; echo
+  done 2>/dev/null
 }
 gb_nvsmi_q() { nvidia-smi -q | head -n 12; }
 gb_versions() {

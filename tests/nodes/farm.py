@@ -83,8 +83,11 @@ class Tree:
         with socket.socket(socket.AF_UNIX) as sock:
             sock.bind(str(target))
 
-    def process(self, pid: int, argv: list[str]) -> None:
+    def process(self, pid: int, argv: list[str], comm: str | None = None) -> None:
+        """/proc/PID as the kernel shows it: cmdline (NUL-separated) and comm (the executable's name, 15 bytes at
+        most, unless the process renamed itself: `comm`)."""
         self.file(f"/proc/{pid}/cmdline", "\0".join(argv) + "\0")
+        self.file(f"/proc/{pid}/comm", (comm or argv[0].rsplit("/", 1)[-1])[:15] + "\n")
 
     def device(self, node_path: str) -> None:
         target = self.path(node_path)

@@ -72,6 +72,34 @@ def healthy_h100(tree: Tree) -> None:
     toolkit(tree)
 
 
+def busy_h100(tree: Tree) -> None:
+    """healthy-h100 on a node as busy as a DGX-class server at its pod limit: 2,600 processes (per-CPU kernel
+    threads, system daemons), 110 pods' containerd shims, the kubelet among them (whose flags the runtime facts come
+    from), and the process scan's own earlier form as a real
+    /proc showed it: a grep whose command line names every /proc/<pid>/cmdline path. The kubelet talks to containerd
+    on a socket of its own, so the runtime's socket is known only from the kubelet's command line."""
+    import hashlib
+    healthy_h100(tree)
+    tree.socket("/run/containerd/gpu-node.sock")
+    tree.process(1021, ["/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml",
+                        "--container-runtime-endpoint=unix:///run/containerd/gpu-node.sock"])
+    pid = 2000
+    for cpu in range(224):  # kernel threads: an empty command line, a name in comm
+        for name in ("cpuhp", "migration", "ksoftirqd", "kworker"):
+            tree.process(pid, [], comm=f"{name}/{cpu}")
+            pid += 1
+    for index in range(1_700):
+        tree.process(pid, [f"/usr/lib/daemon-{index % 40}", "--foreground"])
+        pid += 1
+    for pod in range(110):
+        digest = hashlib.sha256(str(pod).encode()).hexdigest()
+        tree.process(pid, ["/usr/bin/containerd-shim-runc-v2", "-namespace", "k8s.io", "-id", digest, "-address",
+                           "/run/containerd/containerd.sock"])
+        pid += 1
+    listed = " ".join(f"/proc/{p}/cmdline" for p in range(1, pid + 1))
+    tree.process(pid, ["grep", "-a", "-H", "-E", "containerd|crio|dockerd|kubelet|k3s|rke2|k0s", *listed.split()])
+
+
 def driver_missing(tree: Tree) -> None:
     """A fresh GPU node: no driver, no toolkit, plain containerd."""
     os_ubuntu(tree)
@@ -284,7 +312,7 @@ def sudo_refused(tree: Tree) -> None:
 
 
 SCENARIOS = {
-    "healthy-h100": healthy_h100, "driver-missing": driver_missing, "driver-without-smi": driver_without_smi,
+    "healthy-h100": healthy_h100, "busy-h100": busy_h100, "driver-missing": driver_missing, "driver-without-smi": driver_without_smi,
     "smi-without-driver": smi_without_driver, "nouveau": nouveau, "k3s": k3s, "rke2": rke2, "microk8s": microk8s,
     "crio": crio, "docker-nvidia-default": docker_nvidia_default, "toolkit-not-configured": toolkit_not_configured,
     "t4": t4, "a100x4": a100x4, "gke-cos": gke_cos, "bottlerocket": bottlerocket, "al2023-nvidia": al2023_nvidia,
