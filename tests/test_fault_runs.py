@@ -53,7 +53,8 @@ from tests.monitoring.live import LocalPrometheus
 from tests.nodes.reports import write_report
 from tests.tools import ROOT, client_env, tool
 
-pytestmark = [pytest.mark.tools, pytest.mark.slow]
+# One xdist group: each kind of setup (the clean reference runs) is made once, not in every worker that draws a case
+pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.xdist_group("fault-runs")]
 
 NODES = ["node5", "node6", "node7"]
 RUNS = 20

@@ -43,7 +43,10 @@ from tests.monitoring.live import LocalPrometheus
 from tests.nodes.reports import write_report
 from tests.tools import ROOT, client_env, tool
 
-pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
+# One xdist group: the uninterrupted reference run (a minute of helm) is made once, not once in every worker that
+# draws a case (four in a whole-suite run: about two minutes of CPU spent three times for nothing)
+pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path"),
+              pytest.mark.xdist_group("kill-matrix")]
 
 NODES = ["node5", "node6", "node7"]
 OPTIONS = {"kube_version": "1.33.2", "gpu_nodes": NODES, "cpu_nodes": ["cpu-1"], "gpu_operator": True}
