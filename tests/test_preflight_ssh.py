@@ -64,11 +64,14 @@ EXPECTED = {
                                             "socket": "/run/containerd/containerd.sock"},
                       "nvidia-container-toolkit": {"installed": True, "version": "1.17.4", "runtime_configured": True,
                                                    "default_runtime": True}}),
-    # 2,600 processes and 110 shims: the kubelet's process (and its runtime endpoint) is still found
+    # 2,600 processes and 110 shims: the kubelet's and containerd's processes (the runtime endpoint, the config
+    # containerd names) are still found, and the named config is read
     "busy-h100": ({"ssh": "pass", "nvidia-driver": "pass", "container-runtime": "pass",
                    "nvidia-container-toolkit": "pass"},
                   {"nvidia-driver": {"gpu_count": 8},
-                   "container-runtime": {"runtime": "containerd", "socket": "/run/containerd/gpu-node.sock"}}),
+                   "container-runtime": {"runtime": "containerd", "socket": "/run/containerd/gpu-node.sock",
+                                         "config_path": "/etc/containerd/gpu-node.toml"},
+                   "nvidia-container-toolkit": {"runtime_configured": True, "default_runtime": True}}),
     "driver-missing": ({"nvidia-driver": "warn", "nvidia-container-toolkit": "warn"},
                        {"nvidia-driver": {"driver_version": None, "gpu_count": 0},
                         "nvidia-container-toolkit": {"installed": False, "runtime_configured": False}}),

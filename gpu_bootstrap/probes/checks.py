@@ -65,7 +65,9 @@ def evaluate(name: str, sections: dict[str, Section], marker: str, timeout: int 
     nouveau = _nouveau(sections, text, driver)
     runtime = parse.detect_runtime(
         parse.processes(text("processes")), parse.files(text("runtime-files")),
-        parse.dumped_files(text("runtime-configs"), marker), _versions(sections, text))
+        # the files the runtime's own --config names, beside the known places (later reports only)
+        parse.dumped_files(text("runtime-named-configs"), marker) | parse.dumped_files(text("runtime-configs"), marker),
+        _versions(sections, text))
     return NodeReport(name, [ssh, driver, nouveau, _runtime_check(runtime), _toolkit(sections, text, runtime)])
 
 

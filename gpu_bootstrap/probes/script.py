@@ -97,6 +97,26 @@ gb_ps() {
     printf '%%s/cmdline:' "$gb_p"; tr '\0' ' ' < "$gb_p/cmdline" | head -c 4096; echo
   done 2>/dev/null
 }
+# gb_named_configs: the config files running containerd and CRI-O processes name (--config PATH, --config=PATH,
+# -c PATH), dumped like the known ones, so a runtime started with a config of its own is read, not taken for one
+# without the nvidia runtime. A path read from /proc is data: it is only read, never run (set -f: no globbing).
+gb_named_configs() {
+  for gb_p in /proc/[0-9]*; do
+    gb_c=
+    read -r gb_c < "$gb_p/comm" || continue
+    case $gb_c in containerd|crio) ;; *) continue ;; esac
+    gb_next=
+    set -f
+    for gb_a in $(tr '\0' ' ' < "$gb_p/cmdline" | head -c 4096); do
+      if [ -n "$gb_next" ]; then gb_dump "$gb_a"; gb_next=; continue; fi
+      case $gb_a in
+        --config|-c) gb_next=1 ;;
+        --config=*) gb_dump "${gb_a#--config=}" ;;
+      esac
+    done
+    set +f
+  done 2>/dev/null
+}
 gb_nvsmi_q() { nvidia-smi -q | head -n 12; }
 gb_versions() {
   for gb_f in "$@"; do [ -x "$gb_f" ] && printf '%%s: ' "$gb_f" && gb_t "$gb_f" --version 2>&1 | head -n 1; done
@@ -119,6 +139,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("runtime-files", "gb_read runtime-files gb_files " + " ".join(CONTAINERD_CONFIGS + OTHER_CONFIGS + SOCKETS)),
     ("runtime-configs", "gb_read runtime-configs gb_dump " + " ".join(
         CONTAINERD_CONFIGS + OTHER_CONFIGS + tuple(f"{d}/*" for d in DROP_IN_DIRS))),
+    ("runtime-named-configs", "gb_read runtime-named-configs gb_named_configs"),
     ("containerd-version", "gb_read containerd-version gb_versions " + " ".join(CONTAINERD_BINARIES)),
     ("crio-version", "gb_tool crio-version crio --version"),
     ("docker-version", "gb_tool docker-version docker version --format '{{.Server.Version}}'"),

@@ -80,6 +80,11 @@ def busy_h100(tree: Tree) -> None:
     on a socket of its own, so the runtime's socket is known only from the kubelet's command line."""
     import hashlib
     healthy_h100(tree)
+    # containerd reads a config of its own (--config), the only one with the nvidia runtime: the toolkit check passes
+    # only if the probe reads the file the process names, not just the known places
+    tree.file("/etc/containerd/config.toml", rec.CONTAINERD_CONFIG_PLAIN)
+    tree.file("/etc/containerd/gpu-node.toml", rec.CONTAINERD_CONFIG_NVIDIA_DEFAULT)
+    tree.process(812, ["/usr/bin/containerd", "--config", "/etc/containerd/gpu-node.toml"])
     tree.socket("/run/containerd/gpu-node.sock")
     tree.process(1021, ["/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml",
                         "--container-runtime-endpoint=unix:///run/containerd/gpu-node.sock"])
