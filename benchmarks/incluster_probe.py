@@ -2,15 +2,15 @@
 """How fast preflight reads node facts through the cluster (issue 24), and with how many API requests, next to the
 SSH fan-out on the same nodes in the same run.
 
-The cluster: the emulator (tests/kubeapi) with N GPU nodes; its kubelet stand-in runs the probe DaemonSet's pods.
+The cluster: the emulator (tests/kubeapi) with N GPU nodes; its kubelet stand-in runs the probe pods (one per node).
 At 100 nodes every probe really runs: the stand-in executes the containers' commands against each node's chrooted
 tree (tests/nodes; the same trees real sshd serves for the SSH row). At 1,000 nodes the stand-in returns a canned
 result per node type (the termination messages a real run of that type produced), so the row measures the tool and
 the API round trips, not 1,000 busybox runs on 2 cores. The client is a separate process (the real Kube adapter
 over HTTPS), started cold; requests are the adapter's own count.
 
-Targets: 1,000 nodes <= 10 s wall; requests that do not grow with the node count beyond list pagination (500 per
-page). The wall time includes the emulator's own work (it stores and serves every pod and status write on the same
+Targets: 1,000 nodes <= 10 s wall; one pod create per node and otherwise requests that do not grow with the node
+count beyond list pagination (500 per page), each the same size whatever the fleet's. The wall time includes the emulator's own work (it stores and serves every pod and status write on the same
 cores; about 4 ms of CPU per probe pod: create, bind, status, delete); the client's CPU is printed beside it.
 
 Usage: sudo python benchmarks/incluster_probe.py [--sizes 100,1000] [--runs 3] [--ssh-nodes 100]

@@ -445,3 +445,33 @@ def test_the_offline_teardown_preview_is_the_teardown_of_a_real_up(cluster, tmp_
     assert cluster.emu.get("namespaces", OPA_NS) is not None
     refused, _doc = cli("teardown", config, tmp_path, "--offline", "--yes", steps=steps)
     assert refused.exit_code == 2 and "add --dry-run" in refused.output, refused.output
+
+
+@pytest.mark.tools
+@pytest.mark.usefixtures("helm_on_path")  # the steps left out include the charts' (helm reads their releases)
+def test_a_teardown_of_the_steps_an_only_run_made_removes_the_tools_state_once_nothing_of_ours_is_left(cluster,
+                                                                                                        tmp_path):
+    """`up --only node-prep,admission-opa` then `teardown --only` of those steps left the tool's namespace (its
+    checkpoint ConfigMap gpu-bootstrap-state, key and lock) behind, seen on the real API server. A partial teardown
+    removes it when no step left out has a record or anything to undo; while one has, it stays, even when that
+    step's record is gone (a run killed before it recorded the step) but its objects are not."""
+    from gpu_bootstrap.pipeline import checkpoint as cp
+    config = write_config(tmp_path, cluster)
+    emu = cluster.emu
+    steps = "node-prep,admission-opa"
+    assert cli("up", config, tmp_path, steps=steps)[0].exit_code == 0
+    state = emu.get("configmaps", cp.NAME, cp.NAMESPACE)
+    del state["data"]["admission-opa"]  # as a run killed before it recorded the step leaves it
+    emu.seed(state)
+    result, _document = cli("teardown", config, tmp_path, "--yes", steps="node-prep")
+    assert result.exit_code == 0, result.output
+    assert emu.get("namespaces", cp.NAMESPACE)["metadata"].get("deletionTimestamp") is None  # OPA is still ours
+    preview = runner.invoke(app, ["teardown", "--only", "admission-opa", "-c", str(config), "--dry-run",
+                                  "--log-file", str(tmp_path / "log")])
+    assert f"then the tool's own namespace {cp.NAMESPACE}" in " ".join(preview.output.split()), preview.output
+    result, _document = cli("teardown", config, tmp_path, "--yes", steps="admission-opa")
+    assert result.exit_code == 0, result.output
+    emu.settle()
+    gone = emu.get("namespaces", cp.NAMESPACE)
+    assert gone is None or gone["metadata"].get("deletionTimestamp"), gone
+    assert emu.get("configmaps", cp.NAME, cp.NAMESPACE) is None

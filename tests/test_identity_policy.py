@@ -62,9 +62,10 @@ def test_a_dry_identity_writes_nothing_for_real(command):
     (request(operation="DELETE", resource="namespaces", namespace="", name="kube-system"), None,
      {"metadata": {"name": "kube-system"}}, False),
     (request(namespace="gpu-bootstrap-probe-ab12"), {}, None, True),
-    (request(group="apps", resource="daemonsets", namespace="gpu-bootstrap-probe-ab12"), {}, None, True),
-    (request(group="apps", resource="daemonsets", namespace="kube-system"), {}, None, False),
-    (request(resource="pods", namespace="gpu-bootstrap-probe-ab12"), {}, None, False),  # the DaemonSet makes pods
+    (request(resource="pods", namespace="gpu-bootstrap-probe-ab12"), {}, None, True),  # one pod per node
+    (request(resource="pods", namespace="kube-system"), {}, None, False),
+    (request(group="apps", resource="daemonsets", namespace="gpu-bootstrap-probe-ab12"), {}, None, False),
+    (request(resource="pods", sub="binding", namespace="gpu-bootstrap-probe-ab12"), {}, None, False),
     (request(operation="UPDATE", namespace="gpu-bootstrap-probe-ab12"), {}, {}, False),
     (request(group="rbac.authorization.k8s.io", resource="clusterrolebindings", namespace=""), {}, None, False),
     (request(group="apps", resource="daemonsets", namespace="kube-system", dry=True), {}, None, True),

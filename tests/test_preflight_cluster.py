@@ -1,4 +1,4 @@
-"""Preflight without SSH: the probe DaemonSet through the emulated API, its pods run by the emulator's kubelet
+"""Preflight without SSH: the probe pods through the emulated API, its pods run by the emulator's kubelet
 stand-in against the same chrooted node trees the sshd tests serve (tests/nodes), so the probe script really runs on
 both paths and their facts can be compared."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.probes import incluster
-from tests.kubeapi import Emulator
+from tests.kubeapi import Emulator, pod_security
 from tests.nodes import scenarios
 from tests.nodes.farm import NodeFarm
 
@@ -105,14 +105,12 @@ def test_cluster_probe_ran_on_every_node_and_left_nothing(fleet, both):
 def test_the_probe_pod_is_read_only_tolerant_and_targeted(fleet, tmp_path):
     """What the cluster is asked to run: hostPath / read-only, every taint tolerated, nodes by name, privileged
     namespace of ours; and the probe cannot write to the host (the stand-in mounts /host read-only)."""
-    manifest = incluster.daemonset_manifest("abcd1234", ["n1", "n2"], "busybox:1.37.0")
-    spec = manifest["spec"]["template"]["spec"]
+    manifest = incluster.pod_manifest("abcd1234", "n1", 0, "busybox:1.37.0")
+    spec = manifest["spec"]
     assert spec["tolerations"] == [{"operator": "Exists"}]
     assert {"name": "host", "hostPath": {"path": "/", "type": "Directory"}} in spec["volumes"]
     assert {"name": "host", "mountPath": "/host", "readOnly": True} in spec["initContainers"][0]["volumeMounts"]
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
-                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]
+    assert spec["nodeName"] == "n1" and "affinity" not in spec
     labels = incluster.namespace_manifest("abcd1234", "h:1", 0)["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
     assert labels["app.kubernetes.io/managed-by"] == "gpu-bootstrap"
@@ -181,10 +179,10 @@ def test_a_cluster_refusing_hostpath_gets_one_clear_error(small, tmp_path):
     small.emu.seed({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
                     "metadata": {"name": "no-hostpath"},
                     "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [{
-                        "apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                        "resources": ["daemonsets"]}]},
-                        "validations": [{"expression": "!has(object.spec.template.spec.volumes) || "
-                                                       "object.spec.template.spec.volumes.all(v, !has(v.hostPath))",
+                        "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                        "resources": ["pods"]}]},
+                        "validations": [{"expression": "!has(object.spec.volumes) || "
+                                                       "object.spec.volumes.all(v, !has(v.hostPath))",
                                          "message": "hostPath volumes are forbidden"}]}})
     small.emu.seed({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
                     "metadata": {"name": "no-hostpath"},
@@ -193,7 +191,7 @@ def test_a_cluster_refusing_hostpath_gets_one_clear_error(small, tmp_path):
                                  str(tmp_path / "log")])
     assert result.exit_code == 1
     text = " ".join(result.output.split())
-    assert "refused the node probe's DaemonSet" in text and "hostPath volumes are forbidden" in text, text
+    assert "refused the node probe's pod" in text and "hostPath volumes are forbidden" in text, text
     assert "preflight.via: ssh" in text and "--preflight-report" in text
     assert gone(small.emu), probe_leftovers(small.emu)
 
@@ -252,13 +250,15 @@ def test_an_oversized_result_is_reported_never_cut(small, tmp_path):
     """A node whose runtime configs do not compress into the termination messages: unknown with the reason, the
     other node's facts unaffected (the kubelet stand-in cuts messages exactly as the kubelet does)."""
     import secrets
+    # the healthy node must finish however busy the machine is: only the other one is to be unknown
+    small.config.write_text(small.config.read_text().replace("preflight: {timeout: 3}", "preflight: {timeout: 60}"))
     tree = small.farm.nodes["other"].root
     (tree / "etc/containerd/conf.d").mkdir(parents=True, exist_ok=True)
     noise = "\n".join(f"# {secrets.token_hex(60)}" for _ in range(120))  # ~15 KB that gzip cannot shrink much
     (tree / "etc/containerd/conf.d/99-big.toml").write_text(noise)
     result, document = doctor(small.config, tmp_path, "--via", "cluster")
     reasons = unknown_reasons(document)
-    assert list(reasons) == ["other"] and "too large for the termination messages" in reasons["other"]
+    assert list(reasons) == ["other"] and "too large for the termination messages" in reasons["other"], reasons
     assert "preflight.via: ssh" in reasons["other"]
     _, over_ssh = doctor(small.config, tmp_path, "--via", "ssh")
     assert facts(over_ssh)["good"] == facts(document)["good"]
@@ -279,23 +279,45 @@ def test_up_records_the_cluster_probes_facts_like_an_ssh_preflight(small, tmp_pa
 
 
 def test_pods_refused_by_pod_security_get_one_clear_error(small, tmp_path):
-    """Pod Security (or a policy engine) rejects the DaemonSet's pods, not the DaemonSet: its controller reports
-    FailedCreate events, as the real one does (the emulator's controllers skip admission, so the test plays the
-    controller: no pods, and the event it would record)."""
-    small.emu.controllers.disable("daemonset")
-
-    def refuse(request):
+    """A policy engine that resets every new namespace's Pod Security label to baseline: the emulator's Pod Security
+    admission (the real plugin's rules and words) refuses the probe's pods, and the run says so once."""
+    def baseline(request):
         namespace = request.path.split("/namespaces/")[1].split("/")[0]
-        small.emu.seed({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "probe.1", "namespace": namespace},
-                        "involvedObject": {"kind": "DaemonSet", "name": incluster.NAME, "namespace": namespace},
-                        "reason": "FailedCreate", "type": "Warning", "source": {"component": "daemonset-controller"},
-                        "message": f'Error creating: pods "{incluster.NAME}-x2x4q" is forbidden: violates PodSecurity '
-                                   f'"baseline:latest": hostPath volumes (volume "host")'})
+        found = small.emu.get("namespaces", namespace)
+        found["metadata"]["labels"][pod_security.ENFORCE] = "baseline"
+        small.emu.seed(found)
 
-    small.emu.faults.add("POST", "/daemonsets$", observe=refuse)
+    small.emu.faults.add("POST", r"/namespaces/gpu-bootstrap-probe-[0-9a-f]+/configmaps$", observe=baseline)
     result = runner.invoke(app, ["doctor", "-c", str(small.config), "--via", "cluster", "--log-file",
                                  str(tmp_path / "log")])
     text = " ".join(result.output.split())
     assert result.exit_code == 1
-    assert "refused the node probe's pods" in text and 'violates PodSecurity "baseline:latest"' in text, text
-    assert gone(small.emu), probe_leftovers(small.emu)
+    assert "refused the node probe's pod" in text and 'violates PodSecurity "baseline:latest"' in text, text
+    assert not [p for p in small.emu.list("pods") if p["metadata"]["namespace"].startswith("gpu-bootstrap-probe")]
+
+
+@pytest.mark.tools
+def test_every_probe_request_is_the_same_size_whatever_the_fleets(tmp_path):
+    """One pod bound to each node by name: no request (and no stored object) grows with the node count, so the etcd
+    request limit never caps the fleet and listing the pods grows linearly, not with its square. (A DaemonSet needs a
+    nodeSelectorTerm per node, since a node field selector takes one value, and copies them into every pod.)
+    Canned results from the kubelet stand-in: what is measured is what the tool sends."""
+    from gpu_bootstrap.adapters.cluster_probe import ClusterProbe
+    from gpu_bootstrap.adapters.kube import Kube
+    largest = {}
+    for count in (3, 300):
+        names = [f"gpu-{i:04d}" for i in range(count)]
+        emu = Emulator(gpu_nodes=names).start()
+        try:
+            kubelet = emu.kubelet(workers=8)
+            slices = dict(zip(["probe"] + [f"result-{i}" for i in range(1, incluster.SLICES)],
+                              incluster.encode("probed\n")))
+            for name in names:
+                kubelet.canned[name] = {container: (0, message) for container, message in slices.items()}
+            kube = Kube(emu.write_kubeconfig(tmp_path / f"kubeconfig-{count}"))
+            outcomes = ClusterProbe(kube, "busybox:1.37.0", 60).run(names, "echo probed\n")
+            assert {name: outcome.output for name, outcome in outcomes.items()} == {n: "probed\n" for n in names}
+            largest[count] = max(len(request.body) for request in emu.requests.writes())
+        finally:
+            emu.stop()
+    assert largest[300] <= largest[3] + 8, largest  # the node names' length at most

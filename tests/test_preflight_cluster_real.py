@@ -1,8 +1,8 @@
 """The in-cluster node probe on the real API server of the local cluster (tests/localcluster).
 
-Real: the API server (admission, Pod Security on the probe's privileged namespace), the DaemonSet controller that
-places a pod per selected node, the kube-scheduler that binds them (or says why it cannot), the namespace controller
-that removes everything when the probe deletes its namespace. Fake, because there is no container runtime here: the
+Real: the API server (admission, Pod Security on the probe's privileged namespace, the probe identity's policy)
+taking one pod per selected node, bound by name, and the namespace controller that removes everything when the probe
+deletes its namespace. Fake, because there is no container runtime here: the
 kubelet. For three nodes this test adds (nodes.TREE_NODES) the agent's kubelet stand-in (probe_kubelet.py, the
 emulator's kubelet_sim.py writing through the real API) really runs the probe pods' init containers against the same
 chrooted node trees the sshd tests serve (tests/nodes), so the facts read through the cluster can be compared with
@@ -23,13 +23,13 @@ from tests.nodes.farm import NodeFarm
 pytestmark = [pytest.mark.tools, pytest.mark.xdist_group("live-api")]
 runner = CliRunner()
 PROBE_SELECTOR = "gpu-bootstrap.io/component=node-probe"
-TIMEOUT = 20  # preflight.timeout: the unschedulable node's probe waits this long
+TIMEOUT = 20  # preflight.timeout
 
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory, request):
     """tree-1 (8×H100, driver installed, as busy as a DGX at its pod limit) and tree-2 (no driver) with file trees
-    and sshd; tree-3 admits no pod (capacity pods: 0), so the real scheduler leaves its probe pod Pending."""
+    and sshd; tree-3 admits no pod (capacity pods: 0), so its kubelet refuses the probe pod."""
     from tests.conftest import local_cluster_wanted
     if not local_cluster_wanted():
         pytest.skip("the local cluster is not built (scripts/install-test-tools); GPU_BOOTSTRAP_LIVE_TARGET=emulator")
@@ -95,7 +95,7 @@ def probe_leftovers(api) -> list:
     return [n["metadata"]["name"] for n in namespaces] + [p["metadata"]["name"] for p in pods]
 
 
-def test_the_probe_through_the_real_api_reports_what_ssh_reports_and_why_a_pending_node_is_unknown(trees):
+def test_the_probe_through_the_real_api_reports_what_ssh_reports_and_why_a_refused_node_is_unknown(trees):
     cluster, api, over_ssh, through_cluster, folder = trees
     _, by_ssh = doctor(over_ssh, folder, "ssh")
     result, by_cluster = doctor(through_cluster, folder, "cluster")
@@ -106,12 +106,12 @@ def test_the_probe_through_the_real_api_reports_what_ssh_reports_and_why_a_pendi
         assert {n["name"]: n["source"] for n in by_cluster["nodes"]}[name] == "cluster"
     verdicts = {name: {c["id"]: c["status"] for c in found[name]} for name in ("tree-1", "tree-2")}
     assert verdicts["tree-1"]["nvidia-driver"] == "pass" and verdicts["tree-2"]["nvidia-driver"] != "pass"
-    # the node the real scheduler cannot place the probe on: unknown (never "no driver"), with the scheduler's reason
-    pending = {c["id"]: c for c in found["tree-3"]}
-    assert pending["ssh"]["status"] == "fail" and pending["nvidia-driver"]["status"] == "skip"
-    assert pending["nvidia-driver"]["data"] == {}
-    assert "was not scheduled within 20s" in pending["ssh"]["message"], pending["ssh"]["message"]
-    assert "Too many pods" in pending["ssh"]["message"], pending["ssh"]["message"]
+    # the node whose kubelet refuses the probe pod: unknown (never "no driver"), with the kubelet's reason
+    refused = {c["id"]: c for c in found["tree-3"]}
+    assert refused["ssh"]["status"] == "fail" and refused["nvidia-driver"]["status"] == "skip"
+    assert refused["nvidia-driver"]["data"] == {}
+    assert "kubelet refused the probe pod (OutOfpods" in refused["ssh"]["message"], refused["ssh"]["message"]
+    assert "enough resource: pods" in refused["ssh"]["message"], refused["ssh"]["message"]
     assert result.exit_code == 1
     # and nothing of the probe is left: its namespace removed by the real namespace controller, pods and all
     wait(lambda: not probe_leftovers(api), 60, "the probe left objects behind")
@@ -119,7 +119,7 @@ def test_the_probe_through_the_real_api_reports_what_ssh_reports_and_why_a_pendi
 
 def test_the_probe_role_reads_the_nodes_as_an_admin_does_and_doctors_role_runs_no_probe(trees, tmp_path):
     """`rbac --for probe` (node-root-equivalent: its policy lets it write for real only the probe's own namespaces,
-    their ConfigMap and DaemonSet) reads tree-1 and tree-2 as the admin does; `rbac --for doctor` (kept dry) makes
+    their ConfigMap and pods) reads tree-1 and tree-2 as the admin does; `rbac --for doctor` (kept dry) makes
     no probe at all: the nodes' facts are unknown with the reason, never "no driver"."""
     import base64
 

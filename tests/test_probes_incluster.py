@@ -69,10 +69,10 @@ NODE_GONE = {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "r
 
 @pytest.mark.parametrize("pod_status, node, expected", [
     (None, None, "not in the cluster"),
-    (None, NODE_GONE, "no probe pod was created"),
-    ({"spec": {}, "status": {"conditions": [{"type": "PodScheduled", "status": "False",
-                                             "message": "0/3 nodes are available"}]}}, NODE_READY,
-     "not scheduled within 5s: 0/3 nodes are available"),
+    (None, NODE_GONE, "probe pod is gone"),
+    ({"spec": {"nodeName": "n1"}, "status": {"phase": "Failed", "reason": "OutOfpods", "message": "Pod was rejected: "
+                                             "Node didn't have enough resource: pods"}}, NODE_READY,
+     "kubelet refused the probe pod (OutOfpods: Pod was rejected: Node didn't have enough resource: pods)"),
     ({"spec": {"nodeName": "n1"}, "status": {"initContainerStatuses": [
         {"name": "probe", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling"}}}]}},
      NODE_READY, "image busybox:1.37.0 cannot be pulled"),

@@ -269,20 +269,21 @@ def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
 
 @pytest.mark.unit
 def test_the_cluster_probe_is_granted_only_where_preflight_probes_through_the_cluster(tmp_path):
-    """preflight.via auto without an SSH route probes through the cluster: its per-run namespace, the DaemonSet and
-    the pod list are in the up role (with an `ssh` section they are not) and always in the probe role, which exists
-    for them (`doctor --via cluster`); never in doctor's, which is kept dry."""
-    def daemonsets(text: str, command: str) -> bool:
+    """preflight.via auto without an SSH route probes through the cluster: its per-run namespace, its pods (in a
+    namespace named per run, so cluster-wide) and the pod list are in the up role (with an `ssh` section they are
+    not) and always in the probe role, which exists for them (`doctor --via cluster`); never in doctor's, which is
+    kept dry."""
+    def probe_pods(text: str, command: str) -> bool:
         path = tmp_path / "c.yaml"
         path.write_text(text)
         config = load(path)
         found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
-        return any("daemonsets" in r["resources"] and "create" in r["verbs"] and r["apiGroups"] == ["apps"]
+        return any("pods" in r["resources"] and "create" in r["verbs"] and r["apiGroups"] == [""]
                    for r in found.cluster)
-    assert daemonsets("nodes: [{name: node5}]\n", "probe") and daemonsets("nodes: [{name: node5}]\n", "up")
-    assert not daemonsets("nodes: [{name: node5}]\n", "doctor")
-    assert not daemonsets("nodes: [{name: node5}]\nssh: {user: root}\nmonitoring: {enabled: false}\n", "up")
-    assert daemonsets("nodes: [{name: node5}]\nssh: {user: root}\nmonitoring: {enabled: false}\n", "probe")
+    assert probe_pods("nodes: [{name: node5}]\n", "probe") and probe_pods("nodes: [{name: node5}]\n", "up")
+    assert not probe_pods("nodes: [{name: node5}]\n", "doctor")
+    assert not probe_pods("nodes: [{name: node5}]\nssh: {user: root}\nmonitoring: {enabled: false}\n", "up")
+    assert probe_pods("nodes: [{name: node5}]\nssh: {user: root}\nmonitoring: {enabled: false}\n", "probe")
 
 
 # --- the plan role and the client-side plan (#33) ---------------------------------------------------------------------
@@ -420,6 +421,8 @@ def test_the_plan_role_reads_config_maps_only_where_it_plans(tmp_path):
 def test_doctor_runs_no_probe_and_without_admission_policies_no_dry_run_pod(tmp_path):
     config = _config(tmp_path)
     assert not [r for r in _every("doctor", config) if "daemonsets" in r["resources"] and "create" in r["verbs"]]
+    assert not [r for r in rbac_module.rules("doctor", config, rbac_module.enabled_steps(
+        config, list(load_playbook("default").steps))).cluster if "pods" in r["resources"] and "create" in r["verbs"]]
     assert [r for r in _every("doctor", config) if r["resources"] == ["pods"] and "create" in r["verbs"]]
     assert not [r for r in _every("doctor", config, admission_policies=False)
                 if "pods" in r["resources"] and "create" in r["verbs"]]

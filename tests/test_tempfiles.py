@@ -212,6 +212,7 @@ def test_the_run_folder_is_private_and_its_removal_forgets_the_clients_files(tmp
     would open a socket, which a unit test may not."""
     monkeypatch.setattr(tempfiles.tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(tempfiles, "_folder", None)
+    monkeypatch.setattr(tempfiles, "_locks", {})  # the worker's own run folder and its lock stay as they are
     old = os.umask(0o022)
     try:
         run = tempfiles.run_folder()
@@ -225,3 +226,34 @@ def test_the_run_folder_is_private_and_its_removal_forgets_the_clients_files(tmp
     tempfiles.remove()
     assert not run.exists() and cache == {"b'OTHER'": str(tmp_path / "tmpother")}  # someone else's is kept
     assert tempfiles.sweep(tmp_path) == [] and list(tmp_path.iterdir()) == []
+
+
+SECOND_FOLDER_IN_ONE_PROCESS = r"""
+import sys, tempfile
+tempfile.tempdir = sys.argv[1]
+from gpu_bootstrap.security import tempfiles
+first = tempfiles.run_folder()
+tempfiles._folder = None  # what a test swapping the module's folder did inside a live pytest worker
+second = tempfiles.run_folder()
+tempfiles.remove()  # the second one
+print(first, second, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.tools
+def test_a_second_run_folder_made_and_removed_in_one_process_leaves_the_first_ones_lock_held(tmp_path):
+    """The cause of a live relay's kubeconfig vanishing mid-install under a busy suite: a unit test swapped the run
+    folder inside a pytest worker, making a second one closed the first one's lock, and another process's sweep then
+    took the live folder for a dead run's. A lock now goes only with its own folder."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen([sys.executable, "-c", SECOND_FOLDER_IN_ONE_PROCESS, str(tmp_path)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        first, second = map(Path, run.stdout.readline().split())
+        assert first.is_dir() and not second.exists()
+        assert tempfiles.sweep(tmp_path) == [] and first.is_dir()  # held: its process lives
+    finally:
+        run.stdin.close()
+        run.wait(timeout=30)
+    assert tempfiles.sweep(tmp_path) == [first]

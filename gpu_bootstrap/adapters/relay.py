@@ -66,27 +66,39 @@ class Relay:
         self.max_connections = max_connections
         self._server: _Server | None = None
         self._folder: Path | None = None
+        self._cert_pem = b""
         self._lock = threading.Lock()
 
     def kubeconfig(self) -> Path:
         with self._lock:
             if self._server is None:
                 self._start()
+            elif not (self._folder / "kubeconfig").is_file():
+                # its folder was removed under the live relay (a temp cleaner; another run's sweep once did, when
+                # a test dropped this process's lock): helm gets a fresh copy of the same kubeconfig
+                log.warning("the helm relay's kubeconfig in %s was removed by something else; writing it again",
+                            self._folder)
+                self._write_kubeconfig(self._server)
             return self._folder / "kubeconfig"
 
     def _start(self) -> None:
         self.kube.host  # noqa: B018 - load the user's kubeconfig now: its errors are ours to report, not helm's
         server = _Server(("127.0.0.1", 0), _handler(self), self)
         self._folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-relay-", dir=_temp_root()))  # 0700
-        cert_pem = _serve_tls(server, self._folder)
-        path = self._folder / "kubeconfig"
-        path.touch(mode=0o600)
-        path.write_text(KUBECONFIG.format(port=server.server_address[1], token=self.token,
-                                          ca=base64.b64encode(cert_pem).decode()))
+        self._cert_pem = _serve_tls(server, self._folder)
+        self._write_kubeconfig(server)
         threading.Thread(target=server.serve_forever, name="helm-relay", daemon=True).start()
         atexit.register(self.close)
         self._server = server
         log.debug("helm relay on 127.0.0.1:%d for %s", server.server_address[1], self.kube.host)
+
+    def _write_kubeconfig(self, server: _Server) -> None:
+        if not self._folder.is_dir():
+            self._folder = Path(tempfile.mkdtemp(prefix="gpu-bootstrap-relay-", dir=_temp_root()))  # 0700
+        path = self._folder / "kubeconfig"
+        path.touch(mode=0o600)
+        path.write_text(KUBECONFIG.format(port=server.server_address[1], token=self.token,
+                                          ca=base64.b64encode(self._cert_pem).decode()))
 
     def close(self) -> None:
         with self._lock:

@@ -83,7 +83,8 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None, confi
                   ssh=getattr(node_facts, "ssh", None), kube_version=kube_version)
     from gpu_bootstrap.pipeline.runner import Runner
     listed = [s for s in skipped if s in options.skip]  # --only hides what it leaves out; --skip shows it
-    runner = Runner(ctx, [load_step(step_id) for step_id in selected], skipped, list(playbook.steps), listed)
+    runner = Runner(ctx, [load_step(step_id) for step_id in selected], skipped, list(playbook.steps), listed,
+                    left_out=[load_step(step_id) for step_id in skipped])
     return ctx, runner, playbook
 
 

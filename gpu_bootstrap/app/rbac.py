@@ -163,9 +163,9 @@ ROLE_WARNINGS = {
         "Reads only: this cluster serves no ValidatingAdmissionPolicy (1.30+), which would keep the admission "
         "checks' dry-run pod creates dry, so those checks are left out (doctor says they could not be made)."],
     "probe": lambda prometheus, policies: [
-        "NODE-ROOT-EQUIVALENT: doctor's role plus the in-cluster node probe, a privileged DaemonSet that runs a "
-        "script as root in every GPU node's own shell. Its policy below lets it write for real only the probe's "
-        "own namespaces (gpu-bootstrap-probe-*), their ConfigMap and DaemonSet, and nothing else but dry runs. "
+        "NODE-ROOT-EQUIVALENT: doctor's role plus the in-cluster node probe, privileged pods that run a script "
+        "as root in every GPU node's own shell. Its policy below lets it write for real only the probe's own "
+        "namespaces (gpu-bootstrap-probe-*), their ConfigMap and pods, and nothing else but dry runs. "
         "For trusted use only; SSH (preflight.via: ssh) or --preflight-report need no such identity."],
 }
 

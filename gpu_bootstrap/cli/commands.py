@@ -350,7 +350,8 @@ def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
     Removed: the objects and Helm releases gpu-bootstrap made (labelled app.kubernetes.io/managed-by=gpu-bootstrap,
     or adopted), the taint, labels and records it put on nodes, the namespaces it created, what its components made
     while running (the scheduler's Lease, the Prometheus Operator's kubelet Service), then its own namespace
-    gpu-bootstrap. docs/what-up-changes.md lists it all.
+    gpu-bootstrap. With --only/--skip, that namespace (the checkpoint) goes too once no step left out has a record
+    or anything to undo. docs/what-up-changes.md lists it all.
 
     [bold]Examples[/]
 

@@ -39,10 +39,11 @@ def refused_secret(error: GpuBootstrapError) -> bool:
 
 class Runner:
     def __init__(self, ctx, steps: list[Step], skipped: list[str] = (), order: list[str] | None = None,
-                 listed_skips: list[str] = ()):
+                 listed_skips: list[str] = (), left_out: list[Step] = ()):
         self.ctx = ctx
         self.steps = steps
-        self.skipped = list(skipped)  # not selected (--only/--skip): a teardown of them keeps the tool's state
+        self.skipped = list(skipped)  # not selected (--only/--skip): a teardown of them keeps the tool's state ...
+        self.left_out = list(left_out)  # ... unless these, their steps, have nothing left to undo (_last_of_ours)
         self.listed_skips = list(listed_skips)  # the ones the summary shows (--skip; --only hides the others)
         self.order = list(order or [s.id for s in steps] + self.skipped)
         self.results: list[StepResult] = []
@@ -265,7 +266,7 @@ class Runner:
                     self.ctx.reporter.change(step.id, change, applied=False)
                 self._finish(StepResult(step.id, "planned" if changes else "unchanged", len(changes),
                                         _undo_message(changes, planned=True), planned=list(changes)))
-            if not self.skipped and self.ctx.kube.get("v1", "Namespace", cp.NAMESPACE) is not None:
+            if self._last_of_ours(plans) and self.ctx.kube.get("v1", "Namespace", cp.NAMESPACE) is not None:
                 self.ctx.reporter.note(f"then the tool's own namespace {cp.NAMESPACE} (its checkpoint ConfigMap "
                                        f"{cp.NAME}, the key Secret {cp.KEY_SECRET} and its lock) would be removed")
             return self.ordered_results()
@@ -289,9 +290,32 @@ class Runner:
             raise Interrupted() from None
         finally:
             self._release(lock)
-        if not self.skipped:
+        if self._last_of_ours():
             self._remove_state()
         return self.ordered_results()
+
+    def _last_of_ours(self, planned: list | None = None) -> bool:
+        """Whether this teardown leaves nothing of ours, so the tool's own namespace (checkpoint, key, lock) goes too:
+        always for the whole playbook; for part of it (--only/--skip), when no step left out has a record in the
+        checkpoint or anything to undo in the cluster (`up --only a,b` then `teardown --only a,b`). A step whose
+        undo cannot be read keeps the namespace (an error is raised, never taken for "nothing left"). `planned`: a
+        dry run's plans, where the selected steps' records are still there (a real teardown has forgotten them)."""
+        if not self.skipped:
+            return True
+        if len(self.left_out) != len(self.skipped):
+            return False  # not told which steps were left out (a runner built without them): keep the state
+        undone = {step.id for step, _changes in planned or []}
+        if set(self.checkpoint.load()) - undone:
+            return False
+        for step in self.left_out:
+            try:
+                if step.undo_plan(self.ctx):
+                    return False
+            except GpuBootstrapError as error:  # unknown is not "nothing left": the state stays
+                self.ctx.reporter.note(f"the tool's own namespace {cp.NAMESPACE} is kept: whether {step.id} (left "
+                                       f"out) still has objects could not be read ({error.one_line()})")
+                return False
+        return True
 
     def _refuse_gitops_owned(self, plans) -> None:
         """Only touch what is ours: an object a GitOps engine applies (an export of ours, or one Argo CD or Flux

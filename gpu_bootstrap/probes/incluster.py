@@ -1,12 +1,12 @@
-"""The node probe run through the cluster instead of SSH: the same probe script (probes/script.py), run by a
-DaemonSet on every selected GPU node, its output read back from the containers' termination messages. Pure: the
+"""The node probe run through the cluster instead of SSH: the same probe script (probes/script.py), run by one
+pod bound to each selected GPU node, its output read back from the containers' termination messages. Pure: the
 manifests, the shell the containers run, and the decoding of what a pod reports; the API calls live in
 adapters/cluster_probe.py.
 
 The pod: hostPath `/` mounted read-only at /host; init container `probe` pipes the script (a ConfigMap) into the
 host's own shell (`chroot /host /bin/sh -s`, as NVIDIA's validator runs `chroot /host nvidia-smi`), compresses the output
 (gzip + base64) into a shared emptyDir, and every init container writes one slice of it, with a header, to its
-termination message; the main container only sleeps (a DaemonSet's pods must keep running). The kubelet keeps at
+termination message; the main container only sleeps (a failed slice container is restarted, its last end kept). The kubelet keeps at
 most 4,096 bytes per container and 12 KiB per pod split over its containers, keeping the first bytes, so each slice
 fits a third of that budget. A result that does not fit is reported as too large, never cut: the reader checks the
 slice count, the length and a checksum before it decodes anything.
@@ -54,12 +54,6 @@ SLICE_SHELL = (
     'tail -c +$((GB_SLICE * {size} + 1)) /gb/b64 | head -c {size} >>/dev/termination-log').format(size=SLICE_BYTES)
 
 
-def node_terms(nodes: list[str]) -> list[dict]:
-    """One nodeSelectorTerm per node (terms are ORed): the API server takes a node field selector (matchFields on
-    metadata.name) with exactly one value, so `In [n1, n2]` is refused as invalid."""
-    return [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]} for name in nodes]
-
-
 def namespace_name(run_id: str) -> str:
     return NAMESPACE_PREFIX + run_id
 
@@ -82,46 +76,49 @@ def script_manifest(run_id: str, script: str) -> dict:
             "data": {"probe.sh": script}}
 
 
-def daemonset_manifest(run_id: str, nodes: list[str], image: str) -> dict:
-    """One DaemonSet targeting exactly `nodes` by name, tolerating every taint (GPU nodes are tainted, maybe
-    NotReady), reading the host through a read-only hostPath. Only the probe container is privileged (nvidia-smi
-    opens the GPU devices); the others only copy a slice of its result."""
+def pod_name(index: int) -> str:
+    return f"{NAME}-{index}"
+
+
+def pod_manifest(run_id: str, node: str, index: int, image: str) -> dict:
+    """The probe pod for one node, bound to it by name (spec.nodeName, as the DaemonSet controller binds its pods):
+    every pod, and every request, has the same size whatever the fleet's. A DaemonSet would need one nodeSelectorTerm
+    per selected node (a node field selector takes one value), copied into each of its pods: a LIST of them grows with
+    the square of the node count. Tolerates every taint (GPU nodes are tainted, maybe NotReady) and reads the host
+    through a read-only hostPath; only the probe container is privileged (nvidia-smi opens the GPU devices), the others
+    only copy a slice of its result. The main container sleeps, so a failed probe container is restarted and its
+    last termination kept, as under a DaemonSet; the pods go with the run's namespace."""
     labels = {**MANAGED_BY, **COMPONENT, RUN_LABEL: run_id}
     probe_mounts = [{"name": "host", "mountPath": "/host", "readOnly": True},
                     {"name": "script", "mountPath": "/gb-script", "readOnly": True}]
     result = [{"name": "result", "mountPath": "/gb"}]
 
-    def slice_container(index: int) -> dict:
-        container = {"name": "probe" if index == 0 else f"result-{index}", "image": image,
-                     "command": ["sh", "-c", (PROBE_SHELL if index == 0 else "") + SLICE_SHELL],
-                     "env": [{"name": "GB_SLICE", "value": str(index)}],
-                     "volumeMounts": (probe_mounts if index == 0 else []) + result,
+    def slice_container(slice_index: int) -> dict:
+        container = {"name": "probe" if slice_index == 0 else f"result-{slice_index}", "image": image,
+                     "command": ["sh", "-c", (PROBE_SHELL if slice_index == 0 else "") + SLICE_SHELL],
+                     "env": [{"name": "GB_SLICE", "value": str(slice_index)}],
+                     "volumeMounts": (probe_mounts if slice_index == 0 else []) + result,
                      "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent",
                      "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}}
-        if index == 0:
+        if slice_index == 0:
             container["securityContext"] = {"privileged": True, "runAsUser": 0}
         return container
 
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": NAME, "namespace": namespace_name(run_id), "labels": labels},
-            "spec": {"selector": {"matchLabels": {RUN_LABEL: run_id}},
-                     "template": {"metadata": {"labels": labels},
-                                  "spec": {
-                                      "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                                          "nodeSelectorTerms": node_terms(nodes)}}},
-                                      "tolerations": [{"operator": "Exists"}],
-                                      "automountServiceAccountToken": False,
-                                      "enableServiceLinks": False,
-                                      "terminationGracePeriodSeconds": 0,
-                                      "initContainers": [slice_container(i) for i in range(SLICES)],
-                                      "containers": [{
-                                          "name": "sleep", "image": image, "command": ["sleep", "2147483647"],
-                                          "imagePullPolicy": "IfNotPresent",
-                                          "resources": {"requests": {"cpu": "1m", "memory": "4Mi"},
-                                                        "limits": {"memory": "16Mi"}}}],
-                                      "volumes": [{"name": "host", "hostPath": {"path": "/", "type": "Directory"}},
-                                                  {"name": "script", "configMap": {"name": NAME}},
-                                                  {"name": "result", "emptyDir": {"sizeLimit": "4Mi"}}]}}}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod_name(index), "namespace": namespace_name(run_id), "labels": labels},
+            "spec": {"nodeName": node,
+                     "tolerations": [{"operator": "Exists"}],
+                     "automountServiceAccountToken": False,
+                     "enableServiceLinks": False,
+                     "terminationGracePeriodSeconds": 0,
+                     "initContainers": [slice_container(i) for i in range(SLICES)],
+                     "containers": [{
+                         "name": "sleep", "image": image, "command": ["sleep", "2147483647"],
+                         "imagePullPolicy": "IfNotPresent",
+                         "resources": {"requests": {"cpu": "1m", "memory": "4Mi"}, "limits": {"memory": "16Mi"}}}],
+                     "volumes": [{"name": "host", "hostPath": {"path": "/", "type": "Directory"}},
+                                 {"name": "script", "configMap": {"name": NAME}},
+                                 {"name": "result", "emptyDir": {"sizeLimit": "4Mi"}}]}}
 
 
 # --- reading a pod back ------------------------------------------------------------------------------------------
@@ -139,17 +136,8 @@ class Outcome:
 
 
 def pod_node(pod: dict) -> str:
-    """The node a DaemonSet pod is for: spec.nodeName once bound, else its affinity's metadata.name."""
-    spec = pod.get("spec") or {}
-    if spec.get("nodeName"):
-        return spec["nodeName"]
-    terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
-              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
-    for term in terms:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and len(field.get("values") or []) == 1:
-                return field["values"][0]
-    return ""
+    """The node a probe pod is for (it is bound to it from its creation)."""
+    return (pod.get("spec") or {}).get("nodeName") or ""
 
 
 def _terminated(status: dict) -> dict | None:
@@ -161,6 +149,11 @@ def finished(pod: dict) -> bool:
     """Every slice container has run to the end (or failed for good: it is restarting)."""
     statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
     return len(statuses) >= SLICES and all(_terminated(s) for s in statuses[:SLICES])
+
+
+def settled(pod: dict) -> bool:
+    """Nothing more will come from this pod: it finished, or its kubelet refused it (phase Failed)."""
+    return finished(pod) or (pod.get("status") or {}).get("phase") == "Failed"
 
 
 def decode(pod: dict) -> Outcome:
@@ -227,12 +220,12 @@ def why_unfinished(pod: dict | None, node: dict | None, image: str, timeout: int
     not_ready = ready is not None and ready.get("status") != "True"
     if pod is None:
         extra = " (the node is NotReady)" if not_ready else ""
-        return (f"no probe pod was created for the node within {timeout}s{extra}: the DaemonSet controller did not "
-                f"place one (kubectl describe daemonset in the probe namespace)")
+        return (f"the node's probe pod is gone{extra}: something deleted it (the pod garbage collector removes "
+                f"the pods of a node that left the cluster)")
     status = pod.get("status") or {}
-    if not (pod.get("spec") or {}).get("nodeName"):
-        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
-        return f"the probe pod was not scheduled within {timeout}s: {scheduled.get('message') or 'Pending'}"
+    if status.get("phase") == "Failed":  # the kubelet refused it (OutOfcpu, OutOfpods, a NodeAffinity rule ...)
+        return (f"the node's kubelet refused the probe pod ({status.get('reason') or 'Failed'}: "
+                f"{(status.get('message') or '').strip()[:160]})")
     for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"):

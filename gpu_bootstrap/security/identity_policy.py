@@ -7,8 +7,8 @@ request is a dry run (`request.dryRun`), and a policy matched on the identity's 
   dry      (`--for dry-run`, `--for doctor`): every create, update, delete and connect of the identity must be a dry
            run; a real one is denied (failurePolicy Fail: an error denies too).
   probe    (`--for probe`): as dry, but for the in-cluster node probe's own objects: a Namespace named
-           gpu-bootstrap-probe-* that carries the probe's labels (create, delete), and a ConfigMap or DaemonSet
-           created inside one.
+           gpu-bootstrap-probe-* that carries the probe's labels (create, delete), and a ConfigMap or pod created
+           inside one.
 Admission does not run for the admission configuration kinds themselves (webhook configurations, admission policies
 and their bindings), so the roles of these identities hold no write on those kinds (security/rbac.py), and nothing
 of theirs may change this policy. Needs admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30).
@@ -52,7 +52,7 @@ def _probe_objects() -> str:
                  f'(request.operation == "DELETE" && {labelled("oldObject")})))')
     inside = (f'(request.operation == "CREATE" && {whole} && '
               f'((request.resource.group == "" && request.resource.resource == "configmaps") || '
-              f'(request.resource.group == "apps" && request.resource.resource == "daemonsets")) && '
+              f'(request.resource.group == "" && request.resource.resource == "pods")) && '
               f'has(request.namespace) && request.namespace.startsWith({prefix}))')
     return f"{namespace} || {inside}"
 
@@ -66,7 +66,7 @@ def manifests(command: str, service_account: str) -> list[dict]:
         expression = f"({DRY}) || {_probe_objects()}"
         message = (f"{user} is the in-cluster node probe's identity (gpu-bootstrap rbac --for probe): it may write "
                    f"for real only the probe's own namespaces ({PROBE_NAMESPACE_PREFIX}*), their ConfigMap and "
-                   f"DaemonSet; anything else only as a server-side dry run")
+                   f"pods; anything else only as a server-side dry run")
     else:
         expression = DRY
         message = (f"{user} is a dry-run identity (gpu-bootstrap rbac --for {command}): its requests must be "

@@ -13,9 +13,9 @@ attacks each was put to on the real API server):
            writes nothing for real. Admission does not run for the admission configuration kinds themselves
            (webhook configurations, admission policies and their bindings), so it holds no write on those: they
            are judged client-side, as the plan role judges them.
-  probe    doctor plus the in-cluster node probe: a privileged DaemonSet that runs a script as root on every GPU
+  probe    doctor plus the in-cluster node probe: privileged pods that run a script as root on every GPU
            node, so NODE-ROOT-EQUIVALENT, for trusted use; its policy lets it write for real only the probe's own
-           namespaces (gpu-bootstrap-probe-*), their ConfigMap and DaemonSet.
+           namespaces (gpu-bootstrap-probe-*), their ConfigMap and pods.
   up       `up` itself: everything. It installs privileged node agents (the gpu-operator's driver and toolkit
            DaemonSets) and binds the charts' roles, so it is CLUSTER-ADMIN-EQUIVALENT: give it to an admin or a
            protected deploy job, as a short-lived token.
@@ -326,13 +326,13 @@ def probes_through_the_cluster(config) -> bool:
 
 def _cluster_probe() -> list[Need]:
     """preflight through the cluster: a namespace per run (its name is made per run, so the rules are cluster-wide;
-    the probe identity's policy holds it to the probe's own namespaces), the script's ConfigMap and the probe
-    DaemonSet in it, read back with one pod list (and its events when the pods are refused), removed with the
-    namespace; leftovers of killed runs are found by label."""
-    why = "preflight through the cluster: the node probe's own namespace, its script and DaemonSet"
+    the probe identity's policy holds it to the probe's own namespaces), the script's ConfigMap and one probe pod per
+    node in it, read back with one pod list, removed with the namespace; leftovers of killed runs are found by
+    label."""
+    why = "preflight through the cluster: the node probe's own namespace, its script and its pods"
     return [need("", "namespaces", "get list create delete", why=why), need("", "configmaps", "create", why=why),
-            need("apps", "daemonsets", "create", why=why),
-            need("", "pods events", "list", why="preflight through the cluster: the probe pods' results"),
+            need("", "pods", "create", why=why),
+            need("", "pods", "list", why="preflight through the cluster: the probe pods' results"),
             need("", "nodes", "list", why="preflight through the cluster: why a node's probe did not finish")]
 
 

@@ -47,7 +47,10 @@ LOCK_FILE = ".lock"  # flocked by the folder's process for its whole life
 
 _lock = threading.Lock()
 _folder: Path | None = None
-_held: int | None = None  # the descriptor holding the run folder's lock
+# each run folder this process made -> the descriptor holding its lock. A lock is let go only with its own folder
+# (removed by us, or found gone): making a second folder in one process (the first one removed under us) never
+# drops a lock whose folder still holds a live relay's kubeconfig, which another run's sweep would then take.
+_locks: dict[Path, int] = {}
 
 
 def run_folder() -> Path:
@@ -61,9 +64,11 @@ def run_folder() -> Path:
             prep = root / f"{PREP_PREFIX}{secrets.token_hex(4)}"
             prep.mkdir(mode=0o700)
             prep.chmod(0o700)  # whatever the umask
-            _hold(prep)
+            _release_gone()
+            held = _hold(prep)
             path = root / f"{RUN_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
             prep.rename(path)
+            _locks[path] = held
             if _folder is None:
                 atexit.register(remove)
                 interrupts.before_exit(remove)
@@ -71,14 +76,19 @@ def run_folder() -> Path:
         return _folder
 
 
-def _hold(path: Path) -> None:
-    """Lock the folder's LOCK_FILE for this process's life (O_CLOEXEC: a child such as helm holds nothing)."""
-    global _held
+def _hold(path: Path) -> int:
+    """Lock the folder's LOCK_FILE for this process's life (O_CLOEXEC: a child such as helm holds nothing); returns
+    the descriptor that holds it."""
     fd = os.open(path / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else can hold it
-    if _held is not None:
-        os.close(_held)
-    _held = fd
+    return fd
+
+
+def _release_gone() -> None:
+    """Let go of the locks of run folders that are no longer there (removed by something else)."""
+    for path in list(_locks):
+        if not path.is_dir():
+            os.close(_locks.pop(path))
 
 
 def run_folder_or_none() -> Path | None:
@@ -93,14 +103,14 @@ def run_folder_or_none() -> Path | None:
 def remove() -> None:
     """Remove the run folder now (atexit, and before os._exit). The kubernetes client's memory of the files it
     wrote there is dropped too, so a later client in this process writes them anew."""
-    global _folder, _held
+    global _folder
     folder, _folder = _folder, None
     if folder is None:
         return
     shutil.rmtree(folder, ignore_errors=True)
-    if _held is not None:
-        os.close(_held)
-        _held = None
+    held = _locks.pop(folder, None)
+    if held is not None:
+        os.close(held)
     _forget_client_files(folder)
 
 
@@ -127,9 +137,9 @@ def sweep(root: Path | None = None, now: float | None = None) -> list[Path]:
     except OSError as error:
         log.debug("sweep of %s: %s", root, error)
         return removed
-    current = _folder.name if _folder is not None else None
+    mine = {path.name for path in _locks} | ({_folder.name} if _folder is not None else set())
     for entry in entries:
-        if entry.name == current or not _stale(entry, now):
+        if entry.name in mine or not _stale(entry, now):
             continue
         try:
             shutil.rmtree(entry.path)

@@ -6,6 +6,8 @@ the same chrooted trees the sshd tests serve: tests/nodes) this does what a kube
 * the image is "pulled" (every image is busybox here) unless it is listed in `unpullable`: then the pod stays
   Pending with ErrImagePull, as on a node that cannot reach the registry;
 * a NotReady node's kubelet runs nothing: the pod stays Pending with no container statuses;
+* a pod bound to a node with no room for one more pod (its allocatable `pods`) is refused as the kubelet's admission
+  refuses it: phase Failed, reason OutOfpods (a pod bound by name never met the scheduler's check);
 * init containers run one after the other, each in its own root (busybox applets, /dev/null, zero, random) in a
   private mount namespace, with the pod's volumes bind-mounted: a hostPath maps to the node's tree (read-only when the
   mount says so), an emptyDir to a folder shared by the pod's containers, a configMap to its keys' files,
@@ -98,12 +100,53 @@ class KubeletSim:
             if uid in self._seen:
                 return True
             self._seen.add(uid)
+        refused = self._admission(node, uid)
+        if refused:
+            self._write(pod, refused)
+            return True
         bad = self._unpullable(pod)
         if bad:
             self._write(pod, self._pull_failure(pod, bad))
             return True
         self._pool.submit(self._execute, jcopy(pod), node_name)
         return True
+
+    def refuse_if_full(self, pod: dict, node_name: str) -> bool:
+        """The kubelet's admission alone, for a node this stand-in answers for without a file tree: True when the
+        pod was refused (and its status says so)."""
+        node = self._node(node_name)
+        uid = pod["metadata"]["uid"]
+        if node is None or not node_ready(node):
+            return False
+        refused = self._admission(node, uid)
+        if refused is None:
+            return False
+        with self._lock:
+            if uid in self._seen:
+                return True
+            self._seen.add(uid)
+        self._write(pod, refused)
+        return True
+
+    def _admission(self, node: dict, uid: str) -> dict | None:
+        """The kubelet's own check of its pod limit (pkg/kubelet/lifecycle/predicate.go), with its words."""
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        if "pods" not in allocatable:
+            return None
+        capacity = int(allocatable["pods"])
+        used = self._running_pods(node["metadata"]["name"], uid)
+        if used + 1 <= capacity:
+            return None
+        return {"phase": "Failed", "reason": "OutOfpods",
+                "message": f"Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: {used}, "
+                           f"capacity: {capacity}"}
+
+    def _running_pods(self, node_name: str, uid: str) -> int:
+        """Pods bound to the node that are not finished, other than `uid`."""
+        pods = self.store.objects.get(("", "pods"), {}).values()
+        return sum(1 for p in pods if (p.get("spec") or {}).get("nodeName") == node_name
+                   and p["metadata"]["uid"] != uid
+                   and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
     def _unpullable(self, pod: dict) -> str:
         spec = pod["spec"]

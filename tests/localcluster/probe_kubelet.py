@@ -44,12 +44,17 @@ class ProbeKubelet(KubeletSim):
         self.trees = {name: Path(root) for name, root in trees.items() if name in TREE_NODES}
 
     def sync(self, pods: list[dict]) -> None:
-        """Hand every live pod bound to a node with a tree to the stand-in (it takes each pod once, by uid)."""
+        """Hand every live pod bound to a node with a tree to the stand-in (it takes each pod once, by uid); refuse
+        a pod bound to a tree node without one when that node has no room for it, as its kubelet would."""
         self.load_trees()
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
-            if node in self.trees and not pod["metadata"].get("deletionTimestamp"):
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            if node in self.trees:
                 self.handle(pod, node)
+            elif node in TREE_NODES:  # KWOK leaves these nodes' pods alone: the kubelet's own refusal is ours
+                self.refuse_if_full(pod, node)
 
     # --- the API side -------------------------------------------------------------------------------------------
     def _node(self, name: str) -> dict | None:
@@ -59,6 +64,11 @@ class ProbeKubelet(KubeletSim):
             if error.status == 404:
                 return None
             raise
+
+    def _running_pods(self, node_name: str, uid: str) -> int:
+        pods = self.api.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node_name}")["items"]
+        return sum(1 for p in pods if p["metadata"]["uid"] != uid
+                   and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
     def _current(self, pod: dict) -> dict | None:
         meta = pod["metadata"]
