@@ -208,7 +208,7 @@ def test_validate_runs_one_pod_per_chosen_node_after_removing_leftovers(playbook
     conf = config(validate={"nodes": nodes})
     missing = pod_security.decide("gpu-bootstrap", None, pod_security.RESTRICTED, "validation pods run there")
     changes = Validate().plan(context(conf, playbook), check_of(ValidateFacts(("gpu-bootstrap-validate-old",),
-                                                                              missing)))
+                                                                              missing, (), scheduler)))
     assert changes[0].body["metadata"]["labels"][pod_security.ENFORCE] == "restricted"
     assert [(c.verb, str(c.target)) for c in changes] == [
         (Verb.APPLY, "Namespace gpu-bootstrap"),
@@ -227,7 +227,8 @@ def test_validate_in_dra_mode_adds_a_pod_whose_gpu_comes_from_a_claim_template()
     """allocation: dra: every node's pod still asks for nvidia.com/gpu (served through the driver's DeviceClass), and
     the first node runs one more whose GPU comes from a ResourceClaimTemplate; leftovers go pods first."""
     conf = config(validate={"nodes": "all"}, gpu_operator={"allocation": "dra"})
-    facts = ValidateFacts(("gpu-bootstrap-validate-claim-old",), None, ("gpu-bootstrap-validate-gpu",))
+    facts = ValidateFacts(("gpu-bootstrap-validate-claim-old",), None, ("gpu-bootstrap-validate-gpu",),
+                          "gpu-binpack-scheduler")
     changes = Validate().plan(context(conf, ("gpu-operator", "binpack-scheduler", "validate")), check_of(facts))
     first = conf.nodes[0].name
     assert [(c.verb, str(c.target)) for c in changes] == [

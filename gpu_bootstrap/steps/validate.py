@@ -24,6 +24,7 @@ POD_PREFIX = "gpu-bootstrap-validate-"
 CLAIM_POD_PREFIX = POD_PREFIX + "claim-"
 CLAIM_TEMPLATE = "gpu-bootstrap-validate-gpu"
 EXPECTED = "Test PASSED"
+NODE_CHECK_INTERVAL = 5.0  # seconds between checks that the pending pods' nodes are still in the cluster
 LABEL = {"app.kubernetes.io/name": "gpu-bootstrap-validate", "app.kubernetes.io/managed-by": "gpu-bootstrap"}
 
 
@@ -32,6 +33,7 @@ class ValidateFacts:
     leftovers: tuple[str, ...]  # validation pods an earlier run left behind
     namespace: pod_security.NamespaceDecision | None = None  # where they run: created or labelled restricted if ours
     leftover_templates: tuple[str, ...] = ()  # and its ResourceClaimTemplates (allocation: dra)
+    scheduler: str | None = None  # the scheduler the pods name (scheduler_name); None: the default one
 
 
 class Validate(Step):
@@ -64,10 +66,15 @@ class Validate(Step):
 
     @staticmethod
     def scheduler_name(ctx) -> str | None:
-        """The bin-packing scheduler when this playbook deploys it, so validation also proves it schedules."""
-        if "binpack-scheduler" in ctx.options.playbook and ctx.config.scheduler.enabled:
-            return ctx.config.scheduler.name
-        return None
+        """The bin-packing scheduler when this playbook deploys it and it runs (or this very run deploys it), so
+        validation also proves it schedules; else the default one. A pod named for a scheduler that does not run
+        (`up --only ...,validate` with the scheduler never deployed) would wait for good, as admission's steering
+        would (admission_state.steering decides both)."""
+        if "binpack-scheduler" not in ctx.options.playbook or not ctx.config.scheduler.enabled:
+            return None
+        from gpu_bootstrap.steps.admission_state import steering
+        runs, _why = steering(ctx)
+        return ctx.config.scheduler.name if runs else None
 
     def check(self, ctx) -> Check:
         # Nothing persists between runs (the pods are removed), so the record's fingerprint decides.
@@ -79,7 +86,8 @@ class Validate(Step):
         return Check(PASS, f"CUDA vector-add ({locate(ctx.config.validation.image, ctx.config.registry)}) on "
                            f"{len(self.nodes(ctx.config))} GPU node(s)"
                            + (f", and once through a ResourceClaimTemplate on {claim}" if claim else ""), done=True,
-                     facts=ValidateFacts(leftovers, decision, tuple(self._templates(ctx))))
+                     facts=ValidateFacts(leftovers, decision, tuple(self._templates(ctx)),
+                                         self.scheduler_name(ctx)))
 
     def _pod_name(self, node: str) -> str:
         return (POD_PREFIX + node)[:63].rstrip("-.")
@@ -95,7 +103,7 @@ class Validate(Step):
             names[self._claim_pod_name(claim)] = f"{claim} (GPU from a ResourceClaim)"
         return names
 
-    def _pod(self, ctx, node: str, through_claim: bool = False) -> dict:
+    def _pod(self, ctx, node: str, scheduler: str | None, through_claim: bool = False) -> dict:
         taint = ctx.config.node_prep.taint
         tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         if taint is not None and taint.key != "nvidia.com/gpu":
@@ -111,7 +119,7 @@ class Validate(Step):
         if through_claim:  # the GPU comes from the claim the template makes for this pod, not the extended resource
             spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": CLAIM_TEMPLATE}]
             spec["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-        if scheduler := self.scheduler_name(ctx):
+        if scheduler:
             spec["schedulerName"] = scheduler
         name = self._claim_pod_name(node) if through_claim else self._pod_name(node)
         pod = {"apiVersion": "v1", "kind": "Pod",
@@ -128,7 +136,7 @@ class Validate(Step):
         for node in self.nodes(ctx.config):
             changes.append(Change(Verb.CREATE, Ref("v1", "Pod", self._pod_name(node), namespace),
                                   f"run {ctx.config.validation.image} with 1 GPU on {node}",
-                                  "prove that a CUDA workload runs there", self._pod(ctx, node)))
+                                  "prove that a CUDA workload runs there", self._pod(ctx, node, check.facts.scheduler)))
         if claim := self.claim_node(ctx.config):
             template = dra.gpu_claim_template(CLAIM_TEMPLATE, namespace, LABEL)
             changes.append(Change(Verb.CREATE, Ref(dra.API_VERSION, "ResourceClaimTemplate", CLAIM_TEMPLATE,
@@ -138,7 +146,7 @@ class Validate(Step):
             changes.append(Change(Verb.CREATE, Ref("v1", "Pod", self._claim_pod_name(claim), namespace),
                                   f"run {ctx.config.validation.image} on {claim} with 1 GPU from a ResourceClaim",
                                   "prove that a GPU allocated through a claim runs CUDA",
-                                  self._pod(ctx, claim, through_claim=True)))
+                                  self._pod(ctx, claim, check.facts.scheduler, through_claim=True)))
         return changes
 
     @staticmethod
@@ -173,7 +181,11 @@ class Validate(Step):
         deadline = time.monotonic() + ctx.config.validation.timeout
         pending = self._names(ctx.config)
         failures, passed = [], []
+        next_node_check = time.monotonic() + NODE_CHECK_INTERVAL
         while pending and time.monotonic() < deadline:
+            if time.monotonic() >= next_node_check:  # a node that left the cluster never runs its pod: say so now
+                next_node_check = time.monotonic() + NODE_CHECK_INTERVAL
+                failures += self._gone_nodes(ctx, pending)
             for name, node in list(pending.items()):
                 pod = ctx.kube.get("v1", "Pod", name, namespace)
                 phase = ((pod or {}).get("status") or {}).get("phase")
@@ -193,6 +205,18 @@ class Validate(Step):
         if failures:
             return Check(FAIL, "CUDA vector-add failed on " + "; ".join(failures))
         return Check(PASS, f"CUDA vector-add passed on {', '.join(sorted(passed))}", done=True)
+
+    @staticmethod
+    def _gone_nodes(ctx, pending: dict[str, str]) -> list[str]:
+        """Failures for the pending pods whose node is no longer in the cluster (they are dropped from `pending`)."""
+        failures = []
+        for name, node in list(pending.items()):
+            node_name = node.split(" ", 1)[0]  # "<node> (GPU from a ResourceClaim)" for the claim pod
+            if ctx.kube.get("v1", "Node", node_name) is None:
+                del pending[name]
+                failures.append(f"{node}: the node left the cluster while its validation pod waited (kubectl get "
+                                f"node {node_name}: not found)")
+        return failures
 
     @staticmethod
     def _why_pending(ctx, name: str, namespace: str) -> str:
