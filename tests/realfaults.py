@@ -195,3 +195,17 @@ def helm_releases(cluster: local.LocalCluster) -> dict[str, str]:
         if version >= latest.get(key, (-1, ""))[0]:
             latest[key] = (version, labels.get("status", ""))
     return {key: status for key, (_version, status) in latest.items()}
+
+
+REPORT_ENV = "GPU_BOOTSTRAP_FAULTS_REPORT"  # benchmarks/real_faults.py sets it: each case appends its row there
+
+
+def record(fault: str, where: str, seen: str, converged_after: float) -> None:
+    """One row of docs/reliability.md's table (fault, where, what the user sees, seconds from the fault until the
+    cluster was as an uninterrupted run leaves it), when a report file is asked for."""
+    path = os.environ.get(REPORT_ENV)
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"fault": fault, "where": where, "seen": seen,
+                              "converged_after": round(converged_after, 1)}) + "\n")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realfaults import RealState, UpRun, helm_releases, kill, restart, wait_for
+from tests.realfaults import RealState, UpRun, helm_releases, kill, record, restart, wait_for
 from tests.reliability import converged, differences, view
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.faults, pytest.mark.xdist_group("faults-real")]
@@ -146,8 +146,10 @@ def outage_mid_up(faults: Faults, point: str, component: str, outage: float) -> 
     try:
         wait_for(lambda: POINTS[point](api), RUN_TIMEOUT, f"the run to reach {point}", interval=0.02)
         kill(faults.cluster, component)
+        broken = time.monotonic()
         time.sleep(outage)
         restart(faults.cluster, component)
+        back = time.monotonic() - broken
         first = run.wait(RUN_TIMEOUT)
         print(f"{component} down {outage:g} s at {point}: the interrupted run ended {first.code} after "
               f"{first.seconds:.0f} s: {((first.document or {}).get('error') or '')[:300]}")
@@ -161,6 +163,10 @@ def outage_mid_up(faults: Faults, point: str, component: str, outage: float) -> 
         assert left == [], differences(faults.reference, view(faults.state), limit=60)
         assert helm_releases(faults.cluster) == {"gpu-operator/gpu-operator": "deployed"}
         assert user_objects_intact(api) == []
+        what = "SIGKILL, restarted" if component == "kube-apiserver" else "killed, started again"
+        record(f"{component} {what} ({back:.0f} s down)", f"`up`, {point}",
+               f"nothing: the run retries and ends 0 ({first.seconds:.0f} s); the next `up` changes nothing",
+               time.monotonic() - broken)
     finally:
         if run.running():
             run.kill()
@@ -192,6 +198,7 @@ def test_teardown_killed_at_each_step_boundary_and_run_again_leaves_nothing_of_o
     api = faults.state.api
     assert faults.up().wait(RUN_TIMEOUT).code == 0
     args = ["teardown", "-c", str(faults.config), "--only", STEPS, "--yes"]
+    broken = time.monotonic()
     for boundary, reached in BOUNDARIES.items():
         run = UpRun(args, faults.folder)
         try:
@@ -212,6 +219,9 @@ def test_teardown_killed_at_each_step_boundary_and_run_again_leaves_nothing_of_o
     assert ours == [], json.dumps([faults.state.snapshot()[key]["metadata"]["labels"] for key in ours])
     assert helm_releases(faults.cluster) == {}
     assert user_objects_intact(api) == []
+    record("kill -9 of `teardown`, three times", "at each step boundary (after admission, OPA, the gpu-operator)",
+           "each rerun goes on where the last stopped; the last ends 0 and nothing of ours is left",
+           time.monotonic() - broken)
 
 
 def test_a_teardown_of_the_steps_an_only_run_made_leaves_no_state(faults):
@@ -224,9 +234,12 @@ def test_a_teardown_of_the_steps_an_only_run_made_leaves_no_state(faults):
     assert up.code == 0, up.output[-3000:]
     down = UpRun(["teardown", "-c", str(faults.config), "--only", steps, "--yes"], faults.folder).wait(RUN_TIMEOUT)
     assert down.code == 0, down.output[-3000:]
+    started = time.monotonic()
     wait_for(lambda: not api.get("/api/v1/namespaces", fieldSelector="metadata.name=gpu-bootstrap")["items"], 120,
              "the tool's namespace gpu-bootstrap to be gone", interval=0.5)
     assert user_objects_intact(api) == []
+    record("none: `up --only node-prep,admission-opa`, then `teardown --only` of the same steps", "teardown",
+           "the tool's namespace (its checkpoint ConfigMap) goes too", down.seconds + time.monotonic() - started)
 
 
 def test_a_node_gone_while_validate_waits_fails_the_run_naming_it_before_the_timeout(faults):
@@ -249,12 +262,16 @@ def test_a_node_gone_while_validate_waits_fails_the_run_naming_it_before_the_tim
                                                     "gpu-bootstrap-state").get("data") or {}),
                  RUN_TIMEOUT, "the gpu-operator step to be recorded", interval=0.02)
         api.delete("/api/v1/nodes/gpu-3")
+        broken = time.monotonic()
         ended = run.wait(RUN_TIMEOUT)
         assert ended.code == 1, ended.output[-3000:]
         validate = {s["id"]: s for s in ended.document["steps"]}["validate"]
         assert validate["status"] == "failed", validate
         assert "gpu-3: the node left the cluster while its validation pod waited" in validate["message"], validate
         assert "gpu-1" not in validate["message"] and "gpu-2" not in validate["message"], validate
+        record("a GPU node deleted", "`up`, before validate (its validation pod never starts)",
+               f"exit 1: validate says \"gpu-3: the node left the cluster while its validation pod waited\" "
+               f"({ended.seconds:.0f} s; validate.timeout is {RUN_TIMEOUT} s)", time.monotonic() - broken)
     finally:
         if run.running():
             run.kill()
