@@ -2,9 +2,9 @@
 
 One namespace, one ConfigMap (the script) and one pod per node created (CREATE_WORKERS at a time; each the same size
 whatever the fleet's), one label-selected LIST of pods per poll, one LIST of nodes, one namespace deleted. Everything
-lives in a namespace of its own, removed on every exit path (a `finally`, which Ctrl-C and SIGTERM reach as KeyboardInterrupt); a namespace
-left by a run that was killed with -9 is removed by the next run (or teardown) once its creator is gone or it
-expired. The manifests and the decoding are pure (probes/incluster.py).
+lives in a namespace of its own, removed on every exit path (a `finally`, which Ctrl-C and SIGTERM reach as
+KeyboardInterrupt); a namespace left by a run that was killed with -9 is removed by the next run (or teardown) once
+its creator is gone or it expired. The manifests and the decoding are pure (probes/incluster.py).
 """
 from __future__ import annotations
 

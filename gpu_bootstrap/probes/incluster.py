@@ -6,9 +6,9 @@ adapters/cluster_probe.py.
 The pod: hostPath `/` mounted read-only at /host; init container `probe` pipes the script (a ConfigMap) into the
 host's own shell (`chroot /host /bin/sh -s`, as NVIDIA's validator runs `chroot /host nvidia-smi`), compresses the output
 (gzip + base64) into a shared emptyDir, and every init container writes one slice of it, with a header, to its
-termination message; the main container only sleeps (a failed slice container is restarted, its last end kept). The kubelet keeps at
-most 4,096 bytes per container and 12 KiB per pod split over its containers, keeping the first bytes, so each slice
-fits a third of that budget. A result that does not fit is reported as too large, never cut: the reader checks the
+termination message; the main container only sleeps (a failed slice container is restarted, its last end kept).
+The kubelet keeps at most 4,096 bytes per container and 12 KiB per pod split over its containers, keeping the first
+bytes, so each slice fits a third of that budget. A result that does not fit is reported as too large, never cut: the reader checks the
 slice count, the length and a checksum before it decodes anything.
 """
 from __future__ import annotations
