@@ -74,6 +74,20 @@ def test_a_reset_write_fails_helm_alone_and_is_repeated_through_the_relay(cluste
     assert any(r.user_agent.startswith("Helm/") and r.method in ("POST", "PATCH") for r in emu.requests.all())
 
 
+def test_a_relay_whose_folder_was_removed_under_it_hands_helm_a_fresh_kubeconfig(cluster, relay, demo_chart):
+    """Something else removed the live relay's folder (a temp cleaner; once another run's sweep): helm asks for the
+    kubeconfig again and gets a new copy for the same relay, so the install goes on instead of failing on a missing
+    file."""
+    import shutil
+    first = relay.kubeconfig()
+    shutil.rmtree(first.parent)
+    again = relay.kubeconfig()
+    assert again.is_file() and stat.S_IMODE(again.stat().st_mode) == 0o600
+    installed = helm(cluster, again, "install", "demo", str(demo_chart), "-n", "default", "--wait")
+    assert installed.returncode == 0, installed.stderr
+    assert cluster.emu.get("configmaps", "demo", "default")["data"] == {"a": "1"}
+
+
 def test_a_watch_streams_through_the_relay(cluster, relay):
     watch = subprocess.Popen([tool("kubectl"), "--kubeconfig", str(relay.kubeconfig()), "get", "configmaps", "-n",
                               "default", "--watch", "-o", "name"], env=cluster.env, stdout=subprocess.PIPE,
