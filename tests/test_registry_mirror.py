@@ -311,7 +311,7 @@ def test_images_is_exactly_what_the_render_pulls_and_names_the_driver_per_os(tmp
     # DaemonSet runs at preflight time, so no render holds it, and the list names it as preflight's.
     probe = images.locate(images.default("busybox"), RegistryConfig(mirror=mirror))
     assert [e["pulled_by"] for e in listed["images"] if e["image"] == probe] == [
-        ["gpu-bootstrap preflight (DaemonSet of the in-cluster probe: preflight.via cluster)"]]
+        ["gpu-bootstrap preflight (pods of the in-cluster probe: preflight.via cluster)"]]
     references.discard(probe)
     # the render holds the driver without its OS suffix (the operator adds it per node)
     assert {re.sub(r"(/nvidia/driver:[0-9.]+)-\w+[0-9.]+$", r"\1", ref) for ref in references} == rendered

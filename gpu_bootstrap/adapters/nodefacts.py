@@ -128,7 +128,7 @@ class ProbedNodes(NodeFactsSource):
 
 
 class ClusterProbedNodes(NodeFactsSource):
-    """Facts probed now through the cluster: the same probe script, run by a DaemonSet on every node (no SSH;
+    """Facts probed now through the cluster: the same probe script, run by a pod on every node (no SSH;
     docs/steps/preflight.md, "Preflight without SSH"). A node whose probe did not finish comes back unknown with the
     reason read from its pod, never as "no driver"."""
 

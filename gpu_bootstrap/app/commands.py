@@ -339,7 +339,7 @@ def images(options: Options, cluster_facts: tuple[str, dict] | None = None):
     if probe_via(options, config) == "cluster":  # the probe runs at preflight time, so no render holds it
         from gpu_bootstrap.core.catalogue import pin
         found.add(pin(config.preflight.image), config.registry.mirror,
-                  "gpu-bootstrap preflight (DaemonSet of the in-cluster probe: preflight.via cluster)")
+                  "gpu-bootstrap preflight (pods of the in-cluster probe: preflight.via cluster)")
     found.mirror, found.plain_http = config.registry.mirror, config.registry.plain_http
     return found
 
