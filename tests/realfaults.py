@@ -56,7 +56,6 @@ class RealState:
     def __init__(self, cluster: local.LocalCluster):
         self.cluster = cluster
         self.api = cluster.admin()
-        self._resources: list[tuple[str, str, str, bool]] | None = None
 
     def resources(self) -> list[tuple[str, str, str, bool]]:
         """(list path, group, kind, namespaced) of every listable resource the server serves."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realfaults import RealState, UpRun, helm_releases, kill, record, restart, wait_for
+from tests.realfaults import OUR_NAMESPACES, RealState, UpRun, helm_releases, kill, record, restart, wait_for
 from tests.reliability import converged, differences, view
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.faults, pytest.mark.xdist_group("faults-real")]
@@ -48,8 +48,7 @@ class Faults:
         assert ended.code == 0, ended.output[-3000:]
         api = self.state.api
         wait_for(lambda: not [n for n in api.get("/api/v1/namespaces")["items"]
-                              if n["metadata"]["name"] in ("gpu-bootstrap", "gpu-operator",
-                                                           "gpu-bootstrap-admission")], 180,
+                              if n["metadata"]["name"] in OUR_NAMESPACES], 180,
                  "our namespaces to be gone after teardown", interval=0.5)
 
 
@@ -208,8 +207,7 @@ def test_teardown_killed_at_each_step_boundary_and_run_again_leaves_nothing_of_o
     last = UpRun(args, faults.folder).wait(RUN_TIMEOUT)
     assert last.code == 0, last.output[-3000:]
     wait_for(lambda: not [n for n in api.get("/api/v1/namespaces")["items"]
-                          if n["metadata"]["name"] in ("gpu-bootstrap", "gpu-operator", "gpu-bootstrap-admission")],
-             180, "our namespaces to be gone", interval=0.5)
+                          if n["metadata"]["name"] in OUR_NAMESPACES], 180, "our namespaces to be gone", interval=0.5)
     # gpu-3 is not in `nodes`: the operator labels it too, and with no record of its labels before the operator,
     # teardown leaves them (they cannot be told from the user's own)
     ours = [key for key, obj in faults.state.snapshot().items() if key != ("/Node", "", "gpu-3")

@@ -114,8 +114,11 @@ class KubeletSim:
     def refuse_if_full(self, pod: dict, node_name: str) -> bool:
         """The kubelet's admission alone, for a node this stand-in answers for without a file tree: True when the
         pod was refused (and its status says so)."""
-        node = self._node(node_name)
         uid = pod["metadata"]["uid"]
+        with self._lock:
+            if uid in self._seen:
+                return True  # refused already: no API reads on every later sync
+        node = self._node(node_name)
         if node is None or not node_ready(node):
             return False
         refused = self._admission(node, uid)
