@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Faults on the real control plane: runs the reliability suite (tests/test_faults_real.py, on a local cluster of
-its own: etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.37, KWOK nodes) and prints its table:
+"""Faults on the real control plane: runs the reliability suite (tests/test_faults_real.py and
+tests/test_faults_real_workloads.py, each on a local cluster of its own: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler v1.37, KWOK nodes) and prints its table:
 the fault, where it struck, what the user sees, and how long from the fault until the cluster was what an
 uninterrupted run leaves (for a failure that is the right outcome, until the run ended with it). `--write-docs` puts the table into docs/reliability.md. No figures are asserted here; the
 suite's own assertions decide whether the runs converged, and a failed case fails this command.
@@ -28,7 +29,7 @@ def run_suite(report: Path, expression: str | None) -> int:
     env = {**os.environ, "GPU_BOOTSTRAP_FAULTS_REPORT": str(report), "GPU_BOOTSTRAP_REQUIRE_TOOLS": "1",
            "PATH": f"{ROOT / '.tools' / 'bin'}:{os.environ.get('PATH', '')}"}
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:xdist", "-m", "faults",
-            str(ROOT / "tests" / "test_faults_real.py")]
+            str(ROOT / "tests" / "test_faults_real.py"), str(ROOT / "tests" / "test_faults_real_workloads.py")]
     if expression:
         args += ["-k", expression]
     return subprocess.run(args, cwd=ROOT, env=env).returncode

@@ -7,6 +7,7 @@ benchmarks/real_faults.py share.
   differ from run to run without anything having gone wrong, so they are not compared.
 * `kill`/`restart`: SIGKILL a component of the local cluster and start it again with the same flags (the same ports,
   certificates and data directory), as a process supervisor would after a crash or during a rolling upgrade.
+  `kill_pod`: SIGKILL the processes of one pod the agent runs (OPA, the bin-packing scheduler).
 * `UpRun`: `gpu-bootstrap up` as a separate process (the way a user or CI runs it), so killing a component of the
   cluster, not the test, is what it meets.
 * `wait_for`: poll the API server for the moment a fault is due (a node patched, a helm release pending, the
@@ -125,6 +126,30 @@ def kill(cluster: local.LocalCluster, name: str) -> None:
     except ProcessLookupError:
         return
     wait_for(lambda: local.start_time(pid) is None or _zombie(pid), 10, f"{name} ({pid}) to die")
+
+
+def kill_pod(cluster: local.LocalCluster, namespace: str, pod: str) -> list[int]:
+    """SIGKILL every process the agent runs for a pod's containers (found by the root it chroots them into), as a
+    crash or an OOM kill would end them; the agent, like a kubelet, starts them again after its back-off."""
+    folder = str(cluster.folder / "pods" / f"{namespace}_{pod}") + "/"
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            root = os.readlink(entry / "root")
+        except OSError:
+            continue
+        if root.startswith(folder):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    assert killed, f"no process of pod {namespace}/{pod} runs under {folder}"
+    wait_for(lambda: all(local.start_time(pid) is None or _zombie(pid) for pid in killed), 10,
+             f"the processes of {namespace}/{pod} to die")
+    return killed
 
 
 def _zombie(pid: int) -> bool:

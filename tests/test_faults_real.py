@@ -282,3 +282,189 @@ def test_a_node_gone_while_validate_waits_fails_the_run_naming_it_before_the_tim
             [node] = [n for n in node_specs.objects(faults.cluster.nodes, faults.cluster.network)
                       if n["metadata"]["name"] == "gpu-3"]
             api.create("/api/v1/nodes", node)
+
+
+# --- API Priority and Fairness: another identity's flood makes the API server answer 429 -------------------------
+CI_ACCOUNT = ("gpu-bootstrap-ci", "runner")  # `up` as a deploy job runs it: `rbac --for up`, a TokenRequest token
+FLOODER = ("faults-flood", "flooder")
+APF_NAME = "faults-tight"
+FLOOD_THREADS = 6
+FLOODED_UNTIL = 4  # 429s `up` is answered before the flood stops
+
+
+def told_to_wait(log: Path) -> int:
+    """How many times the run was answered 429 (its log says so for each)."""
+    return log.read_text().count("HTTP 429") if log.exists() else 0
+
+
+def kubectl(faults: Faults, *args: str, input: str | None = None) -> str:
+    from tests.tools import client_env, run, tool
+    return run([tool("kubectl"), "--kubeconfig", str(faults.cluster.kubeconfig), *args],
+               client_env(faults.folder / "kubectl-home"), 120, True, input).stdout
+
+
+def token_kubeconfig(faults: Faults, account: tuple[str, str]) -> tuple[Path, str]:
+    import base64
+    token = kubectl(faults, "create", "token", account[1], "-n", account[0], "--duration=1h").strip()
+    path = faults.folder / f"kubeconfig-{account[1]}"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "ci",
+        "clusters": [{"name": "local", "cluster": {
+            "server": f"https://127.0.0.1:{faults.cluster.ports['apiserver']}",
+            "certificate-authority-data": base64.b64encode(faults.cluster.ca.read_bytes()).decode()}}],
+        "users": [{"name": "ci", "user": {"token": token}}],
+        "contexts": [{"name": "ci", "context": {"cluster": "local", "user": "ci"}}]}))
+    path.chmod(0o600)
+    return path, token
+
+
+def grant_up(faults: Faults) -> str:
+    """`rbac --for up` applied as its header says (the namespaces first), for CI_ACCOUNT: the grant's YAML."""
+    import shlex
+    import subprocess
+    import sys
+    from tests.tools import ROOT
+    text = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "rbac", "--for", "up", "-c", str(faults.config),
+                           "--service-account", "/".join(CI_ACCOUNT)], capture_output=True, text=True, check=True,
+                          cwd=ROOT).stdout
+    for line in text.splitlines():
+        if line.startswith("#   kubectl create namespace "):
+            for command in line[len("#   "):].split(" && "):
+                kubectl(faults, *shlex.split(command)[1:])
+    for namespace, name in (CI_ACCOUNT, FLOODER):
+        kubectl(faults, "create", "namespace", namespace)
+        kubectl(faults, "create", "serviceaccount", name, "-n", namespace)
+    kubectl(faults, "apply", "-f", "-", input=text)
+    return text
+
+
+def tight_priority_level(api) -> None:
+    """What an admin does to keep CI jobs from starving the cluster: their identities in a priority level of their
+    own, with a small share of the server's concurrency and no queue (a request over it is answered 429)."""
+    api.create("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations", {
+        "metadata": {"name": APF_NAME}, "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Reject"}}}})
+    api.create("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
+        "metadata": {"name": APF_NAME}, "spec": {
+            "priorityLevelConfiguration": {"name": APF_NAME}, "matchingPrecedence": 100,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {"namespace": ns, "name": name}}
+                                    for ns, name in (CI_ACCOUNT, FLOODER)],
+                       "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                          "clusterScope": True, "namespaces": ["*"]}],
+                       "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}})
+
+
+def flood(faults: Faults, token: str, stop) -> tuple[dict[int, int], list]:
+    """FLOOD_THREADS clients of FLOODER listing 200 ConfigMaps of 4 KiB each, as fast as they can, until `stop`:
+    status -> count."""
+    import threading
+    from tests.localcluster.rest import ApiError, Rest
+    api = faults.state.api
+    for index in range(200):
+        api.create(f"/api/v1/namespaces/{FLOODER[0]}/configmaps",
+                   {"metadata": {"name": f"bulk-{index:03d}"}, "data": {"payload": "x" * 4096}})
+    counts: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def loop():
+        client = Rest("127.0.0.1", faults.cluster.ports["apiserver"], faults.cluster.ca, token=token, agent="flooder")
+        while not stop.is_set():
+            try:
+                client.get(f"/api/v1/namespaces/{FLOODER[0]}/configmaps")
+                status = 200
+            except ApiError as error:
+                status = error.status
+            except OSError:
+                status = 0
+            with lock:
+                counts[status] = counts.get(status, 0) + 1
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(FLOOD_THREADS)]
+    for thread in threads:
+        thread.start()
+    return counts, threads
+
+
+def rejected_writes(faults: Faults, since: int, user: str) -> dict[str, int]:
+    """The writes of `user` the API server answered 429 (its audit log records writes), by user agent."""
+    found: dict[str, int] = {}
+    with faults.cluster.audit_log.open("rb") as log:
+        log.seek(since)
+        for line in log:
+            event = json.loads(line)
+            if event.get("stage") == "ResponseComplete" and (event.get("user") or {}).get("username") == user \
+                    and (event.get("responseStatus") or {}).get("code") == 429:
+                agent = (event.get("userAgent") or "").split("/")[0]
+                found[agent] = found.get(agent, 0) + 1
+    return found
+
+
+def test_an_api_priority_and_fairness_overload_answers_429_and_up_backs_off_and_finishes(faults):
+    """`up` as a CI job runs it (`rbac --for up` bound to a ServiceAccount, a TokenRequest token: an admin's
+    system:masters requests are exempt from API Priority and Fairness) in a priority level the admin made tight, while
+    another identity in it floods the API server with LISTs. The server answers 429 (with Retry-After) to `up` and to
+    helm under it; both wait and repeat, and `up` finishes, reaching what an uninterrupted run makes."""
+    import threading
+    from tests.live.audit import audit_mark
+    api = faults.state.api
+    user = f"system:serviceaccount:{CI_ACCOUNT[0]}:{CI_ACCOUNT[1]}"
+    grant = grant_up(faults)
+    stop = threading.Event()
+    threads: list = []
+    run = None
+    try:
+        runner, _ = token_kubeconfig(faults, CI_ACCOUNT)
+        _, flooder = token_kubeconfig(faults, FLOODER)
+        kubectl(faults, "create", "clusterrolebinding", "faults-flooder-view", "--clusterrole=view",
+                f"--serviceaccount={FLOODER[0]}:{FLOODER[1]}")
+        tight_priority_level(api)
+        config = faults.folder / "as-ci.yaml"
+        settings = json.loads(faults.config.read_text())
+        config.write_text(json.dumps({**settings, "cluster": {"kubeconfig": str(runner)}}))
+        mark = audit_mark(faults.cluster)
+        counts, threads = flood(faults, flooder, stop)
+        started = time.monotonic()
+        run = UpRun(["up", "-c", str(config), "--only", STEPS, "--preflight-report", str(faults.report)],
+                    faults.folder)
+        # the flood lasts until `up` has been answered 429 FLOODED_UNTIL times, as a runaway client's
+        # does until someone stops it; `up` meanwhile waits as long as each Retry-After asks (1, 2, 4 ... 32 s)
+        wait_for(lambda: not run.running() or told_to_wait(run.log) >= FLOODED_UNTIL, 120,
+                 "up to be answered 429", interval=0.2)
+        stop.set()
+        flood_seconds = time.monotonic() - started
+        for thread in threads:
+            thread.join(30)
+        ended = run.wait(RUN_TIMEOUT)
+        rejected = rejected_writes(faults, mark, user)
+        waits = told_to_wait(run.log)
+        print(f"flood for {flood_seconds:.0f} s: {counts}; up ended {ended.code} after {ended.seconds:.0f} s; "
+              f"answered 429 {waits} times, of which writes (audit log): {rejected}")
+        assert ended.code == 0, ended.output[-3000:]
+        assert counts.get(429, 0) > 0, f"the flood itself was never limited: {counts}"
+        assert waits >= FLOODED_UNTIL, "up was not answered 429 often: the overload proved nothing"
+        log = run.log.read_text()
+        assert log.count("HTTP 429") == log.count("as the server asked (Retry-After)"), \
+            "a 429 was repeated sooner than its Retry-After asked"
+        kubectl(faults, "delete", "-f", "-", "--ignore-not-found", input=grant)
+        left = converged(faults.state, faults.reference, timeout=60)
+        assert left == [], differences(faults.reference, view(faults.state), limit=60)
+        assert helm_releases(faults.cluster) == {"gpu-operator/gpu-operator": "deployed"}
+        assert user_objects_intact(api) == []
+        record("API Priority and Fairness: a flood of LISTs by another identity in `up`'s priority level",
+               "`up` as a CI ServiceAccount (`rbac --for up`), the whole run",
+               f"answered 429 {waits} times during a {flood_seconds:.0f} s flood; it waits as each Retry-After asks "
+               f"and ends 0 ({ended.seconds:.0f} s)", time.monotonic() - started)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        if run is not None and run.running():
+            run.kill()
+        for kind in ("flowschemas", "prioritylevelconfigurations"):
+            api.delete(f"/apis/flowcontrol.apiserver.k8s.io/v1/{kind}/{APF_NAME}")
+        kubectl(faults, "delete", "-f", "-", "--ignore-not-found", input=grant)
+        kubectl(faults, "delete", "clusterrolebinding", "faults-flooder-view", "--ignore-not-found")
+        for namespace in (CI_ACCOUNT[0], FLOODER[0]):
+            kubectl(faults, "delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+        faults.teardown()

@@ -54,6 +54,30 @@ def test_429_waits_as_long_as_retry_after_asks(emu, kube):
     assert answered(emu, "GET", "/api/v1/nodes/gpu-1") == [429, 429, 200]
 
 
+def test_waits_a_429_asked_for_do_not_use_up_the_outage_deadline(emu, cluster):
+    """Under API Priority and Fairness a real API server asks a flow it keeps rejecting for ever longer waits (1, 2,
+    4, ... 32 s on 1.37, tests/test_faults_real.py): a server that answers is up, so its Retry-After waits have a
+    budget of their own (overload_deadline), past the deadline meant for outages."""
+    kube = Kube(cluster.kubeconfig, deadline=1.5, overload_deadline=30)
+    emu.faults.add("GET", r"/api/v1/nodes/gpu-1$", status=429, count=3, headers={"Retry-After": "1"},
+                   message="Too many requests, please try again later.")
+    started = time.monotonic()
+    assert kube.get("v1", "Node", "gpu-1")["metadata"]["name"] == "gpu-1"
+    assert time.monotonic() - started >= 3.0
+    assert answered(emu, "GET", "/api/v1/nodes/gpu-1") == [429, 429, 429, 200]
+
+
+def test_a_429_that_never_ends_fails_at_the_overload_deadline_naming_it(emu, cluster):
+    kube = Kube(cluster.kubeconfig, deadline=1, overload_deadline=2.5)
+    emu.faults.add("GET", r"/api/v1/nodes/gpu-1$", status=429, count=20, headers={"Retry-After": "1"},
+                   message="Too many requests, please try again later.")
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match="Too many requests.*HTTP 429, 3 attempts"):
+        kube.get("v1", "Node", "gpu-1")
+    assert time.monotonic() - started < 4
+    assert answered(emu, "GET", "/api/v1/nodes/gpu-1") == [429, 429, 429]
+
+
 def test_resets_are_retried_for_requests_safe_to_repeat(emu, kube, quick_backoff):
     emu.faults.add("GET", r"/configmaps/a$", reset=True, count=2)
     emu.faults.add("PATCH", r"/configmaps/a$", reset=True, count=2)

@@ -182,6 +182,22 @@ def refused(cluster) -> list[str]:
     return [str(r) for r in cluster.emu.requests.all() if r.status == 403]
 
 
+def test_a_namespace_an_admin_made_as_the_up_roles_header_says_ends_as_up_makes_it(cluster, tmp_path):
+    """The header of `rbac --for up` has the admin create the Roles' namespaces with our managed-by label; `up` adopts
+    them and labels them as it labels its own. Found on the real API server (tests/test_faults_real.py): the
+    admission namespace kept no `app.kubernetes.io/component` label, so a CI run's cluster differed from an admin's."""
+    from gpu_bootstrap.render import admission as render_admission
+    config = write_config(tmp_path)
+    user = grant(cluster, config, "up", tmp_path)
+    namespace = load(config).admission.opa.namespace
+    assert cluster.emu.get("namespaces", namespace) is not None  # the header made it
+    result, document = run_as(user, config, tmp_path, "up", "--only", "admission-opa")
+    assert result.exit_code == 0, result.output
+    wanted = render_admission.namespace(load(config))["metadata"]["labels"]
+    labels = cluster.emu.get("namespaces", namespace)["metadata"]["labels"]
+    assert {k: labels.get(k) for k in wanted} == wanted
+
+
 @pytest.mark.tools
 @pytest.mark.slow
 @pytest.mark.usefixtures("helm_on_path")

@@ -17,6 +17,7 @@ def wait(attempt: int, base: float, cap: float, deadline: float, what: str, log:
         delay = max(delay, asked)
     if time.monotonic() + delay >= deadline:
         return False
-    log.info("%s; retrying in %.1f s (attempt %d)", what, delay, attempt + 1)
+    asked_for = " as the server asked (Retry-After)" if asked is not None and delay == asked else ""
+    log.info("%s; retrying in %.1f s%s (attempt %d)", what, delay, asked_for, attempt + 1)
     time.sleep(delay)
     return True

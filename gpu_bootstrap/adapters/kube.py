@@ -21,7 +21,11 @@ FIELD_MANAGER = "gpu-bootstrap"
 RETRYABLE = {429, 500, 502, 503, 504}
 REQUEST_TIMEOUT = 30.0  # seconds one attempt may wait for an answer
 CONNECT_TIMEOUT = 10.0  # of which connecting (TCP and TLS handshake)
-DEADLINE = 60.0  # seconds one request may take, all attempts and waits included
+DEADLINE = 60.0  # seconds one request may take, all attempts and waits included ...
+# ... except the waits a 429 asked for (Retry-After): the server is up and says when to come back. Under API Priority
+# and Fairness a flow that keeps being rejected is asked for 1, 2, 4, ... 32 s (seen on a real 1.37 API server), so
+# those waits have a budget of their own, as client-go's ten retries after the server's Retry-After do
+OVERLOAD_DEADLINE = 300.0
 MAX_ATTEMPTS = 20
 MAX_TIMEOUTS = 2  # attempts that may time out: a server that hung twice in a row is not coming back in time
 BACKOFF_BASE = 0.25  # seconds before the 2nd attempt; doubles each time ...
@@ -154,19 +158,22 @@ class Kube:
     (GET, server-side apply, merge patch, PUT with a resourceVersion, DELETE, any dry run, the create of a named
     object) is retried on 429 (after its Retry-After), 5xx, resets and timeouts (twice at most) with exponential
     backoff and jitter until `deadline` seconds have passed; any request is retried when the server certainly did
-    not see it (429 or a 5xx with Retry-After, connection refused, connect timeout). After SIGINT/SIGTERM the
-    deadline shrinks to what the shutdown leaves (gpu_bootstrap.core.interrupts)."""
+    not see it (429 or a 5xx with Retry-After, connection refused, connect timeout). Waits a 429 asked for do not
+    count against `deadline`: they have OVERLOAD_DEADLINE of their own. After SIGINT/SIGTERM the deadline shrinks to
+    what the shutdown leaves (gpu_bootstrap.core.interrupts)."""
 
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, field_manager: str = FIELD_MANAGER,
                  timeout: float | None = None, attempts: int = MAX_ATTEMPTS, *,
                  request_timeout: float = REQUEST_TIMEOUT, connect_timeout: float = CONNECT_TIMEOUT,
-                 deadline: float = DEADLINE, pool_size: int | None = None):
+                 deadline: float = DEADLINE, overload_deadline: float = OVERLOAD_DEADLINE,
+                 pool_size: int | None = None):
         self.kubeconfig = kubeconfig
         self.context = context
         self.field_manager = field_manager
         self.request_timeout = float(timeout if timeout is not None else request_timeout)  # `timeout`: old name
         self.connect_timeout = min(float(connect_timeout), self.request_timeout)
         self.deadline = float(deadline)
+        self.overload_deadline = float(overload_deadline)
         self.attempts = attempts
         self.pool_size = pool_size  # connections kept open to the server (None: the kubernetes package's default)
         self._client = None
@@ -242,9 +249,10 @@ class Kube:
         repeatable = repeatable or dry_run or query.get("dryRun") == "All"  # a dry run stores nothing: repeatable
         started = time.monotonic()
         attempt, timeouts, last = 0, 0, None
+        excused = 0.0  # seconds waited as 429s asked: not part of the outage deadline
         while True:
             attempt += 1
-            cutoff = started + self.deadline
+            cutoff = started + self.deadline + excused
             shutdown = interrupts.cleanup_deadline()
             if shutdown is not None and shutdown < cutoff:
                 cutoff = shutdown
@@ -278,7 +286,12 @@ class Kube:
             # client-go does
             if status in RETRYABLE and (repeatable or status == 429 or asked is not None) and \
                     attempt < self.attempts:
-                if self._wait(attempt, asked, cutoff, f"{method} {path}: HTTP {status} {_message(data)}"):
+                overloaded = status == 429 and asked is not None
+                limit = self._overload_limit(started, shutdown) if overloaded else cutoff
+                before = time.monotonic()
+                if self._wait(attempt, asked, limit, f"{method} {path}: HTTP {status} {_message(data)}"):
+                    if overloaded:
+                        excused += time.monotonic() - before
                     continue
                 log.info("%s %s: giving up after %d attempt(s) in %.1f s (HTTP %s%s)", method, path, attempt,
                          time.monotonic() - started, status,
@@ -345,6 +358,12 @@ class Kube:
         return api.rest_client.pool_manager.request(
             method, url, headers=sent, retries=False, redirect=False,
             preload_content=False, timeout=urllib3.Timeout(connect=self.connect_timeout, read=None))
+
+    def _overload_limit(self, started: float, shutdown: float | None) -> float:
+        """Until when a request answered 429 with Retry-After may keep waiting as asked: OVERLOAD_DEADLINE (at least
+        the outage deadline), and never past a shutdown's."""
+        limit = started + max(self.overload_deadline, self.deadline)
+        return limit if shutdown is None else min(limit, shutdown)
 
     def _wait(self, attempt: int, asked: float | None, cutoff: float, what: str) -> bool:
         """Sleep before the next attempt (adapters/backoff.py), at least what Retry-After asked for. False when

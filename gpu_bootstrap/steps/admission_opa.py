@@ -125,8 +125,9 @@ class AdmissionOpa(Step):
         drift = object_drift(ctx.kube, objects)
         if namespace == "missing":
             drift[Ref("v1", "Namespace", ns)] = "missing"
-        elif namespace == "ours" and pod_security.enforced(live_ns) != pod_security.RESTRICTED:
-            drift[Ref("v1", "Namespace", ns)] = f"needs {pod_security.ENFORCE}={pod_security.RESTRICTED}"
+        elif namespace == "ours" and (unlabelled := _labels_missing(render.namespace(config), live_ns)):
+            # one an admin made for `rbac --for up` (its header's command) has our managed-by label only
+            drift[Ref("v1", "Namespace", ns)] = "needs " + ", ".join(f"{k}={v}" for k, v in unlabelled.items())
         if generated and secret is not None and cert.secret is None:
             if paths := differences({k: v for k, v in render.tls_secret(config, "", "", "").items() if k != "data"},
                                     secret):
@@ -161,8 +162,9 @@ class AdmissionOpa(Step):
                                   "pass it)", render.namespace(config)))
         elif Ref("v1", "Namespace", ns) in facts.drift:
             changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", ns),
-                                  f"label {pod_security.ENFORCE}={pod_security.RESTRICTED}",
-                                  "OPA's own namespace: its pods pass the restricted profile", render.namespace(config)))
+                                  "label " + facts.drift[Ref("v1", "Namespace", ns)].removeprefix("needs "),
+                                  "OPA's own namespace, as `up` makes it: its pods pass the restricted profile",
+                                  render.namespace(config)))
         cert = decide(config, facts.stored, facts.now, facts.seed, facts.rolled_out) \
             if config.admission.certificates == "generated" else None
         secret_ref = Ref("v1", "Secret", render.SECRET, ns)
@@ -274,3 +276,9 @@ def _ca_patch(bundle: str) -> list[dict]:
 
 
 # --- admission --------------------------------------------------------------------------------------------------------
+
+
+def _labels_missing(wanted: dict, live: dict) -> dict[str, str]:
+    """The labels of the wanted object the live one lacks or holds with another value."""
+    have = live["metadata"].get("labels") or {}
+    return {k: v for k, v in (wanted["metadata"].get("labels") or {}).items() if have.get(k) != v}

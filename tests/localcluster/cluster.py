@@ -494,13 +494,16 @@ AGENT_COMPLETES = ("kube-webhook-certgen",)
 def kwok_stages(tools: dict, folder: Path) -> Path:
     """KWOK's standard Stages, except that pod-complete leaves the Job pods the agent runs to the agent, and
     pod-ready leaves the pods bound to the nodes with a file tree to the agent's kubelet stand-in
-    (probe_kubelet.py)."""
+    (probe_kubelet.py), and those bound to fleet nodes (nodes.FLEET_PREFIX) to the benchmark that made them."""
     import yaml
     stages = [s for s in yaml.safe_load_all(tools["kwok-stages"].read_text()) if s]
     for stage in stages:
         if stage["metadata"]["name"] == "pod-ready":
             stage["spec"]["selector"]["matchExpressions"].append({
                 "key": ".spec.nodeName", "operator": "NotIn", "values": list(node_specs.TREE_NODES)})
+            stage["spec"]["selector"]["matchExpressions"].append({
+                "key": f'.spec.nodeName // "" | select(startswith("{node_specs.FLEET_PREFIX}"))',
+                "operator": "DoesNotExist"})
         if stage["metadata"]["name"] == "pod-complete":
             for image in AGENT_COMPLETES:
                 stage["spec"]["selector"]["matchExpressions"].append({

@@ -20,6 +20,9 @@ PRE_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 # Names a test may give the nodes it adds with a file tree (probe_kubelet.py runs their pods, not KWOK): fixed,
 # because KWOK reads its Stages once, at its start
 TREE_NODES = ("tree-1", "tree-2", "tree-3")
+# Nodes a benchmark adds by the thousand (benchmarks/incluster_probe.py --real) and whose pods it answers itself with
+# canned probe results: KWOK keeps them Ready but leaves their pods alone, as for the tree nodes
+FLEET_PREFIX = "fleet-"
 
 
 def layout(gpu_nodes: int, gpus_per_node: int, cpu_nodes: int) -> dict:

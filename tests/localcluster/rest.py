@@ -73,10 +73,11 @@ class Rest:
                 return None
             raise
 
-    def watch(self, path: str, resource_version: str, timeout: int = 60):
-        """Yields (type, object) of one watch request until the server ends it (timeoutSeconds)."""
+    def watch(self, path: str, resource_version: str, timeout: int = 60, **selectors):
+        """Yields (type, object) of one watch request until the server ends it (timeoutSeconds). `selectors`:
+        labelSelector, fieldSelector."""
         params = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
-                  "timeoutSeconds": str(timeout)}
+                  "timeoutSeconds": str(timeout), **selectors}
         headers = {"Accept": "application/json", "User-Agent": self.agent}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
