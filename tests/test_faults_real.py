@@ -452,7 +452,7 @@ def test_an_api_priority_and_fairness_overload_answers_429_and_up_backs_off_and_
         assert helm_releases(faults.cluster) == {"gpu-operator/gpu-operator": "deployed"}
         assert user_objects_intact(api) == []
         record("API Priority and Fairness: a flood of LISTs by another identity in `up`'s priority level",
-               "`up` as a CI ServiceAccount (`rbac --for up`), the whole run",
+               "`up` as a CI ServiceAccount (`rbac --for up`), from its start",
                f"answered 429 {waits} times during a {flood_seconds:.0f} s flood; it waits as each Retry-After asks "
                f"and ends 0 ({ended.seconds:.0f} s)", time.monotonic() - started)
     finally:
