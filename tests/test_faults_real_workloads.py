@@ -112,6 +112,33 @@ def opa_pods(api) -> list[str]:
             and not p["metadata"].get("deletionTimestamp")]
 
 
+def opa_ready(api) -> bool:
+    """Every OPA pod answers its readiness probe (an HTTPS GET of /health on its address and port)."""
+    import http.client
+    import ssl
+    pods = [p for p in api.get(f"/api/v1/namespaces/{OPA_NAMESPACE}/pods")["items"]
+            if p["metadata"]["name"] in opa_pods(api)]
+    if len(pods) != 2:
+        return False
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # the probe, like a kubelet's, trusts any
+    for pod in pods:
+        probe = pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]
+        address = (pod.get("status") or {}).get("podIP")
+        if not address:
+            return False
+        connection = http.client.HTTPSConnection(address, probe["port"], context=context, timeout=2)
+        try:
+            connection.request("GET", probe["path"])
+            if connection.getresponse().status != 200:
+                return False
+        except OSError:
+            return False
+        finally:
+            connection.close()
+    return True
+
+
 def opa_deployment(api) -> str:
     [name] = [d["metadata"]["name"] for d in api.get(f"/apis/apps/v1/namespaces/{OPA_NAMESPACE}/deployments")["items"]
               if any("openpolicyagent/opa" in c.get("image", "")
@@ -170,9 +197,12 @@ def test_opa_killed_during_a_burst_of_gpu_and_cpu_pods(platform):
             api.request("DELETE", f"/api/v1/namespaces/{OPA_NAMESPACE}/pods/{pod}", {"gracePeriodSeconds": 0})
         broken = time.monotonic()
         during = burst(api, namespace, "during", 20)
-        wait_for(lambda: admit(api, namespace, "probe-gpu", 1, dry_run=True) == "steered", 120,
-                 "GPU pods to be steered again", interval=0.2)
+        # KWOK marks a pod Ready at once; a kubelet would wait for OPA's readiness probe (GET /health), so the
+        # test waits for what that probe would see on both new replicas before it calls OPA back
+        wait_for(lambda: deployment_available(api, OPA_NAMESPACE, deployment) and opa_ready(api), 120,
+                 "OPA's Deployment to have its 2 replicas back, each answering its readiness probe", interval=0.2)
         resumed = time.monotonic() - broken
+        assert admit(api, namespace, "probe-gpu", 1, dry_run=True) == "steered"
         after = burst(api, namespace, "after", 15)
         waves = {"before": before, "during": during, "after": after}
         print(json.dumps({wave: {"gpu": tally(o, "gpu"), "cpu": tally(o, "cpu")} for wave, o in waves.items()}))
@@ -186,8 +216,6 @@ def test_opa_killed_during_a_burst_of_gpu_and_cpu_pods(platform):
         gpu_pods = [p for p in stored if "-gpu-" in p["metadata"]["name"]]
         assert [p["metadata"]["name"] for p in gpu_pods if p["spec"].get("schedulerName") != SCHEDULER] == []
         assert len([p for p in stored if "-cpu-" in p["metadata"]["name"]]) == 50
-        wait_for(lambda: deployment_available(api, OPA_NAMESPACE, deployment) and len(opa_pods(api)) == 2, 120,
-                 "OPA's Deployment to have its 2 replicas back")
         rejected = tally(during, "gpu").get("rejected by the backstop", 0)
         steered = sum(tally(o, "gpu").get("steered", 0) for o in waves.values())
         record("OPA's two replicas killed (processes and pods)", "a tenant's burst of 50 GPU and 50 CPU pods",
