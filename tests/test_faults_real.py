@@ -357,8 +357,8 @@ def tight_priority_level(api) -> None:
 
 
 def flood(faults: Faults, token: str, stop) -> tuple[dict[int, int], list]:
-    """FLOOD_THREADS clients of FLOODER listing 200 ConfigMaps of 4 KiB each, as fast as they can, until `stop`:
-    status -> count."""
+    """FLOOD_THREADS clients of FLOODER listing 200 ConfigMaps of 4 KiB each, as fast as they can, until `stop` is
+    set. Returns the answers counted by status (filled while they run) and the threads."""
     import threading
     from tests.localcluster.rest import ApiError, Rest
     api = faults.state.api
