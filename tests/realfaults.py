@@ -15,6 +15,7 @@ benchmarks/real_faults.py share.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -118,6 +119,24 @@ class RealState:
 
 
 # --- components ----------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def local_cluster(folder: Path, *, gpu_nodes: int, cpu_nodes: int):
+    """A local cluster of its own for a fault module (skipped when it is not built, a failure when it does not
+    start), stopped at the end whatever happened."""
+    import pytest
+    from tests.conftest import local_cluster_wanted
+    if not local_cluster_wanted():
+        pytest.skip("the local cluster is not built (scripts/install-test-tools); GPU_BOOTSTRAP_LIVE_TARGET=emulator")
+    try:
+        cluster = local.up(folder / "cluster", gpu_nodes=gpu_nodes, cpu_nodes=cpu_nodes, die_with_parent=True)
+    except local.ClusterError as error:
+        pytest.fail(f"the local cluster did not start: {error}")
+    try:
+        yield cluster
+    finally:
+        local.down(folder / "cluster")
+
+
 def kill(cluster: local.LocalCluster, name: str) -> None:
     """SIGKILL one component (its whole process group) and wait until it is gone."""
     pid, _started = cluster.pids[name]

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.realfaults import OUR_NAMESPACES, RealState, UpRun, helm_releases, kill, record, restart, wait_for
+from tests.realfaults import (OUR_NAMESPACES, RealState, UpRun, helm_releases, kill, local_cluster, record,
+                               restart, wait_for)
 from tests.reliability import converged, differences, view
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.faults, pytest.mark.xdist_group("faults-real")]
@@ -79,17 +80,10 @@ def user_objects_intact(api) -> list[str]:
 
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory):
-    from tests.conftest import chart, local_cluster_wanted
-    if not local_cluster_wanted():
-        pytest.skip("the local cluster is not built (scripts/install-test-tools); GPU_BOOTSTRAP_LIVE_TARGET=emulator")
-    from tests.localcluster import cluster as local
+    from tests.conftest import chart
     from tests.nodes.reports import write_report
     folder = tmp_path_factory.mktemp("faults-real")
-    try:
-        cluster = local.up(folder / "cluster", gpu_nodes=3, cpu_nodes=1, die_with_parent=True)
-    except local.ClusterError as error:
-        pytest.fail(f"the local cluster did not start: {error}")
-    try:
+    with local_cluster(folder, gpu_nodes=3, cpu_nodes=1) as cluster:
         config = folder / "gpu-bootstrap.yaml"
         config.write_text(json.dumps({
             "cluster": {"kubeconfig": str(cluster.kubeconfig)}, "nodes": [{"name": "gpu-1"}, {"name": "gpu-2"}],
@@ -104,8 +98,6 @@ def faults(tmp_path_factory):
         found.reference = view(state)
         found.teardown()
         yield found
-    finally:
-        local.down(folder / "cluster")
 
 
 def _node_patched(api) -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.localcluster.rest import ApiError
-from tests.realfaults import UpRun, kill_pod, record, wait_for
+from tests.realfaults import UpRun, kill_pod, local_cluster, record, wait_for
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.faults, pytest.mark.xdist_group("faults-real")]
 STEPS = "node-prep,binpack-scheduler,admission-opa,admission"
@@ -55,17 +55,9 @@ class Platform:
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory):
-    from tests.conftest import local_cluster_wanted
-    if not local_cluster_wanted():
-        pytest.skip("the local cluster is not built (scripts/install-test-tools); GPU_BOOTSTRAP_LIVE_TARGET=emulator")
-    from tests.localcluster import cluster as local
     from tests.nodes.reports import write_report
     folder = tmp_path_factory.mktemp("faults-workloads")
-    try:
-        cluster = local.up(folder / "cluster", gpu_nodes=2, cpu_nodes=2, die_with_parent=True)
-    except local.ClusterError as error:
-        pytest.fail(f"the local cluster did not start: {error}")
-    try:
+    with local_cluster(folder, gpu_nodes=2, cpu_nodes=2) as cluster:
         config = folder / "gpu-bootstrap.yaml"
         config.write_text(json.dumps({
             "cluster": {"kubeconfig": str(cluster.kubeconfig)}, "nodes": [{"name": "gpu-1"}, {"name": "gpu-2"}],
@@ -78,8 +70,6 @@ def platform(tmp_path_factory):
         yield found
         down = UpRun(["teardown", "-c", str(config), "--only", STEPS, "--yes"], folder).wait(RUN_TIMEOUT)
         assert down.code == 0, down.output[-3000:]
-    finally:
-        local.down(folder / "cluster")
 
 
 def user_pod(name: str, gpus: int, **spec) -> dict:
