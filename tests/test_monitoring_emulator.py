@@ -163,7 +163,7 @@ def test_one_up_installs_the_stack_the_operator_creates_the_dcgm_servicemonitor_
     for exporter in exporters.values():
         exporter.pods = True
     # a node whose exporter Prometheus cannot scrape fails verify, naming the node
-    exporters["node6"].stop()
+    exporters["node6"].fail()
     prometheus.wait_for('up{job="nvidia-dcgm-exporter",node="node6"} == 0', bool)
     config = write_config(tmp_path, cluster, "  retention: 31d\n  wait_timeout: 10\n")
     config.write_text(config.read_text().replace("  wait_timeout: 60\n", ""))

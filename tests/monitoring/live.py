@@ -36,6 +36,9 @@ class StandInExporter:
                 if self.path.split("?")[0] != "/metrics":
                     self.send_error(404)
                     return
+                if exporter.down:
+                    self.send_error(503)
+                    return
                 body = scenario.exporter_text(node, int(time.time()), exporter.pods, as_node).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -47,10 +50,16 @@ class StandInExporter:
                 pass
 
         self.pods = pods
+        self.down = False
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def fail(self) -> None:
+        """Answer every scrape 503 while keeping the port: a stopped server frees its port, and another test's
+        server on another worker may bind it and answer Prometheus' scrapes with 200."""
+        self.down = True
 
     def stop(self) -> None:
         self.server.shutdown()
