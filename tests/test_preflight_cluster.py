@@ -321,3 +321,43 @@ def test_every_probe_request_is_the_same_size_whatever_the_fleets(tmp_path):
         finally:
             emu.stop()
     assert largest[300] <= largest[3] + 8, largest  # the node names' length at most
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("watch_fault", ["none", "reset", "forbidden"])
+def test_the_probe_lists_its_pods_once_and_watches_them_and_still_reads_every_node_when_the_watch_fails(
+        tmp_path, watch_fault):
+    """A fleet's probe pods each carry up to 9 KiB of results: they are listed once and then watched, not listed
+    again and again. A watch that gets no answer is followed by a LIST and a new watch (a little later each time); an identity that may list but
+    not watch pods (a role from before the probe watched) is polled with LISTs. Each way, every node's result is read.
+    Canned results from the kubelet stand-in: what is measured is what the tool sends."""
+    from gpu_bootstrap.adapters.cluster_probe import ClusterProbe
+    from gpu_bootstrap.adapters.kube import Kube
+    names = [f"gpu-{i:04d}" for i in range(200)]
+    emu = Emulator(gpu_nodes=names).start()
+    try:
+        kubelet = emu.kubelet(workers=4)
+        slices = dict(zip(["probe"] + [f"result-{i}" for i in range(1, incluster.SLICES)],
+                          incluster.encode("probed\n")))
+        for name in names:
+            kubelet.canned[name] = {container: (0, message) for container, message in slices.items()}
+        if watch_fault == "reset":
+            emu.faults.add("GET", r"/namespaces/gpu-bootstrap-probe-[0-9a-f]+/pods$", query="watch=true", reset=True,
+                           count=None)
+        if watch_fault == "forbidden":
+            emu.faults.add("GET", r"/namespaces/gpu-bootstrap-probe-[0-9a-f]+/pods$", query="watch=true",
+                           status=403, count=None, message='pods is forbidden: cannot watch resource "pods"')
+        kube = Kube(emu.write_kubeconfig(tmp_path / "kubeconfig"))
+        outcomes = ClusterProbe(kube, "busybox:1.37.0", 60).run(names, "echo probed\n")
+        assert {name: outcome.output for name, outcome in outcomes.items()} == {n: "probed\n" for n in names}
+        reads = [r for r in emu.requests.matching("GET", "/pods") if "gpu-bootstrap-probe-" in r.path]
+        lists = [r for r in reads if r.query.get("watch") != "true"]
+        watches = [r for r in reads if r.query.get("watch") == "true"]
+    finally:
+        emu.stop()
+    if watch_fault == "none":
+        assert len(lists) == 1 and 1 <= len(watches) <= 2, (len(lists), len(watches))
+    elif watch_fault == "reset":  # each unanswered watch: a LIST, then (unless every pod had ended) a watch again
+        assert len(watches) >= 1 and len(lists) in (len(watches), len(watches) + 1), (len(lists), len(watches))
+    else:
+        assert len(watches) == 1 and len(lists) >= 2, (len(lists), len(watches))

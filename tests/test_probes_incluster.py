@@ -117,3 +117,32 @@ def test_the_leftover_selector_matches_every_runs_namespace():
     labels = incluster.namespace_manifest("r1", "host:1", 0)["metadata"]["labels"]
     assert all(labels[key] == value for key, value in (pair.split("=") for pair in incluster.SELECTOR.split(",")))
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def _probe_pod(node: str, uid: str, phase: str = "Pending", deleting: bool = False) -> dict:
+    meta = {"name": f"probe-{node}", "uid": uid, **({"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {})}
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize("events, by_node, settled", [
+    ([("ADDED", _probe_pod("a", "1"))], {"a": "1"}, set()),
+    ([("ADDED", _probe_pod("a", "1")), ("MODIFIED", _probe_pod("a", "1", "Failed"))], {"a": "1"}, {"a"}),
+    # a pod being deleted, or gone, no longer stands for its node, nor counts as settled
+    ([("MODIFIED", _probe_pod("a", "1", "Failed")), ("MODIFIED", _probe_pod("a", "1", "Failed", deleting=True))],
+     {}, set()),
+    ([("MODIFIED", _probe_pod("a", "1", "Failed")), ("DELETED", _probe_pod("a", "1", "Failed"))], {}, set()),
+    # the deletion of an older pod of the node leaves its newer one alone
+    ([("ADDED", _probe_pod("a", "2", "Failed")), ("DELETED", _probe_pod("a", "1"))], {"a": "2"}, {"a"}),
+    # a pod for a node not asked about is not counted
+    ([("ADDED", _probe_pod("z", "9", "Failed"))], {}, set()),
+])
+def test_probe_pods_follow_events_and_count_the_settled_ones(events, by_node, settled):
+    from gpu_bootstrap.adapters.cluster_probe import ProbePods
+    pods = ProbePods(["a", "b"])
+    for kind, pod in events:
+        pods.take(kind, pod)
+    assert {node: pod["metadata"]["uid"] for node, pod in pods.by_node.items()} == by_node
+    assert pods.settled == settled and not pods.all_settled
+    pods.take("ADDED", _probe_pod("a", "3", "Failed"))
+    pods.take("ADDED", _probe_pod("b", "4", "Failed"))
+    assert pods.all_settled

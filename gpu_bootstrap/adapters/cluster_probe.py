@@ -1,8 +1,8 @@
 """Node facts through the cluster: the probe pods' life, from creating their namespace to removing it.
 
 One namespace, one ConfigMap (the script) and one pod per node created (CREATE_WORKERS at a time; each the same size
-whatever the fleet's), one label-selected LIST of pods per poll, one LIST of nodes, one namespace deleted. Everything
-lives in a namespace of its own, removed on every exit path (a `finally`, which Ctrl-C and SIGTERM reach as
+whatever the fleet's), one label-selected LIST of pods and a watch from it, one LIST of nodes, one namespace deleted.
+Everything lives in a namespace of its own, removed on every exit path (a `finally`, which Ctrl-C and SIGTERM reach as
 KeyboardInterrupt); a namespace left by a run that was killed with -9 is removed by the next run (or teardown) once
 its creator is gone or it expired. The manifests and the decoding are pure (probes/incluster.py).
 """
@@ -14,13 +14,15 @@ import secrets
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 
 from gpu_bootstrap.core.errors import ClusterError, GpuBootstrapError
 from gpu_bootstrap.probes import incluster
 from gpu_bootstrap.core.refs import Ref
 
 log = logging.getLogger("gpu_bootstrap.cluster_probe")
-POLL_FIRST, POLL_MAX = 0.2, 2.0  # seconds between LISTs: quick for small clusters, bounded for large ones
+POLL_FIRST, POLL_MAX = 0.2, 2.0  # seconds between LISTs where pods may not be watched: quick, then bounded
+WATCH_SECONDS = 60  # one watch's length; the server ends it, and the probe watches on from where it stopped
 CREATE_WORKERS = 16  # probe pods created at once: a 1,000-node fleet's in about a second, well inside APF's shares
 ALTERNATIVES = ("use SSH instead (preflight.via: ssh, with an `ssh` section), or pass --preflight-report FILE (a "
                 "saved 'gpu-bootstrap doctor -o json')")
@@ -134,26 +136,54 @@ class ClusterProbe:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # after a refusal or Ctrl-C: nothing more is sent
 
-    def _list(self, namespace: str, run_id: str) -> list[dict]:
-        return self.kube.list("v1", "Pod", namespace=namespace, label_selector=f"{incluster.RUN_LABEL}={run_id}")
-
     def _wait(self, namespace: str, run_id: str, names: list[str]) -> dict[str, dict]:
-        """The probe pods by node, once every named node's pod finished or the timeout ran out."""
+        """The probe pods by node, once every named node's pod finished or the timeout ran out: one LIST, then a
+        watch from its resourceVersion (listed again when the watch expires or the server does not answer). A fleet's
+        pods each carry up to 9 KiB of results, so LISTing them again and again cost the API server and us far more
+        than their one change each (benchmarks/incluster_probe.py --real). An identity that may list but not watch
+        pods (a role from before the probe watched) is polled with LISTs."""
         deadline = time.monotonic() + self.timeout
-        wanted = set(names)
-        interval = POLL_FIRST
+        selector = f"{incluster.RUN_LABEL}={run_id}"
+        watching, interval = True, POLL_FIRST
         while True:
-            pods = {}
-            for pod in self._list(namespace, run_id):
-                node = incluster.pod_node(pod)
-                if node in wanted and not pod["metadata"].get("deletionTimestamp"):
-                    pods[node] = pod
-            done = sum(1 for node in wanted if node in pods and incluster.settled(pods[node]))
-            if done == len(wanted) or time.monotonic() >= deadline:
-                log.info("cluster probe: %d of %d node(s) finished", done, len(wanted))
-                return pods
-            time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-            interval = min(interval * 1.5, POLL_MAX)
+            items, version = self.kube.list_at("v1", "Pod", namespace=namespace, label_selector=selector)
+            pods = ProbePods(names)
+            for pod in items:
+                pods.take("ADDED", pod)
+            if watching and version:
+                try:
+                    version = self._follow(pods, namespace, selector, version, deadline)
+                except ClusterError as error:  # no answer: list again (list() retries an outage); 403: poll
+                    if error.status in (401, 403):
+                        log.info("cluster probe: may not watch pods (%s); polling with LISTs", error.message)
+                        watching = False
+                    else:
+                        log.info("cluster probe: watch not answered (%s); listing again", error.message)
+                    version = ""
+            if pods.all_settled or time.monotonic() >= deadline:
+                log.info("cluster probe: %d of %d node(s) finished", len(pods.settled), len(pods.wanted))
+                return pods.by_node
+            if not (watching and version):  # polling, or the watch failed: wait a little longer each time
+                time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+                interval = min(interval * 1.5, POLL_MAX)
+
+    def _follow(self, pods: "ProbePods", namespace: str, selector: str, version: str, deadline: float) -> str:
+        """Apply watch events to `pods` until every wanted node's pod settled, the deadline, or an expired
+        resourceVersion (returned empty: list again). A watch the server ended is opened again from the last
+        resourceVersion seen."""
+        while not pods.all_settled and time.monotonic() < deadline and version:
+            events = self.kube.watch("v1", "Pod", namespace, selector, version,
+                                     min(WATCH_SECONDS, deadline - time.monotonic()))
+            with closing(events):  # leaving early closes the stream at once
+                for kind, obj in events:
+                    if kind == "ERROR":  # 410 Gone: the resourceVersion is too old to watch from
+                        return ""
+                    version = obj.get("metadata", {}).get("resourceVersion") or version
+                    if kind != "BOOKMARK":
+                        pods.take(kind, obj)
+                    if pods.all_settled or time.monotonic() >= deadline:
+                        break
+        return version
 
     def _outcomes(self, names: list[str], pods: dict[str, dict]) -> dict[str, incluster.Outcome]:
         outcomes = {}
@@ -180,3 +210,33 @@ class ClusterProbe:
         except GpuBootstrapError as error:
             log.warning("could not remove the probe namespace %s (the next run removes it): %s", namespace,
                         error.one_line())
+
+
+class ProbePods:
+    """The probe pods by node as a LIST and watch events show them, and which have settled: kept up to date event by
+    event, since counting anew after each of a fleet's events would cost the square of its size."""
+
+    def __init__(self, names: list[str]):
+        self.wanted = set(names)
+        self.by_node: dict[str, dict] = {}
+        self.settled: set[str] = set()
+
+    @property
+    def all_settled(self) -> bool:
+        return len(self.settled) == len(self.wanted)
+
+    def take(self, kind: str, pod: dict) -> None:
+        """One pod's event: a pod being deleted (or gone) no longer stands for its node."""
+        node = incluster.pod_node(pod)
+        if node not in self.wanted:
+            return
+        if kind == "DELETED" or pod["metadata"].get("deletionTimestamp"):
+            if self.by_node.get(node, {}).get("metadata", {}).get("uid") == pod["metadata"].get("uid"):
+                del self.by_node[node]
+                self.settled.discard(node)
+            return
+        self.by_node[node] = pod
+        if incluster.settled(pod):
+            self.settled.add(node)
+        else:
+            self.settled.discard(node)

@@ -440,19 +440,74 @@ class Kube:
 
     def list(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None) -> list[dict]:
-        path = self.path(api_version, kind, namespace=namespace) if namespace or not self.resource(
-            api_version, kind)[1] else self.path(api_version, kind).replace("/namespaces/default", "")
-        items, token = [], None
+        return self.list_at(api_version, kind, namespace, label_selector, field_selector)[0]
+
+    def list_at(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None,
+                field_selector: str | None = None) -> tuple[list[dict], str]:
+        """list() and the resourceVersion its snapshot was read at (the first page's: the rest continue it), to
+        watch from."""
+        path = self._collection(api_version, kind, namespace)
+        items, token, version = [], None, ""
         while True:
             page = self.request("GET", path, {"labelSelector": label_selector, "fieldSelector": field_selector,
                                               "limit": 500, "continue": token})
+            version = version or page.get("metadata", {}).get("resourceVersion", "")
             for item in page.get("items", []):
                 item.setdefault("apiVersion", api_version)
                 item.setdefault("kind", kind)
                 items.append(item)
             token = page.get("metadata", {}).get("continue")
             if not token:
-                return items
+                return items, version
+
+    def _collection(self, api_version: str, kind: str, namespace: str | None) -> str:
+        return self.path(api_version, kind, namespace=namespace) if namespace or not self.resource(
+            api_version, kind)[1] else self.path(api_version, kind).replace("/namespaces/default", "")
+
+    def watch(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None,
+              resource_version: str = "", seconds: float = 60.0):
+        """Yield (type, object) for each event of one watch from resource_version, with bookmarks, until the server
+        ends it (after `seconds`) or the stream breaks: then the iteration just ends and the caller watches again
+        from the last resourceVersion it saw. Sent once, never repeated (a watch is no request to retry). Raises
+        Unreachable when there is no answer (the caller lists again, and list() retries) and ClusterError for an
+        error answer (403: the identity may not watch). An expired resourceVersion comes as an ERROR event (410)."""
+        import urllib3
+        path = self._collection(api_version, kind, namespace)
+        seconds = max(1, int(seconds))
+        query = {"watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": seconds,
+                 "labelSelector": label_selector, "resourceVersion": resource_version or None}
+        url = self._api().configuration.host + path + "?" + urlencode({k: v for k, v in query.items() if v})
+        headers = {"Accept": "application/json", "User-Agent": "gpu-bootstrap"}
+        self._api().update_params_for_auth(headers, [], ["BearerToken"], path, "GET", None)
+        self.requests += 1
+        try:  # a read waits at most as long as the server holds the watch, and a little more
+            response = self._api().rest_client.pool_manager.request(
+                "GET", url, headers=headers, retries=False, redirect=False, preload_content=False,
+                timeout=urllib3.Timeout(connect=self.connect_timeout, read=seconds + 10))
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise Unreachable(f"watch {path} not answered: {error}", "check that the API server is reachable") \
+                from None
+        ended = False
+        try:
+            if response.status != 200:
+                ended = True
+                self._decode("GET", path, response.status, response.read())
+            pending = b""
+            for chunk in response.stream(64 * 1024):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        event = json.loads(line)
+                        yield event.get("type", ""), event.get("object") or {}
+            ended = True
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
+            log.info("watch %s ended early (%s)", path, error)
+        finally:
+            if ended:
+                response.release_conn()
+            else:  # left mid-stream (the caller had what it waited for, or the stream broke): never pooled again
+                response.close()
 
     def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
         """A pod's log as text ('' when there is none yet)."""

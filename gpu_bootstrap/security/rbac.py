@@ -327,12 +327,12 @@ def probes_through_the_cluster(config) -> bool:
 def _cluster_probe() -> list[Need]:
     """preflight through the cluster: a namespace per run (its name is made per run, so the rules are cluster-wide;
     the probe identity's policy holds it to the probe's own namespaces), the script's ConfigMap and one probe pod per
-    node in it, read back with one pod list, removed with the namespace; leftovers of killed runs are found by
-    label."""
+    node in it, read back with one pod list and a watch from it, removed with the namespace; leftovers of killed
+    runs are found by label."""
     why = "preflight through the cluster: the node probe's own namespace, its script and its pods"
     return [need("", "namespaces", "get list create delete", why=why), need("", "configmaps", "create", why=why),
             need("", "pods", "create", why=why),
-            need("", "pods", "list", why="preflight through the cluster: the probe pods' results"),
+            need("", "pods", "list watch", why="preflight through the cluster: the probe pods' results"),
             need("", "nodes", "list", why="preflight through the cluster: why a node's probe did not finish")]
 
 

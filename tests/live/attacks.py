@@ -300,3 +300,103 @@ def clear_stage(target, saved: dict) -> dict:
         changed["namespace default"] = labels
         target.kubectl("label", "namespace", "default", "pod-security.kubernetes.io/enforce-")
     return changed
+
+
+# --- a DRA cluster's roles (gpu_operator.allocation: dra, rbac --allow-allocation-change) ---------------------------
+DCGM_DRA_READER = "gpu-bootstrap-dcgm-exporter-dra"  # our ClusterRole: the DCGM exporter reads ResourceSlices
+VALIDATION_NS = "gpu-bootstrap"  # validate's pods and claim templates
+DRA_GPU_CLASS = "gpu.nvidia.com"
+
+
+def _dra_roles() -> list[str]:
+    from gpu_bootstrap.security.rbac import chart_roles
+    return sorted(chart_roles("dra-driver", "dra-driver-nvidia-gpu")[0]) + [DCGM_DRA_READER]
+
+
+def dra_role_rewrite(kc: Path, subject, target) -> Outcome:
+    """The ClusterRoles a DRA cluster's roles may bind and escalate by name (the DRA driver chart's and our DCGM
+    ResourceSlice reader): made or rewritten with */*/* by server-side apply, then bound."""
+    sa = f"{subject[0]}:{subject[1]}"
+    results = []
+    for index, name in enumerate(_dra_roles()):
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+                "rules": [WILDCARD]}
+        results += [as_token(kc, "apply", "--server-side", "--force-conflicts", "--field-manager=attacker", "-f", "-",
+                             input=_doc(role)),
+                    as_token(kc, "create", "clusterrolebinding", f"{ATTACK_NAME}-dra-{index}", "--clusterrole", name,
+                             f"--serviceaccount={sa}")]
+    admin = as_token(kc, "auth", "can-i", "*", "*").stdout.strip() == "yes"
+    return _judge(results, not admin, "can-i '*' '*' answers yes")
+
+
+def claim_templates(kc: Path, subject, target) -> Outcome:
+    """For real, not dry: a ResourceClaimTemplate in validate's namespace (where a DRA run's validate may dry-run
+    one) and in a user's namespace."""
+    results = []
+    for namespace in (VALIDATION_NS, VICTIM_NAMESPACE):
+        template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": ATTACK_NAME, "namespace": namespace},
+                    "spec": {"spec": {"devices": {"requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": DRA_GPU_CLASS, "count": 8}}]}}}}
+        results.append(as_token(kc, "create", "-f", "-", input=_doc(template)))
+    return _judge(results)
+
+
+def forged_gpus(kc: Path, subject, target) -> Outcome:
+    """GPUs that are not there: a DeviceClass serving nvidia.com/gpu from any device, and a ResourceSlice publishing
+    eight for a node (GPU pods would be placed on it and never run)."""
+    device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": ATTACK_NAME},
+                    "spec": {"extendedResourceName": "nvidia.com/gpu"}}
+    node = json.loads(target.kubectl("get", "nodes", "-o", "json").stdout)["items"][0]["metadata"]["name"]
+    slice_ = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": ATTACK_NAME},
+              "spec": {"driver": DRA_GPU_CLASS, "nodeName": node,
+                       "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                       "devices": [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}}
+                                   for i in range(8)]}}
+    return _judge([as_token(kc, "create", "-f", "-", input=_doc(device_class)),
+                   as_token(kc, "create", "-f", "-", input=_doc(slice_))])
+
+
+DRA_ATTACKS = {
+    "dra-role-rewrite": ("rewrite a DRA role it may bind (the driver chart's, the DCGM ResourceSlice reader), then "
+                         "bind it", dra_role_rewrite),
+    "claim-templates": ("a GPU ResourceClaimTemplate for real in validate's namespace and a user's",
+                        claim_templates),
+    "forged-gpus": ("a DeviceClass serving nvidia.com/gpu, a ResourceSlice of eight GPUs for a node", forged_gpus),
+}
+
+
+def set_dra_stage(target) -> dict:
+    """The DRA roles as they are before the attacks (None: not there), and the victim namespace."""
+    target.kubectl("create", "namespace", VICTIM_NAMESPACE, check=False)
+    saved = {}
+    for name in _dra_roles():
+        found = target.kubectl("get", "clusterrole", name, "-o", "json", check=False)
+        saved[name] = json.loads(found.stdout)["rules"] if found.returncode == 0 else None
+    return saved
+
+
+def clear_dra_stage(target, saved: dict) -> dict:
+    """Put the DRA roles back as they were, remove what the attacks may have made; returns what had changed."""
+    changed = {}
+    for name, rules in saved.items():
+        found = target.kubectl("get", "clusterrole", name, "-o", "json", check=False)
+        now = json.loads(found.stdout)["rules"] if found.returncode == 0 else None
+        if now != rules:
+            changed[f"clusterrole {name}"] = now
+            if rules is None:
+                target.kubectl("delete", "clusterrole", name, "--ignore-not-found")
+            else:
+                target.kubectl("patch", "clusterrole", name, "--type=merge", "-p", json.dumps({"rules": rules}))
+    for kind, name, namespace in [("clusterrolebinding", f"{ATTACK_NAME}-dra-{i}", None)
+                                  for i in range(len(saved))] + [
+            ("resourceclaimtemplate", ATTACK_NAME, VALIDATION_NS), ("resourceclaimtemplate", ATTACK_NAME,
+                                                                     VICTIM_NAMESPACE),
+            ("deviceclass", ATTACK_NAME, None), ("resourceslice", ATTACK_NAME, None)]:
+        where = ["-n", namespace] if namespace else []
+        found = target.kubectl("get", kind, name, *where, "-o", "name", check=False)
+        if found.returncode == 0 and found.stdout.strip():
+            changed[f"{kind} {name}"] = "made by an attack"
+            target.kubectl("delete", kind, name, *where, "--ignore-not-found", "--wait=false", check=False)
+    target.kubectl("delete", "namespace", VICTIM_NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
+    return changed

@@ -31,11 +31,12 @@ def generate(target, deployment, command: str, service_account: str | None, *mor
 
 
 def grant(target, deployment, command: str, folder: Path, service_account: str,
-          drop: tuple[str, str, str] | None = None, keep=None) -> Path:
+          drop: tuple[str, str, str] | None = None, keep=None, more: tuple[str, ...] = ()) -> Path:
     """Apply `rbac --for COMMAND --service-account NS/NAME` (one rule's verb removed with drop=(kind, resource,
     verb); `keep(doc)` False leaves a document out, as a broken grant would) and return a kubeconfig holding a
-    TokenRequest token of that ServiceAccount. Waits until the grant (and its admission policy) is in force."""
-    text = generate(target, deployment, command, service_account)
+    TokenRequest token of that ServiceAccount (`more`: further rbac options). Waits until the grant (and its admission
+    policy) is in force."""
+    text = generate(target, deployment, command, service_account, *more)
     create_namespaces_as_the_header_says(target, text)
     docs = [d for d in yaml.safe_load_all(text) if d]
     docs = [d for d in docs if keep is None or keep(d)]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.live import attacks
-from tests.live.identities import grant, remove_all
+from tests.live.identities import generate, grant, remove_all
 
 pytestmark = [pytest.mark.live, pytest.mark.tools, pytest.mark.slow, pytest.mark.xdist_group("live"),
               pytest.mark.usefixtures("test_pods")]
@@ -54,6 +54,44 @@ def test_every_role_refuses_every_attack_on_the_real_api_server(deployment, targ
         write_table(table)
     assert documented_table() == table, ("docs/security.md's attack table differs from this run's: rerun with "
                                          "GPU_BOOTSTRAP_WRITE_DOCS=1 to write it")
+
+
+DRA_ROLES = ("plan", "dry-run", "doctor")
+
+
+def test_a_dra_clusters_roles_generated_for_a_mode_move_refuse_every_attack(deployment, target, tmp_path):
+    """The roles generated for gpu_operator.allocation: dra with --allow-allocation-change hold the most any role of a
+    DRA cluster holds: the DRA driver's release and the roles its chart binds, our DCGM ResourceSlice reader, and
+    validate's ResourceClaimTemplates (dry-run, for the identities that must not write). Each is attacked with the
+    catalogue and with what those rights aim at: the DRA roles rewritten and bound, claim templates and forged GPUs
+    (a DeviceClass, a ResourceSlice) made for real. Every attack must be refused and leave nothing behind."""
+    import yaml
+    deployment.ensure()
+    config = yaml.safe_load(deployment.config.read_text())
+    config.setdefault("gpu_operator", {})["allocation"] = "dra"
+    dra_config = tmp_path / "gpu-bootstrap-dra.yaml"
+    dra_config.write_text(yaml.safe_dump(config, sort_keys=False))
+    dra = type("DraDeployment", (), {"config": dra_config})()
+    saved, saved_dra = attacks.set_stage(target), attacks.set_dra_stage(target)
+    results: dict[str, dict[str, attacks.Outcome]] = {}
+    changed = {}
+    try:
+        for role in DRA_ROLES:
+            name = f"attacker-dra-{role}"
+            kubeconfig = grant(target, dra, role, tmp_path, f"{NAMESPACE}/{name}", more=("--allow-allocation-change",))
+            results[role] = attacks.run(kubeconfig, (NAMESPACE, name), target, role)
+            for attack, (_what, fn) in attacks.DRA_ATTACKS.items():
+                results[role][attack] = fn(kubeconfig, (NAMESPACE, name), target)
+    finally:
+        changed = {**attacks.clear_stage(target, saved), **attacks.clear_dra_stage(target, saved_dra)}
+        remove_all(target, NAMESPACE)
+    allowed = [f"{role}: {attack}: {outcome.by} ({'; '.join(outcome.said)[:400]})"
+               for role, found in results.items() for attack, outcome in found.items() if not outcome.refused]
+    assert not allowed, "\n".join(allowed)
+    assert not changed, f"an attack changed the cluster: {changed}"
+    # the roles did hold the DRA rights attacked (a role without them would pass for the wrong reason)
+    text = generate(target, dra, "dry-run", f"{NAMESPACE}/probe-only", "--allow-allocation-change")
+    assert attacks.DCGM_DRA_READER in text and "resourceclaimtemplates" in text, text[:2000]
 
 
 def render_table(results: dict[str, dict[str, attacks.Outcome]]) -> str:
