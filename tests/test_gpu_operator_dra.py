@@ -281,3 +281,23 @@ def test_our_resourceslice_policy_names_the_account_the_charts_kubelet_plugin_ru
     assert account not in theirs["spec"]["matchConditions"][0]["expression"]  # upstream's miss, still there
     ours = gpu_operator_dra.slice_policy_objects(DRA_NS, release, values, {})[0]
     assert f"'system:serviceaccount:{DRA_NS}:{account}'" in ours["spec"]["matchConditions"][0]["expression"]
+
+
+def test_a_dra_driver_installed_another_way_is_named_and_left_alone(cluster, tmp_path):
+    """NVIDIA's DRA driver installed by hand (or by another release): its DeviceClass is there and no release of ours
+    holds it. `up` in dra mode names it and installs nothing (a second driver would fail in helm on the class, found
+    on the real API server, or publish every GPU twice); the class stays as it was."""
+    device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                    "metadata": {"name": "gpu.nvidia.com", "labels": {"team": "platform"}},
+                    "spec": {"extendedResourceName": "nvidia.com/gpu",
+                             "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}
+    cluster.emu.seed(device_class)
+    before = cluster.emu.get("deviceclasses", "gpu.nvidia.com")
+    config = write_config(tmp_path, cluster)
+    result, document = up(config, tmp_path, only="gpu-operator")
+    assert result.exit_code == 1, result.output
+    assert document["error"].startswith(
+        "[gpu-operator] NVIDIA's DRA driver is installed already, not by gpu-bootstrap: DeviceClass gpu.nvidia.com "
+        "(not from a helm release)"), document
+    assert releases(cluster) == {}
+    assert cluster.emu.get("deviceclasses", "gpu.nvidia.com") == before

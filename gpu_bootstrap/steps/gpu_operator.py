@@ -303,6 +303,8 @@ class GpuOperator(Step):
                 return Check(FAIL, f"{', '.join(taken[:4])} advertise nvidia.com/gpu from a device plugin "
                                    f"gpu-bootstrap does not manage: a node must not serve its GPUs through DRA as well "
                                    f"— remove that device plugin first, or use allocation: device-plugin")
+            if dra_status is None and (refused := dra_release.foreign_driver_refusal(ctx)):
+                return Check(FAIL, refused)
             try:
                 dra_facts = self._dra_facts(ctx, plan, dra_status)
             except ValueError as error:

@@ -94,6 +94,33 @@ def switch_refusal(ctx, operator_status: dict | None, dra_ours: bool) -> str | N
     return None
 
 
+def foreign_driver(device_classes: list[dict], release: str, namespace: str) -> list[str]:
+    """NVIDIA's DRA driver installed another way (by hand, another release, the operator's GPUCluster): the
+    DeviceClasses of its driver (`gpu.nvidia.com`, `mig.nvidia.com`, ...) that helm's release `namespace/release`
+    does not hold. Installing ours beside them would fail on them in helm, or publish every GPU twice."""
+    found = []
+    for device_class in device_classes:
+        meta = device_class.get("metadata") or {}
+        notes = meta.get("annotations") or {}
+        holder = (notes.get("meta.helm.sh/release-namespace"), notes.get("meta.helm.sh/release-name"))
+        if not meta.get("name", "").endswith(".nvidia.com") or holder == (namespace, release):
+            continue
+        found.append(f"{meta['name']} (helm release {holder[0]}/{holder[1]})" if holder[1] else
+                     f"{meta['name']} (not from a helm release)")
+    return sorted(found)
+
+
+def foreign_driver_refusal(ctx) -> str | None:
+    """Why the driver is not installed where one runs already (foreign_driver), or None."""
+    section = ctx.config.gpu_operator.dra_driver
+    other = foreign_driver(ctx.kube.list(dra.API_VERSION, "DeviceClass"), section.release, section.namespace)
+    if not other:
+        return None
+    return (f"NVIDIA's DRA driver is installed already, not by gpu-bootstrap: DeviceClass {', '.join(other[:3])}; a "
+            f"second driver would fail on its DeviceClasses or publish every GPU twice — uninstall that driver first "
+            f"(gpu-bootstrap installs and manages its own), or use allocation: device-plugin")
+
+
 def foreign_capacity(advertising: list[str], operator_status: dict | None) -> list[str]:
     """GPU nodes that advertise nvidia.com/gpu (`advertising`) from a device plugin that is not the operator's (which
     this step turns off): DRA must not serve them as well."""

@@ -252,9 +252,11 @@ def _write_private(path: Path, text: str) -> Path:
 
 
 def up(folder: Path, *, gpu_nodes: int = 2, gpus_per_node: int = 4, cpu_nodes: int = 2,
-       die_with_parent: bool = False, agent: bool = True, timeout: float = 180, progress=None) -> LocalCluster:
+       die_with_parent: bool = False, agent: bool = True, timeout: float = 180, progress=None,
+       dra: bool = False) -> LocalCluster:
     """Start the cluster in `folder` (made 0700; it must not hold a running cluster) and return it when every
-    component answers, the nodes are Ready and the default service account exists."""
+    component answers, the nodes are Ready and the default service account exists. `dra`: the GPU nodes' GPUs are
+    ResourceSlices of NVIDIA's DRA driver (its DeviceClasses come with its chart), no `nvidia.com/gpu` capacity."""
     say = progress or (lambda message: None)
     absent = missing_binaries()
     if absent:
@@ -268,7 +270,7 @@ def up(folder: Path, *, gpu_nodes: int = 2, gpus_per_node: int = 4, cpu_nodes: i
     # suite with it. Such a start is repeated from scratch with new ports.
     for attempt in range(1, PORT_ATTEMPTS + 1):
         try:
-            return _up_once(folder, gpu_nodes, gpus_per_node, cpu_nodes, die_with_parent, agent, timeout, say)
+            return _up_once(folder, gpu_nodes, gpus_per_node, cpu_nodes, die_with_parent, agent, timeout, say, dra)
         except ClusterError as error:
             if "address already in use" not in str(error) or attempt == PORT_ATTEMPTS:
                 raise
@@ -280,7 +282,7 @@ PORT_ATTEMPTS = 3
 
 
 def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, die_with_parent: bool, agent: bool,
-             timeout: float, say) -> LocalCluster:
+             timeout: float, say, dra: bool = False) -> LocalCluster:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, mode=0o700)
@@ -289,7 +291,7 @@ def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, d
     cluster = LocalCluster(folder.resolve(), version=kubernetes_version())
     cluster.ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port(),
                      "kubelet": free_port(), "kwok": free_port()}
-    cluster.nodes = node_specs.layout(gpu_nodes, gpus_per_node, cpu_nodes)
+    cluster.nodes = node_specs.layout(gpu_nodes, gpus_per_node, cpu_nodes, dra)
     cluster.save()
     try:
         _route_network(cluster)
@@ -304,6 +306,8 @@ def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, d
         api = cluster.admin()
         for node in node_specs.objects(cluster.nodes, cluster.network):
             api.create("/api/v1/nodes", node)
+        if dra:
+            _publish_dra_gpus(cluster, api)
         _start_kwok(cluster, tools, die_with_parent)
         if agent:
             say("agent (OPA and kube-scheduler pods, the gpu-operator stand-in)")
@@ -314,6 +318,17 @@ def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, d
         _unroute_network(cluster)
         raise
     return cluster
+
+
+def _publish_dra_gpus(cluster: LocalCluster, api) -> None:
+    """What NVIDIA's DRA driver's kubelet plugin publishes for the DRA nodes: one ResourceSlice per node. No plugin
+    runs here, so the slices are written once, as the admin. The driver's DeviceClasses are not made: they come with
+    its chart, which `up` installs in dra mode (a class made beside the chart is a driver installed another way, which
+    `up` names and leaves alone)."""
+    from tests.localcluster import dra
+    for name, spec in sorted(cluster.nodes.items()):
+        if spec.get("dra"):
+            api.create("/apis/resource.k8s.io/v1/resourceslices", dra.resource_slice(name, spec["gpus"]))
 
 
 def control_plane(folder: Path, *, die_with_parent: bool = False, timeout: float = 180) -> LocalCluster:

@@ -1,6 +1,7 @@
 """The local cluster's fake nodes, as KWOK takes them: Node objects with capacity, labels and taints.
 
-GPU nodes look as real ones do before gpu-bootstrap touches them: `nvidia.com/gpu` capacity and NFD's PCI label
+GPU nodes look as real ones do before gpu-bootstrap touches them (with `dra`, as nodes whose GPUs NVIDIA's DRA driver
+serves: no capacity, a ResourceSlice each, dra.py): `nvidia.com/gpu` capacity and NFD's PCI label
 (what the gpu-operator's device plugin and node-feature-discovery would have put there), an A100's product label,
 and on the second node the taint a managed GPU pool already carries (GKE, AKS: `nvidia.com/gpu=present:NoSchedule`),
 so node-prep meets both a bare and a pre-tainted node. CPU nodes carry nothing of the kind.
@@ -16,6 +17,7 @@ import ipaddress
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
+DRA_PRODUCT = "NVIDIA-H200"  # the GPU whose attributes dra.py's slices carry
 PRE_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 # Names a test may give the nodes it adds with a file tree (probe_kubelet.py runs their pods, not KWOK): fixed,
 # because KWOK reads its Stages once, at its start
@@ -25,11 +27,13 @@ TREE_NODES = ("tree-1", "tree-2", "tree-3")
 FLEET_PREFIX = "fleet-"
 
 
-def layout(gpu_nodes: int, gpus_per_node: int, cpu_nodes: int) -> dict:
+def layout(gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, dra: bool = False) -> dict:
+    """`dra`: the GPU nodes' GPUs are served by NVIDIA's DRA driver (ResourceSlices, dra.py), not the device plugin:
+    no `nvidia.com/gpu` capacity."""
     nodes = {}
     for index in range(gpu_nodes):
         nodes[f"gpu-{index + 1}"] = {"gpus": gpus_per_node, "cpu": "32", "memory": "256Gi",
-                                     "tainted": index == 1}
+                                     "tainted": index == 1, **({"dra": True} if dra else {})}
     for index in range(cpu_nodes):
         nodes[f"cpu-{index + 1}"] = {"gpus": 0, "cpu": "16", "memory": "64Gi", "tainted": False}
     return nodes
@@ -53,8 +57,10 @@ def objects(nodes: dict, network: str) -> list[dict]:
         capacity = {"cpu": spec["cpu"], "memory": spec["memory"], "pods": "110", "ephemeral-storage": "500Gi"}
         if spec["gpus"]:
             labels.update({"feature.node.kubernetes.io/pci-10de.present": "true",
-                           "nvidia.com/gpu.product": GPU_PRODUCT, "nvidia.com/gpu.count": str(spec["gpus"])})
-            capacity[GPU_RESOURCE] = str(spec["gpus"])
+                           "nvidia.com/gpu.product": DRA_PRODUCT if spec.get("dra") else GPU_PRODUCT,
+                           "nvidia.com/gpu.count": str(spec["gpus"])})
+            if not spec.get("dra"):  # a DRA node publishes its GPUs as ResourceSlices instead (dra.py)
+                capacity[GPU_RESOURCE] = str(spec["gpus"])
         node = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
                 "spec": {"podCIDR": pod_cidr(network, index), "podCIDRs": [pod_cidr(network, index)]},

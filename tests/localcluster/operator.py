@@ -36,6 +36,7 @@ KINDS = {
                                                             False),
 }
 GPU_RESOURCE = "nvidia.com/gpu"
+NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"  # NFD's label: a --dra cluster's GPU nodes have no capacity
 
 
 class Snapshot:
@@ -110,14 +111,15 @@ class Writer:
 class LocalOperatorSim(GpuOperatorSim):
     def _gpu_nodes(self) -> list[dict]:
         nodes = self.store.objects.get(("", "nodes"), {}).values()
-        return [n for n in nodes if int(((n.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE, "0")) > 0]
+        return [n for n in nodes if int(((n.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE, "0")) > 0
+                or ((n.get("metadata") or {}).get("labels") or {}).get(NVIDIA_PCI) == "true"]  # a --dra cluster's
 
     def _advertise(self, namespace, spec) -> None:
         """KWOK's GPU nodes advertise their GPUs from the start (see the module docstring)."""
 
     def _publish_slices(self) -> None:
-        """No DRA driver runs on the local cluster (its nodes advertise nvidia.com/gpu); tests/test_dra_scheduling.py
-        writes the slices of its DRA-only nodes itself."""
+        """No DRA driver runs on the local cluster: a --dra cluster's slices are written at its start
+        (cluster._publish_dra_gpus), and tests/test_dra_scheduling.py writes those of its DRA-only nodes itself."""
 
 
 class OperatorStandIn:
