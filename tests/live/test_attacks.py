@@ -73,6 +73,7 @@ def test_a_dra_clusters_roles_generated_for_a_mode_move_refuse_every_attack(depl
     dra_config.write_text(yaml.safe_dump(config, sort_keys=False))
     dra = type("DraDeployment", (), {"config": dra_config})()
     saved, saved_dra = attacks.set_stage(target), attacks.set_dra_stage(target)
+    namespaces = set(target.kubectl("get", "namespaces", "-o", "name").stdout.split())
     results: dict[str, dict[str, attacks.Outcome]] = {}
     changed = {}
     try:
@@ -85,6 +86,10 @@ def test_a_dra_clusters_roles_generated_for_a_mode_move_refuse_every_attack(depl
     finally:
         changed = {**attacks.clear_stage(target, saved), **attacks.clear_dra_stage(target, saved_dra)}
         remove_all(target, NAMESPACE)
+        # the namespaces the DRA roles' header made (the DRA driver's): the session's cluster runs device-plugin mode,
+        # where a namespace of ours named like the driver's makes every command look for its release
+        for made in set(target.kubectl("get", "namespaces", "-o", "name").stdout.split()) - namespaces:
+            target.kubectl("delete", made, "--ignore-not-found", "--wait=true", check=False)
     allowed = [f"{role}: {attack}: {outcome.by} ({'; '.join(outcome.said)[:400]})"
                for role, found in results.items() for attack, outcome in found.items() if not outcome.refused]
     assert not allowed, "\n".join(allowed)
