@@ -308,7 +308,11 @@ def test_the_schedulers_leader_killed_with_200_gpu_pods_pending(platform):
         assert at_kill < PACK_PODS, "every pod was bound before the kill: the takeover had nothing to do"
         wait_for(lambda: len(bindings(cluster, namespace, mark)) == PACK_PODS, 30, "the audit log to hold every binding")
         codes = bindings(cluster, namespace, mark)
-        assert {pod: c for pod, c in codes.items() if c != [201]} == {}, "pods bound more than once, or refused"
+        # every pod is bound (above), at most one binding was answered 201, and none was refused as a conflict: a
+        # replica binding a pod another had bound is answered 409. A binding answered 504 under load may have landed
+        # (the server timed out after the write) or not (then the scheduler repeats it): neither is a second binding.
+        assert {pod: c for pod, c in codes.items() if c.count(201) > 1 or 409 in c} == {}, \
+            "pods bound more than once, or refused as already bound"
         per_node: dict[str, int] = {}
         for node in bound(api, namespace).values():
             per_node[node] = per_node.get(node, 0) + 1
