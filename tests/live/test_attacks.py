@@ -114,3 +114,28 @@ def rules_of(text: str) -> set[tuple]:
             for doc in yaml.safe_load_all(text) if doc and doc["kind"] in ("ClusterRole", "Role")
             for rule in doc.get("rules") or [] for group in rule.get("apiGroups", [""])
             for resource in rule.get("resources", []) for verb in rule["verbs"]}
+
+
+def render_table(results: dict[str, dict[str, attacks.Outcome]]) -> str:
+    roles = [r for r in ROLES if r in results]
+    lines = ["| attack | " + " | ".join(f"`{r}`" for r in roles) + " |", "|---|" + "---|" * len(roles)]
+    for attack, (what, _fn) in attacks.ATTACKS.items():
+        lines.append(f"| {what} | " + " | ".join(results[r][attack].cell for r in roles) + " |")
+    notes = sorted({o.by for found in results.values() for o in found.values() if o.by_design})
+    return "\n".join(lines + [""] + [f"¹ {note}" for note in notes])
+
+
+def documented_table() -> str:
+    text = DOCS.read_text()
+    found = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, re.DOTALL)
+    return found.group(1) if found else ""
+
+
+def write_table(table: str) -> None:
+    text = DOCS.read_text()
+    block = f"{BEGIN}\n{table}\n{END}"
+    if BEGIN in text:
+        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _m: block, text, flags=re.DOTALL)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    DOCS.write_text(text)
