@@ -296,6 +296,14 @@ def test_pods_refused_by_pod_security_get_one_clear_error(small, tmp_path):
     assert not [p for p in small.emu.list("pods") if p["metadata"]["namespace"].startswith("gpu-bootstrap-probe")]
 
 
+def answer_probed(emu: Emulator, names: list[str], workers: int) -> None:
+    """The kubelet stand-in answers every node's probe pod with the canned result "probed"."""
+    kubelet = emu.kubelet(workers=workers)
+    slices = dict(zip(["probe"] + [f"result-{i}" for i in range(1, incluster.SLICES)], incluster.encode("probed\n")))
+    for name in names:
+        kubelet.canned[name] = {container: (0, message) for container, message in slices.items()}
+
+
 @pytest.mark.tools
 def test_every_probe_request_is_the_same_size_whatever_the_fleets(tmp_path):
     """One pod bound to each node by name: no request (and no stored object) grows with the node count, so the etcd
@@ -309,11 +317,7 @@ def test_every_probe_request_is_the_same_size_whatever_the_fleets(tmp_path):
         names = [f"gpu-{i:04d}" for i in range(count)]
         emu = Emulator(gpu_nodes=names).start()
         try:
-            kubelet = emu.kubelet(workers=8)
-            slices = dict(zip(["probe"] + [f"result-{i}" for i in range(1, incluster.SLICES)],
-                              incluster.encode("probed\n")))
-            for name in names:
-                kubelet.canned[name] = {container: (0, message) for container, message in slices.items()}
+            answer_probed(emu, names, workers=8)
             kube = Kube(emu.write_kubeconfig(tmp_path / f"kubeconfig-{count}"))
             outcomes = ClusterProbe(kube, "busybox:1.37.0", 60).run(names, "echo probed\n")
             assert {name: outcome.output for name, outcome in outcomes.items()} == {n: "probed\n" for n in names}
@@ -328,19 +332,15 @@ def test_every_probe_request_is_the_same_size_whatever_the_fleets(tmp_path):
 def test_the_probe_lists_its_pods_once_and_watches_them_and_still_reads_every_node_when_the_watch_fails(
         tmp_path, watch_fault):
     """A fleet's probe pods each carry up to 9 KiB of results: they are listed once and then watched, not listed
-    again and again. A watch that gets no answer is followed by a LIST and a new watch (a little later each time); an identity that may list but
-    not watch pods (a role from before the probe watched) is polled with LISTs. Each way, every node's result is read.
+    again and again. A watch that gets no answer is followed by a LIST and a new watch (a little later each time); an
+    identity that may list but not watch pods (a role from before the probe watched) is polled with LISTs. Each way, every node's result is read.
     Canned results from the kubelet stand-in: what is measured is what the tool sends."""
     from gpu_bootstrap.adapters.cluster_probe import ClusterProbe
     from gpu_bootstrap.adapters.kube import Kube
     names = [f"gpu-{i:04d}" for i in range(200)]
     emu = Emulator(gpu_nodes=names).start()
     try:
-        kubelet = emu.kubelet(workers=4)
-        slices = dict(zip(["probe"] + [f"result-{i}" for i in range(1, incluster.SLICES)],
-                          incluster.encode("probed\n")))
-        for name in names:
-            kubelet.canned[name] = {container: (0, message) for container, message in slices.items()}
+        answer_probed(emu, names, workers=4)
         if watch_fault == "reset":
             emu.faults.add("GET", r"/namespaces/gpu-bootstrap-probe-[0-9a-f]+/pods$", query="watch=true", reset=True,
                            count=None)
