@@ -171,6 +171,29 @@ def test_teardown_dry_run_and_confirmation(emu, config, tmp_path):
     assert node_view(emu, "node5")["taints"]
 
 
+@pytest.mark.parametrize("command", [("teardown", "--yes"), ("teardown", "--dry-run"), ("up", "--dry-run")])
+def test_a_node_its_kubelet_updates_under_a_plan_is_read_again_and_planned_again(emu, config, tmp_path, command):
+    """A Node's resourceVersion moves with every status update of its kubelet. Between our read and our pinned
+    PATCH (real, or the server's dry run) node5's kubelet posts its status: the API answers 409, and teardown and dry
+    runs, like `up`, read again and plan again. Each change is shown and counted once."""
+    if command[0] == "teardown":
+        up_json(config, tmp_path)
+    before = node_view(emu, "node5")
+    emu.requests.clear()
+    emu.faults.add("PATCH", r"/api/v1/nodes/node5$", count=1, action=lambda: emu.post_node_status("node5"))
+    result = cli(*command, "-c", str(config), "-o", "json", tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    conflicts = [r for r in emu.requests.all() if r.path.endswith("/nodes/node5") and r.status == 409]
+    assert len(conflicts) == 1
+    node_prep = step(json.loads(result.stdout), "node-prep")
+    assert node_prep["changes"] == 3, node_prep
+    if command[1] == "--dry-run":
+        assert emu.requests.writes() == [] and node_view(emu, "node5") == before
+    else:
+        assert node_view(emu, "node5")["taints"] == [] and "nvidia.com/gpu.present" not in \
+            node_view(emu, "node5")["labels"]
+
+
 # --- dry runs ---------------------------------------------------------------------------------------------------------
 def test_online_dry_run_uses_server_side_dry_run_and_renders(emu, config, tmp_path):
     emu.requests.clear()

@@ -159,22 +159,38 @@ class Runner:
 
     def _apply(self, step: Step, check: Check, lock: Lock) -> int:
         """Push the plan through the gate; when the cluster changed under us (409), re-read and re-plan."""
-        applied = 0
         self._warn(step, check)
+        return len(self._through_gate(step, lambda again: step.plan(self.ctx, self._check(step) if again else check),
+                                      lock))
+
+    def _through_gate(self, step: Step, plan, lock: Lock | None = None) -> list:
+        """Submit what plan(again) returns through the gate. When the cluster changed under us (409: an object's
+        resourceVersion moved since we read it, as a Node's does with every status update of its kubelet), read
+        again and plan again (plan(True)), up to REPLANS times; undo and up plans are made from live state, so the
+        new plan holds what is still to do. A real run reports each change as it lands and returns all that landed;
+        a dry run reports (and keeps in the gate) only the plan that passed whole, so nothing shows twice."""
+        real = not self.ctx.gate.dry_run
+        landed: list = []
         for attempt in range(REPLANS + 1):
+            mark, passed = self.ctx.gate.mark(step.id), []
             try:
-                for change in step.plan(self.ctx, check):
-                    lock.check()
+                for change in plan(attempt > 0):
+                    if lock is not None:
+                        lock.check()
                     self.ctx.gate.submit(step.id, change)
-                    self.ctx.reporter.change(step.id, change, applied=True)
-                    applied += 1
-                return applied
+                    (landed if real else passed).append(change)
+                    if real:
+                        self.ctx.reporter.change(step.id, change, applied=True)
+                break
             except Conflict:
                 if attempt == REPLANS:
                     raise
-                log.info("%s: the cluster changed while applying; re-reading and re-planning", step.id)
-                check = self._check(step)
-        return applied
+                log.info("%s: the cluster changed under the plan (409); re-reading and re-planning", step.id)
+                if not real:
+                    self.ctx.gate.rewind(step.id, mark)
+        for change in passed if not real else ():
+            self.ctx.reporter.change(step.id, change, applied=False)
+        return landed if real else passed
 
     def _record_failure(self, step: Step, status: str, message: str) -> None:
         try:
@@ -193,10 +209,7 @@ class Runner:
             self._finish(StepResult(step.id, "unchanged", 0, passed))  # as `up` would skip it
             return
         self._warn(step, check)
-        changes = step.plan(self.ctx, check)
-        for change in changes:
-            self.ctx.gate.submit(step.id, change)
-            self.ctx.reporter.change(step.id, change, applied=False)
+        changes = self._through_gate(step, lambda again: step.plan(self.ctx, self._check(step) if again else check))
         status, message = "planned" if changes else "unchanged", _noted(check.message, check)
         if notes := self.ctx.gate.notes_for(step.id):
             message = "; ".join([message, *notes])
@@ -260,10 +273,10 @@ class Runner:
         plans = self.undo_plans()
         self._refuse_gitops_owned(plans)
         if self.ctx.gate.dry_run:
-            for step, changes in plans:
-                for change in changes:
-                    self.ctx.gate.submit(step.id, change)
-                    self.ctx.reporter.change(step.id, change, applied=False)
+            for index, (step, first) in enumerate(plans):
+                changes = self._through_gate(step, lambda again, step=step, first=first:
+                                             step.undo_plan(self.ctx) if again else first)
+                plans[index] = (step, changes)
                 self._finish(StepResult(step.id, "planned" if changes else "unchanged", len(changes),
                                         _undo_message(changes, planned=True), planned=list(changes)))
             if self._last_of_ours(plans) and self.ctx.kube.get("v1", "Namespace", cp.NAMESPACE) is not None:
@@ -277,12 +290,7 @@ class Runner:
         try:
             for step in reversed(self.steps):
                 self.ctx.reporter.step_started(step)
-                done = []
-                for change in step.undo_plan(self.ctx):
-                    lock.check()
-                    self.ctx.gate.submit(step.id, change)
-                    self.ctx.reporter.change(step.id, change, applied=True)
-                    done.append(change)
+                done = self._through_gate(step, lambda again, step=step: step.undo_plan(self.ctx), lock)
                 self.checkpoint.forget(step.id)
                 self._finish(StepResult(step.id, "undone" if done else "unchanged", len(done),
                                         _undo_message(done, planned=False)))

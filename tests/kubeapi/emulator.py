@@ -17,7 +17,7 @@ from .resources import ResourceTable, ResourceType
 from .schema import SchemaSet
 from .server import EmulatorHTTPServer, ssl_context
 from .store import Store, WriteOptions
-from .util import jcopy, now
+from .util import jcopy, now, parse_time
 
 SEED_MANAGER = "emulator-seed"
 VOLATILE_META = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
@@ -213,6 +213,21 @@ class Emulator:
             from .kubelet_sim import KubeletSim
             self.controllers.kubelet_sim = KubeletSim(self.controllers, tool("busybox"), workers)
         return self.controllers.kubelet_sim
+
+    def post_node_status(self, name: str) -> dict:
+        """The node's kubelet posts its status (a heartbeat: the conditions' lastHeartbeatTime), as it does every
+        few seconds on a real cluster: the Node's resourceVersion moves, nothing else of it does. The times have a
+        second's grain, so a second post within the same second is dated a second after the last."""
+        import datetime as dt
+        with self.store.lock:
+            rt = self.resource("nodes")
+            node = jcopy(self.store.find(rt, None, name))
+            for condition in node["status"].get("conditions") or []:
+                last = condition.get("lastHeartbeatTime")
+                stamp = parse_time(now()) if not last else max(parse_time(now()),
+                                                               parse_time(last) + dt.timedelta(seconds=1))
+                condition["lastHeartbeatTime"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+            return self.store.update(rt, None, name, node, WriteOptions(manager="kubelet", subresource="status"))
 
     def set_node_not_ready(self, name: str) -> dict:
         """The node's kubelet stops posting status, as the node lifecycle controller then records it: Ready
