@@ -34,6 +34,13 @@ ONE_GPU_TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTe
                     "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                         "deviceClassName": dra.GPU_CLASS, "count": 1}}]}}}}
 
+NIC_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "nic.example.com"},
+             "spec": {"selectors": [{"cel": {"expression": "device.driver == 'nic.example.com'"}}]}}
+ONE_NIC_TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "one-nic", "namespace": TENANT},
+                    "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                        "deviceClassName": "nic.example.com", "count": 1}}]}}}}
+
 
 def user_pod(name: str, gpus: int = 0, template: str = "") -> dict:
     """A pod as users write it: no scheduler name, no toleration for the GPU taint."""
@@ -107,14 +114,23 @@ def test_up_in_dra_mode_steers_and_counts_dra_gpu_pods_and_teardown_removes_only
     api.create(f"/api/v1/namespaces/{TENANT}/pods", user_pod("two-gpus", gpus=2))
     api.create(f"/api/v1/namespaces/{TENANT}/pods", user_pod("templated", template="one-gpu"))
     api.create(f"/api/v1/namespaces/{TENANT}/pods", user_pod("cpu-only"))
+    # a claim of another driver's class is no GPU pod's: untouched (its devices do not exist, so it stays Pending)
+    api.create("/apis/resource.k8s.io/v1/deviceclasses", NIC_CLASS)
+    api.create(f"/apis/resource.k8s.io/v1/namespaces/{TENANT}/resourceclaimtemplates", ONE_NIC_TEMPLATE)
+    nic = api.create(f"/api/v1/namespaces/{TENANT}/pods", user_pod("nic-claim", template="one-nic"))
+    assert nic["spec"]["schedulerName"] == "default-scheduler" and not any(
+        t.get("key") == "nvidia.com/gpu" for t in nic["spec"].get("tolerations", [])), nic["spec"]
 
     def pods() -> dict:
-        return {p["metadata"]["name"]: p for p in api.get(f"/api/v1/namespaces/{TENANT}/pods")["items"]}
+        return {p["metadata"]["name"]: p for p in api.get(f"/api/v1/namespaces/{TENANT}/pods")["items"]
+                if p["metadata"]["name"] != "nic-claim"}
 
     wait_for(lambda: all(p["spec"].get("nodeName") for p in pods().values()), 180, "every tenant pod to be bound")
     found = pods()
     assert {n: p["spec"]["schedulerName"] for n, p in found.items()} == {
         "two-gpus": SCHEDULER, "templated": SCHEDULER, "cpu-only": "default-scheduler"}
+    assert any(t.get("key") == "nvidia.com/gpu" and t.get("value") == "present"
+               for t in found["templated"]["spec"]["tolerations"]), found["templated"]["spec"]["tolerations"]
     claims = {name: claim_of(api, found[name]) for name in ("two-gpus", "templated")}
     for name, claim in claims.items():
         results = claim["status"]["allocation"]["devices"]["results"]

@@ -244,22 +244,18 @@ def _constraints(policy) -> dict:
             "namespaceSelector": policy_render.namespace_selector(policy)}
 
 
-def validating_policy(config, policy=None) -> list[dict]:
-    """The in-process check (>= 1.30): a GPU pod that is still not on our scheduler after mutation is rejected with
-    the field to set. It cannot go down; failurePolicy Ignore so that not even a bug in it can block other pods."""
-    policy = policy or policy_render.of(config)
-    return [{"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicy", "metadata": _meta(CONFIG_NAME),
-             "spec": {"failurePolicy": "Ignore", "matchConstraints": _constraints(policy),
-                      "matchConditions": policy_render.exemption_conditions(policy),
-                      "validations": policy_render.validations(policy)}},
-            {"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": _meta(CONFIG_NAME),
-             "spec": {"policyName": CONFIG_NAME, "validationActions": ["Deny"]}}]
+def _validating(name: str, policy, conditions: list[dict], param_kind: dict | None = None) -> list[dict]:
+    spec = {"failurePolicy": "Ignore", "matchConstraints": _constraints(policy), "matchConditions": conditions,
+            "validations": policy_render.validations(policy)}
+    binding = {"policyName": name, "validationActions": ["Deny"]}
+    if param_kind:
+        spec["paramKind"], binding["paramRef"] = param_kind, PARAMS_IN_THE_PODS_NAMESPACE
+    return [{"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicy", "metadata": _meta(name), "spec": spec},
+            {"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": _meta(name),
+             "spec": binding}]
 
 
-def mutating_policy(config, api_version: str, policy=None) -> list[dict]:
-    """engine vap, mode mutate: a MutatingAdmissionPolicy (v1beta1 on 1.34-1.35 when enabled, v1 from 1.36): the
-    scheduler (while it runs) and the GPU taint's toleration."""
-    policy = policy or policy_render.of(config)
+def _mutating(name: str, api_version: str, policy, conditions: list[dict], param_kind: dict | None = None):
     mutations = []
     if policy.steer:
         mutations.append({"patchType": "ApplyConfiguration",
@@ -267,13 +263,52 @@ def mutating_policy(config, api_version: str, policy=None) -> list[dict]:
     if policy.toleration is not None:
         mutations.append({"patchType": "JSONPatch",
                           "jsonPatch": {"expression": policy_render.toleration_patch(policy)}})
-    return [{"apiVersion": api_version, "kind": "MutatingAdmissionPolicy", "metadata": _meta(CONFIG_NAME),
-             "spec": {"failurePolicy": "Ignore", "reinvocationPolicy": "Never",
-                      "matchConstraints": _constraints(policy),
-                      "matchConditions": policy_render.mutation_conditions(policy),
-                      "mutations": mutations}},
-            {"apiVersion": api_version, "kind": "MutatingAdmissionPolicyBinding", "metadata": _meta(CONFIG_NAME),
-             "spec": {"policyName": CONFIG_NAME}}]
+    spec = {"failurePolicy": "Ignore", "reinvocationPolicy": "Never", "matchConstraints": _constraints(policy),
+            "matchConditions": conditions, "mutations": mutations}
+    binding = {"policyName": name}
+    if param_kind:
+        spec["paramKind"], binding["paramRef"] = param_kind, PARAMS_IN_THE_PODS_NAMESPACE
+    return [{"apiVersion": api_version, "kind": "MutatingAdmissionPolicy", "metadata": _meta(name), "spec": spec},
+            {"apiVersion": api_version, "kind": "MutatingAdmissionPolicyBinding", "metadata": _meta(name),
+             "spec": binding}]
+
+
+def validating_policy(config, policy=None) -> list[dict]:
+    """The in-process check (>= 1.30): a GPU pod that is still not on our scheduler after mutation is rejected with
+    the field to set. It cannot go down; failurePolicy Ignore so that not even a bug in it can block other pods."""
+    policy = policy or policy_render.of(config)
+    return _validating(CONFIG_NAME, policy, policy_render.exemption_conditions(policy))
+
+
+def mutating_policy(config, api_version: str, policy=None) -> list[dict]:
+    """engine vap, mode mutate: a MutatingAdmissionPolicy (v1beta1 on 1.34-1.35 when enabled, v1 from 1.36): the
+    scheduler (while it runs) and the GPU taint's toleration."""
+    policy = policy or policy_render.of(config)
+    return _mutating(CONFIG_NAME, api_version, policy, policy_render.mutation_conditions(policy))
+
+
+# gpu_operator.allocation: dra. The pod names its claims; what they ask for is in the claim templates and claims.
+# Each binding selects every one of them in the pod's own namespace (no paramRef.namespace: the request's), and
+# the API server evaluates the policy once per template or claim found, none when there is none (Allow).
+CLAIM_POLICY_NAMES = {"ResourceClaimTemplate": f"{CONFIG_NAME}-claim-templates",
+                      "ResourceClaim": f"{CONFIG_NAME}-claims"}
+PARAMS_IN_THE_PODS_NAMESPACE = {"selector": {}, "parameterNotFoundAction": "Allow"}
+RESOURCE_API = "resource.k8s.io/v1"
+
+
+def claim_policies(config, map_version: str | None, policy=None) -> list[dict]:
+    """For pods whose GPUs come through ResourceClaims (policy_render.claim_condition): per param kind, the
+    MutatingAdmissionPolicy that steers them and gives them the GPU taint's toleration (mode mutate, where
+    `map_version` is served), and the ValidatingAdmissionPolicy that rejects those still not on our scheduler."""
+    policy = policy or policy_render.of(config)
+    objects = []
+    for kind, name in CLAIM_POLICY_NAMES.items():
+        param_kind = {"apiVersion": RESOURCE_API, "kind": kind}
+        if map_version and config.admission.mode == "mutate":
+            objects += _mutating(name, map_version, policy, policy_render.claim_mutation_conditions(policy, kind),
+                                 param_kind)
+        objects += _validating(name, policy, policy_render.claim_conditions(policy, kind), param_kind)
+    return objects
 
 
 # --- the sample pods verify and doctor send as server-side dry runs ----------------------------------------------------

@@ -5,11 +5,16 @@ Pure functions of the admission settings. tests/test_admission_policy.py runs bo
 fixtures with a real Rego engine and a real CEL runtime and requires the same verdicts.
 
 A GPU pod: any container or init container whose limits or requests name `nvidia.com/gpu`, a MIG resource
-(`nvidia.com/mig-*`) or a renamed shared resource time-slicing creates (`nvidia.com/gpu.shared`). Where the GPUs
-are served through DRA (gpu_operator.allocation: dra), also a pod that names a ResourceClaim (spec.resourceClaims,
-a claim or a claim template): admission sees only the claim's name, not its device class, so on such a cluster every
-claim pod is taken for a GPU pod (a namespace of other DRA workloads is exempted with admission.exempt_namespaces).
-Pods that ask for nvidia.com/gpu and get it from DRA (KEP-5004) keep the request, and are GPU pods either way.
+(`nvidia.com/mig-*`) or a renamed shared resource time-slicing creates (`nvidia.com/gpu.shared`). Pods that ask for
+nvidia.com/gpu and get it from DRA (KEP-5004) keep the request, and are GPU pods either way.
+
+Where the GPUs are served through DRA (gpu_operator.allocation: dra), also a pod that names a ResourceClaimTemplate
+or a ResourceClaim whose requests ask for one of NVIDIA's GPU DeviceClasses (GPU_CLAIM_CLASSES), directly or among
+its firstAvailable alternatives. The pod carries only the claim's name, so neither OPA nor a plain CEL condition can
+tell: that half is CEL with parameters (claim_conditions), a ValidatingAdmissionPolicy and, to steer, a
+MutatingAdmissionPolicy, whose bindings select every template (or claim) in the pod's own namespace; the API server
+evaluates the policy once per template, and `params` is the template. A pod with a claim of another class is not a
+GPU pod, and neither is one naming a template that does not exist (the pod could not start either).
 
 Exempt whatever the mode, and only where the system itself sent the request (docs/security.md): the fields a
 pod's creator writes (spec.nodeName, ownerReferences, annotations) never exempt a pod on their own.
@@ -58,7 +63,7 @@ class Policy:
     # the GPU taint's toleration (mode mutate adds it to the GPU pods it routes that do not tolerate the taint yet);
     # None when node-prep does not taint the GPU nodes
     toleration: dict | None = None
-    claims: bool = False  # a pod with spec.resourceClaims is a GPU pod (gpu_operator.allocation: dra)
+    claims: bool = False  # gpu_operator.allocation: dra: a pod naming a GPU claim (template) is a GPU pod too
 
     @property
     def message(self) -> str:
@@ -301,13 +306,6 @@ gpu_pod if {{
 	gpu_resource(name)
 }}
 
-gpu_pod if {{
-	claims_are_gpus
-	count(object.get(input.request.object.spec, "resourceClaims", [])) > 0
-}}
-
-claims_are_gpus if {"true" if policy.claims else "false"}
-
 gpu_resource(name) if name == "nvidia.com/gpu"
 
 gpu_resource(name) if startswith(name, "nvidia.com/gpu.")
@@ -338,18 +336,43 @@ def _owned_by(kind: str) -> str:
     return f"(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, o.kind == '{kind}'))"
 
 
-def exemption_conditions(policy: Policy) -> list[dict]:
-    """matchConditions (name, expression) that hold for a pod the policy applies to: a GPU pod that is not exempt.
-    Each exemption names who must have sent the request (request.userInfo, set by the API server's authenticator).
-    Every field is guarded with has(), so no pod can make them fail to evaluate."""
+def gpu_pod_condition() -> dict:
+    """A container or init container asks for a GPU resource."""
     per_section = " || ".join(
         f"(has(c.resources.{s}) && c.resources.{s}.exists(r, {_gpu_name('r')}))" for s in ("limits", "requests"))
+    return {"name": "gpu-pod", "expression":
+            "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
+            f".exists(c, has(c.resources) && ({per_section}))"}
+
+
+# NVIDIA's DRA driver's DeviceClasses of devices of its driver gpu.nvidia.com (whole GPUs, MIG slices, GPUs passed
+# through with VFIO); its ComputeDomain classes are channels and daemons, not GPUs.
+GPU_CLAIM_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com")
+CLAIM_FIELDS = {"ResourceClaimTemplate": ("resourceClaimTemplateName", "params.spec.spec"),
+                "ResourceClaim": ("resourceClaimName", "params.spec")}
+
+
+def claim_condition(kind: str) -> dict:
+    """For a policy whose param is a ResourceClaimTemplate (or ResourceClaim): the pod names this one, and one of
+    its requests asks for a GPU class, exactly or among its firstAvailable alternatives."""
+    field, spec = CLAIM_FIELDS[kind]
+    classes = _quoted(GPU_CLAIM_CLASSES)
+    return {"name": "names-a-gpu-claim", "expression":
+            f"has(object.spec.resourceClaims) && object.spec.resourceClaims.exists(c, "
+            f"has(c.{field}) && c.{field} == params.metadata.name) && "
+            f"has({spec}.devices) && has({spec}.devices.requests) && {spec}.devices.requests.exists(r, "
+            f"(has(r.exactly) && r.exactly.deviceClassName in {classes}) || "
+            f"(has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in {classes})))"}
+
+
+def exemption_conditions(policy: Policy, gpu_pod: dict | None = None) -> list[dict]:
+    """matchConditions (name, expression) that hold for a pod the policy applies to: a GPU pod (`gpu_pod`: by its
+    resources, or claim_condition's) that is not exempt. Each exemption names who must have sent the request
+    (request.userInfo, set by the API server's authenticator). Every field is guarded with has(), so no pod can make
+    them fail to evaluate."""
     mirror = f"(has(object.metadata.annotations) && '{MIRROR_ANNOTATION}' in object.metadata.annotations)"
     return [
-        {"name": "gpu-pod", "expression":
-            "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
-            f".exists(c, has(c.resources) && ({per_section}))" +
-            (" || (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)" if policy.claims else "")},
+        gpu_pod or gpu_pod_condition(),
         {"name": "not-a-kubelet-bound-or-mirror-pod", "expression":
             f"!({REQUESTER}.startsWith('{NODE_PREFIX}') && '{NODES_GROUP}' in {GROUPS} && "
             f"(({NAMES_A_NODE}) || {mirror} || {_owned_by('Node')}))"},
@@ -399,6 +422,17 @@ def _changes_expression(policy: Policy) -> str:
     if policy.toleration is not None and policy.mode == "mutate":
         parts.append(f"(({routed_expression(policy)}) && !({tolerated_expression(policy)}))")
     return " || ".join(parts) or "false"
+
+
+def claim_conditions(policy: Policy, kind: str) -> list[dict]:
+    """matchConditions of the ValidatingAdmissionPolicy whose param is a claim template (or claim): the pod names
+    that GPU claim and is not exempt."""
+    return exemption_conditions(policy, claim_condition(kind))
+
+
+def claim_mutation_conditions(policy: Policy, kind: str) -> list[dict]:
+    """The same for the MutatingAdmissionPolicy that steers such pods."""
+    return claim_conditions(policy, kind) + mutation_conditions(policy)[len(exemption_conditions(policy)):]
 
 
 def match_conditions(policy: Policy) -> list[dict]:

@@ -300,7 +300,10 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             WRITE: [need("admissionregistration.k8s.io", admission_kinds, APPLY),
                     need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
                          APPLY)],
-            RUN: [need("admissionregistration.k8s.io", admission_kinds, "delete"), *probes],
+            RUN: [need("admissionregistration.k8s.io", admission_kinds, "delete"),
+                  # leftovers: an engine or allocation mode no longer configured (DRA mode's claim policies)
+                  need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
+                       "delete"), *probes],
             DOCTOR: probes},
         "validate": {
             # claim templates: leftovers of a run in DRA mode are found and removed in either mode

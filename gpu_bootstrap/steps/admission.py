@@ -85,17 +85,41 @@ class Admission(Step):
                          f"{policy_render.IGNORE_VALUE}, which no longer exempts anything (anyone who may label a "
                          f"namespace could use it): list them in admission.exempt_namespaces if they must stay exempt")
         vap = served(ctx.kube, f"{GROUP}/v1", "ValidatingAdmissionPolicy") if render.cel_available(version) else False
+        map_version = None
+        if settings.mode == "mutate" and (settings.engine == "vap" or policy.claims):
+            map_version = next((v for v in MAP_VERSIONS if served(ctx.kube, v, "MutatingAdmissionPolicy")), None)
         if settings.engine == "vap":
             if settings.mode == "enforce":
                 if not vap:
                     raise self._refuse_vap(version, "enforce", "ValidatingAdmissionPolicy (GA in 1.30) is not served")
-                return render.validating_policy(config, policy), notes
-            version_served = next((v for v in MAP_VERSIONS if served(ctx.kube, v, "MutatingAdmissionPolicy")), None)
-            if version_served is None:
+                return render.validating_policy(config, policy) + self._claims(ctx, policy, vap, None, notes), notes
+            if map_version is None:
                 raise self._refuse_vap(version, "mutate", "API discovery shows no MutatingAdmissionPolicy")
             # The backstop too: it rejects the GPU pods that name a node, which no mutation can steer.
-            return render.mutating_policy(config, version_served, policy) + (
-                render.validating_policy(config, policy) if vap else []), notes
+            return render.mutating_policy(config, map_version, policy) + (
+                render.validating_policy(config, policy) if vap else []) + self._claims(
+                ctx, policy, vap, map_version, notes), notes
+        return self._opa_objects(ctx, policy, vap, notes) + self._claims(ctx, policy, vap, map_version, notes), notes
+
+    def _claims(self, ctx, policy, vap: bool, map_version: str | None, notes: list[str]) -> list[dict]:
+        """gpu_operator.allocation: dra: the policies for pods whose GPUs come through ResourceClaims (only CEL with
+        the claim templates as parameters can tell a GPU claim from another; OPA sees the pod alone)."""
+        if not policy.claims:
+            return []
+        scheduler = ctx.config.scheduler.name
+        if not vap:
+            notes.append("pods whose GPUs come through ResourceClaims are not recognised: ValidatingAdmissionPolicy "
+                         "is not served, and only it can read what a claim template asks for")
+            return []
+        if ctx.config.admission.mode == "mutate" and map_version is None and policy.steer:
+            notes.append(f"pods whose GPUs come through ResourceClaims are not steered: this API server serves no "
+                         f"MutatingAdmissionPolicy (admissionregistration.k8s.io/v1 from 1.36; v1beta1 on 1.34-1.35 "
+                         f"when enabled). Such pods must set spec.schedulerName: {scheduler} and tolerate the GPU "
+                         f"taint; the backstop rejects them otherwise, with the field to set")
+        return render.claim_policies(ctx.config, map_version, policy)
+
+    def _opa_objects(self, ctx, policy, vap: bool, notes: list[str]) -> list[dict]:
+        config, version, settings = ctx.config, ctx.server_version(), ctx.config.admission
         self._refuse_without_opa(ctx)
         bundle = None
         if settings.certificates == "generated":
@@ -111,7 +135,7 @@ class Admission(Step):
         else:
             notes.append(f"Kubernetes {'.'.join(map(str, minor_of(version)))} has no CEL admission (1.30+): every "
                          f"pod created outside the exempt namespaces reaches OPA, and there is no in-process backstop")
-        return objects, notes
+        return objects
 
     def check(self, ctx) -> Check:
         desired, notes = self.desired(ctx)

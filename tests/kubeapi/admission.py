@@ -11,9 +11,12 @@ without a route answers as one without endpoints does.
 Who sent the request (the AdmissionReview's userInfo, CEL's request.userInfo) is the emulator's admin unless the
 client impersonates someone, as kubectl --as/--as-group does (`Impersonate-User` / `Impersonate-Group` headers).
 
+ValidatingAdmissionPolicy params (paramKind, paramRef by name or selector, in its namespace or the request's,
+parameterNotFoundAction) are found as the API server finds them, and the policy is evaluated once per param.
+
 Approximations (docs/testing.md): CREATE and UPDATE (PUT) run the chain, PATCH and DELETE do not; reinvocationPolicy,
-ValidatingAdmissionPolicy params (paramKind/paramRef), audit annotations and warnings are not modelled; CEL sees
-untyped maps instead of schema-typed objects.
+MutatingAdmissionPolicy, audit annotations and warnings are not modelled; CEL sees untyped maps instead of
+schema-typed objects.
 """
 from __future__ import annotations
 
@@ -281,12 +284,42 @@ class AdmissionChain:
         for binding in bindings:
             spec = binding.get("spec") or {}
             policy = policies.get(spec.get("policyName", ""))
-            if policy is None or (policy.get("spec") or {}).get("paramKind"):
-                continue  # params are not modelled
-            self._evaluate_policy(policy, binding, rt, namespace, obj, old, operation, user, dry_run)
+            if policy is None:
+                continue
+            if not (policy.get("spec") or {}).get("paramKind"):
+                self._evaluate_policy(policy, binding, rt, namespace, obj, old, operation, user, dry_run)
+                continue
+            for params in self._params(policy, binding, namespace, obj):
+                self._evaluate_policy(policy, binding, rt, namespace, obj, old, operation, user, dry_run, params)
+
+    def _params(self, policy: dict, binding: dict, namespace: str | None, obj: dict) -> list[dict]:
+        """The parameter objects a binding selects, as the API server finds them: paramRef.name or its selector,
+        in paramRef.namespace or else the request's own (for a namespaced paramKind). None found: the policy is not
+        evaluated (parameterNotFoundAction Allow) or the request is denied (Deny)."""
+        kind = policy["spec"]["paramKind"]
+        ref = (binding.get("spec") or {}).get("paramRef") or {}
+        prt = self.emulator.table.for_kind(kind.get("apiVersion", ""), kind.get("kind", ""))
+        where = f"ValidatingAdmissionPolicy '{policy['metadata']['name']}' with binding '{binding['metadata']['name']}'"
+        if prt is None:  # a paramKind that is not served: the policy is misconfigured, failurePolicy decides
+            if policy["spec"].get("failurePolicy", "Fail") == "Fail":
+                raise ApiError(403, f"{where}: failed to configure binding: paramKind {kind} is not served",
+                               "Forbidden")
+            return []
+        in_namespace = (ref.get("namespace") or namespace) if prt.namespaced else None
+        items = self.emulator.store.list(prt, in_namespace)[0]
+        if ref.get("name"):
+            found = [i for i in items if i["metadata"]["name"] == ref["name"]]
+        else:
+            found = [i for i in items if selector_object_matches(ref.get("selector") or {},
+                                                                 i["metadata"].get("labels") or {})]
+        if not found and ref.get("parameterNotFoundAction") == "Deny":
+            name = (obj.get("metadata") or {}).get("name", "")
+            raise ApiError(403, f'{where} denied request: no params found for policy binding with `Deny` '
+                                f'parameterNotFoundAction', "Forbidden", {"name": name})
+        return found
 
     def _evaluate_policy(self, policy, binding, rt, namespace, obj, old, operation, user=None,
-                         dry_run: bool = False) -> None:
+                         dry_run: bool = False, params: dict | None = None) -> None:
         spec, binding_spec = policy.get("spec") or {}, binding.get("spec") or {}
         constraints = spec.get("matchConstraints") or {}
         if not self._rules_match([{**r, "scope": r.get("scope", "*")} for r in constraints.get("resourceRules") or []],
@@ -301,7 +334,7 @@ class AdmissionChain:
         fail = spec.get("failurePolicy", "Fail") == "Fail"
         request = self._request(rt, namespace, obj, old, operation, dry_run, user)
         ns_obj = self.emulator.store.objects.get(("", "namespaces"), {}).get(("", namespace)) if namespace else None
-        variables = {"object": obj, "oldObject": old, "request": request, "namespaceObject": ns_obj}
+        variables = {"object": obj, "oldObject": old, "request": request, "namespaceObject": ns_obj, "params": params}
         name, binding_name = policy["metadata"]["name"], binding["metadata"]["name"]
         where = f"ValidatingAdmissionPolicy '{name}' with binding '{binding_name}'"
         computed = {}
