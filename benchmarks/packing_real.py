@@ -6,6 +6,7 @@ against kube-scheduler built by scripts/install-test-tools, then the same arriva
     python benchmarks/packing_real.py [--seeds 5] [--nodes-sample N] [--profiles a,b] [--json FILE] [--markdown]
     python benchmarks/packing_real.py --real-from FILE.json   # only the model again, against saved real figures
     python benchmarks/packing_real.py --dra [--quick]         # the GPUs served through DRA instead (1.37)
+    python benchmarks/packing_real.py --dra --claims [--quick]  # and each pod's GPUs from its own ResourceClaim
 
 Protocol (benchmarks/packing_openb.py, ../shared/notes/packing-benchmark.md): whole-GPU pods of the openb pod list
 drawn with replacement until their GPU requests reach 130 % of the nodes' GPUs, in that random order, no departures;
@@ -86,6 +87,11 @@ scheduler_binary = SCHEDULERS["1.37"]
 # --dra: the nodes advertise no nvidia.com/gpu; NVIDIA's DRA driver's ResourceSlices and DeviceClass (with
 # extendedResourceName, tests/localcluster/dra.py) serve it, and the pods ask nvidia.com/gpu as before
 dra_mode = False
+# --claims (with --dra): each pod asks for its GPUs through a ResourceClaim of its own (count N of gpu.nvidia.com),
+# as NVIDIA's DRA examples write pods, instead of nvidia.com/gpu. kube-scheduler scores no devices for explicit
+# claims (KEP-4970 is open): NodeResourcesFit sees only the pod's cpu and memory, and DRA takes the first devices that
+# fit. The model ("sim") columns still score the GPU, as for the extended resource: the packing the claims forgo.
+claims_mode = False
 
 
 def scheduler_config(name: str, kubeconfig: Path) -> dict:
@@ -179,8 +185,17 @@ def node_object(node: Node) -> dict:
                                        "message": "benchmark node (no kubelet)"}]}}
 
 
+def claim_object(name: str, pod: Pod) -> dict:
+    """--claims: the pod's own ResourceClaim, for its GPUs of NVIDIA's DeviceClass."""
+    from tests.localcluster import dra
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name,
+                                                                                      "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": dra.GPU_CLASS, "allocationMode": "ExactCount", "count": pod.gpus}}]}}}
+
+
 def pod_object(name: str, pod: Pod, scheduler_name: str) -> dict:
-    requests = {GPU: str(pod.gpus)}
+    requests = {} if claims_mode else {GPU: str(pod.gpus)}
     if pod.cpu:  # the trace's 0 means "not set": left out, as kube-scheduler's defaults then apply
         requests["cpu"] = f"{pod.cpu}m"
     if pod.memory:
@@ -189,6 +204,9 @@ def pod_object(name: str, pod: Pod, scheduler_name: str) -> dict:
             "terminationGracePeriodSeconds": 0,
             "containers": [{"name": "work", "image": "registry.k8s.io/pause:3.10",
                             "resources": {"requests": requests, "limits": {GPU: str(pod.gpus)}}}]}
+    if claims_mode:
+        spec["containers"][0]["resources"] = {"requests": requests, "claims": [{"name": "gpu"}]}
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": name}]
     if pod.models is not None:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
@@ -295,6 +313,11 @@ class RealScheduler:
         self.count += 1
         name = f"p{self.count:05d}"
         started = time.perf_counter()
+        if claims_mode:
+            status, answer = self.api.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims",
+                                              claim_object(name, pod))
+            if status != 201:
+                raise RuntimeError(f"creating claim {name} was refused ({status}): {answer.get('message', answer)}")
         status, answer = self.api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods",
                                           pod_object(name, pod, self.scheduler_name))
         if status != 201:
@@ -303,6 +326,8 @@ class RealScheduler:
         self.seconds += time.perf_counter() - started
         if verdict == "unschedulable":
             self.api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}?gracePeriodSeconds=0")
+            if claims_mode:  # not allocated (its pod found no node), so nothing holds it
+                self.api.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{name}")
             return None
         self.placed += 1
         index = self.index[where]
@@ -449,13 +474,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dra", action="store_true",
                         help="the nodes' GPUs served through DRA (ResourceSlices of NVIDIA's driver and its DeviceClass "
                              "with extendedResourceName, no nvidia.com/gpu capacity); the pods unchanged")
+    parser.add_argument("--claims", action="store_true",
+                        help="with --dra: each pod gets its GPUs through a ResourceClaim of its own, not nvidia.com/gpu "
+                             "(no device scoring upstream; the model columns still score the GPU)")
     parser.add_argument("--real-from", type=Path, metavar="JSON", action="append",
                         help="take the real scheduler's figures from an earlier --json (repeatable) and run only the "
                              "model")
     args = parser.parse_args(argv)
-    global scheduler_binary, dra_mode
+    global scheduler_binary, dra_mode, claims_mode
     scheduler_binary = SCHEDULERS[args.kube_scheduler]
-    dra_mode = args.dra
+    dra_mode, claims_mode = args.dra, args.claims
+    if claims_mode and not dra_mode:
+        parser.error("--claims needs --dra (the claims ask for the DRA driver's devices)")
     if dra_mode and args.kube_scheduler != "1.37":
         parser.error("--dra needs --kube-scheduler 1.37 (DRA-backed extended resources are GA there, alpha in 1.35)")
     seeds = 1 if args.quick and "--seeds" not in (argv or sys.argv) else args.seeds
@@ -485,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{capacity} GPUs; track A, {len(population)} pods in the population; seeds {seed_list}; "
           f"{statistics.median(len(a.pods) for a in arrivals.values()):.0f} arrivals per seed; "
           f"profiles: {', '.join(profiles)}"
-          f"{'; GPUs served through DRA (ResourceSlices, DeviceClass with extendedResourceName)' if dra_mode else ''}")
+          f"{'; GPUs served through DRA (ResourceSlices, DeviceClass with extendedResourceName)' if dra_mode else ''}"
+          f"{'; each pod asks through a ResourceClaim of its own' if claims_mode else ''}")
     kube_version = scheduler_version()
     for name in profiles:
         print(f"  {name:16} {model_profile(name, kube_version).describe()}"
@@ -508,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
           f"or memory cannot take the smallest GPU pod; diff: model minus real, in points")
     if args.json:
         args.json.write_text(json.dumps({"nodes": len(nodes), "gpus": capacity, "seeds": seed_list, "dra": dra_mode,
+                                         "claims": claims_mode,
                                          "kube_version": kube_version, "seconds": round(elapsed, 1), "runs": [
             {"profile": r.profile, "seed": r.seed, "pods": r.pods, "pods_per_second": round(r.pods_per_second, 1),
              "real": {k: getattr(r.real, k) for k in FIGURES}, "model": {k: getattr(r.model, k) for k in FIGURES}}
