@@ -154,3 +154,21 @@ def test_the_claim_policies_are_one_pair_per_param_kind_with_the_exemptions_of_t
     assert {o["kind"] for o in render.claim_policies(config, None, policy)} == {
         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # no MutatingAdmissionPolicy served
     assert all(o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpu-bootstrap" for o in objects)
+
+
+def test_a_policy_served_in_two_versions_is_one_object_of_ours_not_a_leftover():
+    """On a cluster serving MutatingAdmissionPolicy as v1 and v1beta1 (1.36+ with the beta switched on), listing our
+    policies at both versions finds the policy `up` applied as v1 twice; it is one object, kept, not a v1beta1
+    leftover to delete. The lists are faked: no cluster here serves both versions."""
+    from gpu_bootstrap.steps.admission_state import MAP_VERSIONS, owned_refs
+    from gpu_bootstrap.core.refs import Ref
+
+    class BothVersions:
+        def list(self, api_version, kind, namespace=None, label_selector=""):
+            return [{"metadata": {"name": "gpu-bootstrap-gpu-pods-claims"}}] if kind == "MutatingAdmissionPolicy" \
+                else []
+
+    kinds = [(v, "MutatingAdmissionPolicy") for v in MAP_VERSIONS]
+    applied = Ref("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", "gpu-bootstrap-gpu-pods-claims")
+    assert owned_refs(BothVersions(), kinds, None, {applied}) == []
+    assert len(owned_refs(BothVersions(), kinds, None, set())) == 1  # no longer wanted: removed once

@@ -17,6 +17,7 @@ from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import admission_policy as policy_render
 from tests.kubeapi import cel
+from tests.localcluster.facade import RealEmu
 from tests.test_kubeapi_api import api, client, emu  # noqa: F401 - the fixtures: emulator and real backends
 
 SCHEDULER = "gpu-binpack-scheduler"
@@ -86,9 +87,10 @@ def test_the_claim_policies_hold_gpu_claim_pods_to_the_scheduler_and_leave_other
                       (claim("shared-gpu", "mig.nvidia.com"), "resourceclaims"),
                       (claim("shared-nic", "nic.example.com"), "resourceclaims")):
         assert api.post(f"{RESOURCE}/{path}", obj).status == 201
-    deadline = time.monotonic() + 60  # the real server takes up a new policy (and its params) a moment later
-    while verdict(api, claim_pod("gpu", "one-gpu")) != "denied":
-        assert time.monotonic() < deadline, "the claim policies did not take effect within 60 s"
+    deadline = time.monotonic() + 120  # the real server takes up each new policy (and its params) a moment later
+    while (seen := (verdict(api, claim_pod("gpu", "one-gpu")),
+                    verdict(api, claim_pod("claimed", claim_name="shared-gpu")))) != ("denied", "denied"):
+        assert time.monotonic() < deadline, f"the claim policies did not take effect within 120 s: {seen}"
         time.sleep(0.5)
     assert {name: verdict(api, pod) for name, pod in {
         "gpu template": claim_pod("a", "one-gpu"),
@@ -104,3 +106,74 @@ def test_the_claim_policies_hold_gpu_claim_pods_to_the_scheduler_and_leave_other
         "gpu template, our scheduler": "admitted", "gpu template, bound by its creator": "bound",
         "nic template": "admitted", "a template that does not exist": "admitted", "gpu claim (MIG)": "denied",
         "nic claim": "admitted"}
+
+
+def dra_config() -> cfg.Config:
+    return cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}], "gpu_operator": {"allocation": "dra"}})
+
+
+def identity(emu, api) -> tuple[str, dict]:  # noqa: F811 - api: the fixture's client
+    """A ServiceAccount's name and the headers that present its token: the emulator's add_token, or the real
+    server's TokenRequest."""
+    if not isinstance(emu, RealEmu):
+        name = "system:serviceaccount:default:policy-writer"
+        return name, {"Authorization": f"Bearer {emu.add_token(name)}"}
+    assert api.post("/api/v1/namespaces/default/serviceaccounts", {"metadata": {"name": "policy-writer"}}).status == 201
+    answer = api.post("/api/v1/namespaces/default/serviceaccounts/policy-writer/token",
+                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+    assert answer.status == 201, answer
+    return f"system:serviceaccount:{emu.namespace}:policy-writer", {
+        "Authorization": f"Bearer {answer.json['status']['token']}"}
+
+
+def up_rules(config, without: str = "") -> list[dict]:
+    """The cluster-wide rules `rbac --for up` grants for admission's writes in DRA mode, as ClusterRole rules."""
+    from gpu_bootstrap.security import rbac
+    rules = []
+    for need in rbac.needs("up", config, ["admission"]):
+        if need.scope is rbac.CLUSTER and need.group in ("admissionregistration.k8s.io", "resource.k8s.io") and \
+                need.group != without:
+            rules.append({"apiGroups": [need.group], "resources": list(need.resources), "verbs": list(need.verbs),
+                          **({"resourceNames": list(need.names)} if need.names else {})})
+    return rules
+
+
+def test_the_up_role_may_create_the_claim_policies_and_without_its_claim_reads_may_not(emu, api):  # noqa: F811
+    """The API server lets only an identity that may read a policy's parameters in every namespace create the
+    policy (paramKind: `get`) or its binding (paramRef with a selector: `list`). The rules `rbac --for up` grants
+    admission in DRA mode let its identity create the claim policies; without its resource.k8s.io reads the
+    server refuses the first one with a 422 naming spec.paramKind. On the real server and on the emulator."""
+    config = dra_config()
+    user, headers = identity(emu, api)
+    writer = client(emu, auth="none")
+    objects = render.claim_policies(config, "admissionregistration.k8s.io/v1", policy_render.of(config))
+    objects = [o for o in objects if o["kind"].startswith("Validating")]  # the emulator stores, not runs, MAPs
+
+    def grant(rules: list[dict], name: str) -> None:
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+                "rules": rules}
+        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": name}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                                            "kind": "ClusterRole", "name": name},
+                   "subjects": [{"kind": "User", "name": user}]}
+        assert api.post("/apis/rbac.authorization.k8s.io/v1/clusterroles", role).status == 201
+        assert api.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding).status == 201
+
+    def write(obj: dict):
+        path = POLICIES if obj["kind"] == "ValidatingAdmissionPolicy" else BINDINGS
+        return writer.request("POST", path, obj, headers=headers)
+
+    grant(up_rules(config, without="resource.k8s.io"), f"claim-writer-{id(objects)}")
+    deadline = time.monotonic() + 60  # the real authorizer takes up a new binding a moment later
+    while (refused := write(objects[0])).status == 403:
+        assert time.monotonic() < deadline, refused
+        time.sleep(0.3)
+    assert refused.status == 422 and refused.json["details"]["causes"][0]["field"] == "spec.paramKind", refused
+    assert 'must have "get" permission on all objects of the referenced paramKind (kind=ResourceClaimTemplate, ' \
+           'apiVersion=resource.k8s.io/v1)' in refused.json["message"], refused
+    grant([r for r in up_rules(config) if r["apiGroups"] == ["resource.k8s.io"]], f"claim-reader-{id(objects)}")
+    while (answer := write(objects[0])).status == 422:
+        assert time.monotonic() < deadline + 60, answer
+        time.sleep(0.3)
+    assert answer.status == 201, answer
+    assert [write(o).status for o in objects[1:]] == [201, 201, 201]

@@ -181,8 +181,13 @@ def test_a_node_its_kubelet_updates_under_a_plan_is_read_again_and_planned_again
     before = node_view(emu, "node5")
     emu.requests.clear()
     emu.faults.add("PATCH", r"/api/v1/nodes/node5$", count=1, action=lambda: emu.post_node_status("node5"))
-    result = cli(*command, "-c", str(config), "-o", "json", tmp_path=tmp_path)
+    render = ["--render-dir", str(tmp_path / "render")] if command[0] == "up" else []
+    result = cli(*command, "-c", str(config), "-o", "json", *render, tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
+    if render:  # the plan that passed, rendered once
+        folder = next((tmp_path / "render").glob("*-node-prep"))
+        assert len(list(folder.glob("*-patch-node-*.yaml"))) == 3, sorted(p.name for p in folder.iterdir())
+        assert len((folder / "plan.txt").read_text().splitlines()) == 3
     conflicts = [r for r in emu.requests.all() if r.path.endswith("/nodes/node5") and r.status == 409]
     assert len(conflicts) == 1
     node_prep = step(json.loads(result.stdout), "node-prep")

@@ -36,18 +36,22 @@ class Gate:
     def dry_run(self) -> bool:
         return self.mode != APPLY
 
-    def mark(self, step_id: str) -> tuple[int, int, int]:
+    def mark(self, step_id: str) -> tuple:
         """Where this step's submissions stand, for rewind()."""
-        return (len(self.submitted), len(self.problems.get(step_id, [])), len(self.notes.get(step_id, [])))
+        return (len(self.submitted), len(self.problems.get(step_id, [])), len(self.notes.get(step_id, [])),
+                dict(self._unvalidated.get(step_id, {})))
 
-    def rewind(self, step_id: str, mark: tuple[int, int, int]) -> None:
-        """Forget what a dry run submitted for a step since mark: its plan is being made again (the cluster changed
-        under it), and the plan that passes is the one to export, list and show, once."""
-        submitted, problems, notes = mark
+    def rewind(self, step_id: str, mark: tuple) -> None:
+        """Forget what a dry run submitted for a step since mark: its plan is being made again, whole (the cluster
+        changed under it), and the plan that passes is the one to export, list, render and show, once."""
+        submitted, problems, notes, unvalidated = mark
         del self.submitted[submitted:]
         for kept, count in ((self.problems, problems), (self.notes, notes)):
             if step_id in kept:
                 del kept[step_id][count:]
+        self._unvalidated[step_id] = unvalidated
+        if self.render_dir is not None:
+            self.render_dir.forget(step_id)
 
     def submit(self, step_id: str, change: Change):
         """Make one change real (or pretend to, in a dry run). Returns the adapter's answer, if any."""

@@ -85,6 +85,14 @@ class RenderDir:
         outdir.write(self.root, f"{folder}/plan.txt", redact.text(change.describe()) + "\n", append=True)
         return self._write_release(step_id, change) if release else None
 
+    def forget(self, step_id: str) -> None:
+        """Remove what was written for a step: its plan is being made again, whole (the gate's rewind)."""
+        folder = self.root / self.folder(step_id)
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
+        self._counts.pop(step_id, None)
+        self._releases.pop(step_id, None)
+
     def write_file(self, step_id: str, name: str, text: str) -> Path:
         return outdir.write(self.root, f"{self.folder(step_id)}/{name}", text)
 

@@ -209,7 +209,14 @@ class Runner:
             self._finish(StepResult(step.id, "unchanged", 0, passed))  # as `up` would skip it
             return
         self._warn(step, check)
-        changes = self._through_gate(step, lambda again: step.plan(self.ctx, self._check(step) if again else check))
+        checks = [check]
+
+        def plan(again: bool) -> list:
+            if again:  # the cluster changed under the plan: what the plan says is what the new check found
+                checks.append(self._check(step))
+            return step.plan(self.ctx, checks[-1])
+        changes = self._through_gate(step, plan)
+        check = checks[-1]
         status, message = "planned" if changes else "unchanged", _noted(check.message, check)
         if notes := self.ctx.gate.notes_for(step.id):
             message = "; ".join([message, *notes])

@@ -14,7 +14,8 @@ its firstAvailable alternatives. The pod carries only the claim's name, so neith
 tell: that half is CEL with parameters (claim_conditions), a ValidatingAdmissionPolicy and, to steer, a
 MutatingAdmissionPolicy, whose bindings select every template (or claim) in the pod's own namespace; the API server
 evaluates the policy once per template, and `params` is the template. A pod with a claim of another class is not a
-GPU pod, and neither is one naming a template that does not exist (the pod could not start either).
+GPU pod, and neither is one naming a template that does not exist yet: what a claim asks for when the pod is
+admitted is what counts (docs/steps/admission.md says what that leaves uncovered).
 
 Exempt whatever the mode, and only where the system itself sent the request (docs/security.md): the fields a
 pod's creator writes (spec.nodeName, ownerReferences, annotations) never exempt a pod on their own.

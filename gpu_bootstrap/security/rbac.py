@@ -313,6 +313,11 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             RUN: [need("", "pods", "get delete", "validation"), need("", "pods/log", "get", "validation"),
                   need("resource.k8s.io", "resourceclaimtemplates", "delete", "validation")],
             DOCTOR: [need("", "pods", "create", "validation")]},
+        "admission:dra": {  # the claim policies' parameters: the API server lets only an identity that may read
+            # them in every namespace create a policy (paramKind) or binding (paramRef) over them
+            WRITE: [need("resource.k8s.io", "resourceclaimtemplates resourceclaims", "get list",
+                         why="admission: the claim policies read the claim templates and claims as their parameters "
+                             "(allocation: dra)")]},
         "validate:dra": {  # gpu_operator.allocation: dra: one pod gets its GPU through a ResourceClaimTemplate
             WRITE: [need("resource.k8s.io", "resourceclaimtemplates", "create", "validation")]},
     }

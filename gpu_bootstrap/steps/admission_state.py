@@ -57,8 +57,15 @@ def utc_now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
 
+def _same_object(ref: Ref) -> tuple:
+    """An object is one object whatever version it is read at (a MutatingAdmissionPolicy is served as v1 and, with
+    the beta switched on, as v1beta1 too)."""
+    return ref.api_version.rpartition("/")[0], ref.kind, ref.name, ref.namespace
+
+
 def owned_refs(kube, kinds, namespace: str | None, exclude: set) -> list[Ref]:
-    found = []
+    """Our objects of these (apiVersion, kind)s that are not in `exclude`, each once, whichever versions serve it."""
+    found, seen = [], {_same_object(ref) for ref in exclude}
     for api_version, kind in kinds:
         try:
             items = kube.list(api_version, kind, namespace, label_selector=render.OWNED_SELECTOR)
@@ -70,7 +77,8 @@ def owned_refs(kube, kinds, namespace: str | None, exclude: set) -> list[Ref]:
             continue  # a kind this cluster does not serve holds nothing of ours
         for obj in items:
             ref = Ref(api_version, kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
-            if ref not in exclude and ref not in found:
+            if _same_object(ref) not in seen:
+                seen.add(_same_object(ref))
                 found.append(ref)
     return found
 

@@ -233,6 +233,11 @@ class Handler(BaseHTTPRequestHandler):
             self._record.verb = "selfsubjectaccessreview"
             return self._access_review(self._decode(body))
         self._authorize(self._record.verb, group, rt.plural, sub, namespace, name)
+        if self._user is not None and body and self._record.verb in ("create", "update", "patch") and \
+                rt.group == "admissionregistration.k8s.io":
+            from . import param_authz  # reading a policy's parameters is asked of whoever writes it
+            old = self.server.emulator.store.find(rt, None, name) if name else None
+            param_authz.check(self.server.emulator, self._user, rt, self._decode(body), old)
         handler = getattr(self, f"_{self._record.verb}")
         return handler(rt, namespace, name, sub, query, body)
 
