@@ -8,16 +8,16 @@ from __future__ import annotations
 from .util import invalid
 
 GROUP = "admissionregistration.k8s.io"
-POLICIES = {"validatingadmissionpolicies": "validatingadmissionpolicies",
-            "mutatingadmissionpolicies": "mutatingadmissionpolicies"}
-BINDINGS = {"validatingadmissionpolicybindings": "validatingadmissionpolicies",
+POLICIES = ("validatingadmissionpolicies", "mutatingadmissionpolicies")
+BINDINGS = {  # a binding's plural -> its policies' plural
+"validatingadmissionpolicybindings": "validatingadmissionpolicies",
             "mutatingadmissionpolicybindings": "mutatingadmissionpolicies"}
 
 
 def check(emulator, user, rt, obj: dict, old: dict | None) -> None:
     """Raise the real server's 422 when `user` may not read the parameters `obj` (a policy or binding) refers to."""
     from .rbac import Attributes, allowed
-    if user is None or rt.group != GROUP or rt.plural not in {**POLICIES, **BINDINGS} or not isinstance(obj, dict):
+    if user is None or rt.group != GROUP or rt.plural not in (*POLICIES, *BINDINGS) or not isinstance(obj, dict):
         return
     spec, old_spec = obj.get("spec") or {}, (old or {}).get("spec") or {}
     name = (obj.get("metadata") or {}).get("name", "")
@@ -28,8 +28,8 @@ def check(emulator, user, rt, obj: dict, old: dict | None) -> None:
         resource, group = _resource(emulator, kind)
         if not allowed(emulator.store, emulator.table, user, Attributes("get", group, resource, "", "*", "*")):
             raise invalid(rt, name, [("FieldValueForbidden", "spec.paramKind",
-                                      f'Forbidden: user &{{{user.name}  [{" ".join(user.groups)}] map[]}} must have "get" permission on all objects of '
-                                      f'the referenced paramKind (kind={kind.get("kind")}, '
+                                      f'Forbidden: user {_shown(user)} must have "get" permission on all objects '
+                                      f'of the referenced paramKind (kind={kind.get("kind")}, '
                                       f'apiVersion={kind.get("apiVersion")})')])
         return
     ref = spec.get("paramRef")
@@ -42,7 +42,7 @@ def check(emulator, user, rt, obj: dict, old: dict | None) -> None:
     if not allowed(emulator.store, emulator.table, user,
                    Attributes(verb, group, resource, "", ref.get("namespace") or "", ref.get("name") or "")):
         raise invalid(rt, name, [("FieldValueForbidden", "spec.paramRef",
-                                  f'Forbidden: user &{{{user.name}  [{" ".join(user.groups)}] map[]}} does not have "{verb}" permission on the object '
+                                  f'Forbidden: user {_shown(user)} does not have "{verb}" permission on the object '
                                   f'referenced by paramRef')])
 
 
@@ -51,3 +51,8 @@ def _resource(emulator, kind: dict) -> tuple[str, str]:
     found = emulator.table.for_kind(api_version, kind.get("kind", ""))
     group = api_version.rpartition("/")[0] if "/" in api_version else ""
     return (found.plural if found else "*"), (found.group if found else group or "*")
+
+
+def _shown(user) -> str:
+    """The user as the real server prints it in these messages (Go's %v of its user.Info)."""
+    return f'&{{{user.name}  [{" ".join(user.groups)}] map[]}}'
