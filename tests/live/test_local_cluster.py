@@ -299,8 +299,7 @@ def test_every_custom_object_we_render_is_accepted_by_its_real_crd_schema(deploy
     for crd in karpenter:
         target.kubectl("apply", "--server-side", "-f", str(crd))
     try:
-        for crd in ("nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"):
-            target.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        target.wait_established("nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws")
         config = deployment.config.read_text() + (
             "pools:\n  - name: a100\n    role: KarpenterNodeRole-live\n    discovery_tag: live\n")
         (tmp_path / "gpu-bootstrap.yaml").write_text(config)
@@ -444,7 +443,7 @@ def test_each_export_format_passes_a_server_side_dry_run_with_the_engines_crds(d
     try:
         for crd in crds:
             target.kubectl("apply", "--server-side", "-f", str(crd))
-        target.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names])
+        target.wait_established(*names)
         for namespace in ("argocd", "flux-system"):
             target.kubectl("create", "namespace", namespace, check=False)
         for engine in ("argocd", "flux", "helmfile", "manifests"):
