@@ -14,6 +14,7 @@ Usage: sudo python benchmarks/doctor_fanout.py [--nodes 50] [--runs 3]
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import shutil
 import statistics
@@ -63,9 +64,13 @@ def ansible_inventory(farm: NodeFarm, folder: Path, names: list[str]) -> Path:
 
 
 def ansible_command(inventory: Path, probe: Path, forks: int) -> list[str]:
-    # {% raw %}: Ansible runs -a through Jinja, and the probe contains docker's {{.Server.Version}} format
+    """`ansible -m raw` running the same probe script on every node. The script travels base64-encoded and is
+    decoded on the node into `sh`: Ansible splits a raw command's text as shell words and templates it with Jinja, and
+    the probe's comments hold apostrophes and its docker call a `{{.Server.Version}}` format, which either step would
+    break (ansible-core 2.18 and 2.19 stop with "failed at splitting arguments")."""
+    encoded = base64.b64encode(probe.read_bytes()).decode()
     return [shutil.which("ansible"), "gpu", "-i", str(inventory), "-m", "raw", "-a",
-            ":; {% raw %}" + probe.read_text() + "{% endraw %}", "--forks", str(forks)]  # ":" keeps it from being JSON
+            f"printf %s {encoded} | base64 -d | sh", "--forks", str(forks)]
 
 
 FLOOR = """

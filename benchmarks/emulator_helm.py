@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.kubeapi import Emulator  # noqa: E402
-from tests.tools import TOOLS_BIN, client_env  # noqa: E402
+from tests.tools import TOOLS_BIN, tool_env  # noqa: E402
 
 DEFAULT_CHART = ROOT.parent / "shared" / "charts" / "kube-prometheus-stack-88.5.3.tgz"
 
@@ -29,7 +29,7 @@ def install_once(chart: Path) -> dict:
     with tempfile.TemporaryDirectory() as folder, Emulator(gpu_nodes=["gpu-1", "gpu-2"], cpu_nodes=["cpu-1"]) as emu:
         home = Path(folder)
         kubeconfig = emu.write_kubeconfig(home / "kubeconfig")
-        env = client_env(home)
+        env = tool_env(home)
         started = time.monotonic()
         subprocess.run([str(TOOLS_BIN / "helm"), "--kubeconfig", str(kubeconfig), "upgrade", "--install", "kps",
                         str(chart), "-n", "mon", "--create-namespace", "--wait", "--timeout", "300s"],
@@ -45,7 +45,7 @@ def template_once(chart: Path) -> float:
     with tempfile.TemporaryDirectory() as folder:
         started = time.monotonic()
         subprocess.run([str(TOOLS_BIN / "helm"), "template", "kps", str(chart), "-n", "mon"],
-                       env=client_env(Path(folder)), check=True, capture_output=True)
+                       env=tool_env(Path(folder)), check=True, capture_output=True)
         return time.monotonic() - started
 
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.kubeapi import Emulator  # noqa: E402
-from tests.tools import TOOLS_BIN, client_env  # noqa: E402
+from tests.tools import TOOLS_BIN, tool_env  # noqa: E402
 
 TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
@@ -86,7 +86,7 @@ def main() -> None:
         print(f"seeded {args.nodes} GPU nodes and {args.pods} pods in {time.monotonic() - started:.1f} s")
         home = Path(folder)
         kubeconfig = emu.write_kubeconfig(home / "kubeconfig")
-        env = {**client_env(home), "PYTHONPATH": str(ROOT)}
+        env = {**tool_env(home), "PYTHONPATH": str(ROOT)}
         ours, peers, counts, served = [], [], [], []
         for _ in range(args.runs):
             emu.requests.clear()

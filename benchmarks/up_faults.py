@@ -29,7 +29,7 @@ from tests import reliability as rel  # noqa: E402
 from tests.kubeapi import Emulator  # noqa: E402
 from tests.monitoring.live import LocalPrometheus  # noqa: E402
 from tests.nodes.reports import write_report  # noqa: E402
-from tests.tools import TOOLS_BIN, client_env, shared_dir  # noqa: E402
+from tests.tools import TOOLS_BIN, tool_env, shared_dir  # noqa: E402
 
 NODES = ["node5", "node6", "node7"]
 NO_HELM = ["preflight", "node-prep", "binpack-scheduler", "admission-opa", "admission", "validate"]
@@ -55,7 +55,7 @@ def run_once(folder: Path, full: bool, seed: int | None, rate: float, prometheus
             args += ["--playbook", str(playbook)]
         rules = rel.random_faults(emu, seed, rate) if seed is not None else []
         started = time.monotonic()
-        process = subprocess.Popen(args, cwd=ROOT, env=client_env(folder / "home"), stdout=subprocess.PIPE,
+        process = subprocess.Popen(args, cwd=ROOT, env=tool_env(folder / "home"), stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         try:
             out, err = process.communicate(timeout=900)

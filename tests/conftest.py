@@ -15,7 +15,7 @@ import pytest
 
 from tests.kubeapi import Emulator
 from tests.localcluster.rest import Verbs
-from tests.tools import ROOT, client_env, run, shared_dir, tool
+from tests.tools import ROOT, tool_env, run, shared_dir, tool
 
 SHARED = shared_dir()
 CHARTS = SHARED / "charts"
@@ -67,7 +67,7 @@ def _process_state_kept_per_test():
 @pytest.fixture
 def helm_on_path(monkeypatch, tmp_path):
     """The pinned helm first on PATH, with its caches and config under tmp_path (tests that shell out to helm)."""
-    for key, value in client_env(tmp_path).items():
+    for key, value in tool_env(tmp_path).items():
         if key.startswith("HELM_") or key == "PATH":
             monkeypatch.setenv(key, value)
     tool("helm")
@@ -95,7 +95,7 @@ class Cluster:
 
     @property
     def env(self) -> dict:
-        return client_env(self.home)
+        return tool_env(self.home)
 
     def kubectl(self, *args: str, check: bool = True, timeout: float = 60, input: str | None = None):
         return run([tool("kubectl"), "--kubeconfig", str(self.kubeconfig), *args], self.env, timeout, check, input)

@@ -28,7 +28,7 @@ from pathlib import Path
 from tests.kubeapi.emulator import VOLATILE_META
 from tests.localcluster import cluster as local
 from tests.localcluster.rest import ApiError
-from tests.tools import ROOT
+from tests.tools import tool_env
 
 OUR_NAMESPACES = ("gpu-bootstrap", "gpu-operator", "gpu-bootstrap-admission")
 MANAGERS = ("gpu-bootstrap", "Helm")
@@ -208,7 +208,7 @@ class UpRun:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gpu_bootstrap", *args, "-o", "json", "--log-file", str(self.log)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+            env=tool_env(**(env or {})))
 
     def running(self) -> bool:
         return self.process.poll() is None

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from gpu_bootstrap.cli.commands import app
 from tests.nodes.reports import write_report
-from tests.tools import client_env, missing, run
+from tests.tools import tool_env, missing, run
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -67,9 +67,9 @@ def test_the_exported_health_check_gives_each_application_the_health_it_reports(
     script = tmp_path / "application-health.lua"
     script.write_text(patch["data"]["resource.customizations.health.argoproj.io_Application"])
     obj = json.dumps(application(status))
-    assessed = run([argo_health(), str(script)], client_env(tmp_path), 60, input=obj)
+    assessed = run([argo_health(), str(script)], tool_env(tmp_path), 60, input=obj)
     assert json.loads(assessed.stdout)["status"] == expected
     if status and status["health"].get("message"):
         assert json.loads(assessed.stdout)["message"] == status["health"]["message"]
-    unassessed = run([argo_health(), "--builtin"], client_env(tmp_path), 60, input=obj)
+    unassessed = run([argo_health(), "--builtin"], tool_env(tmp_path), 60, input=obj)
     assert json.loads(unassessed.stdout)["status"] == ""  # Argo CD's default: no health for an Application

@@ -17,7 +17,7 @@ import pytest
 from gpu_bootstrap.adapters.helm import ChartDigestMismatch, Helm
 from gpu_bootstrap.core.refs import Chart
 from tests.conftest import chart
-from tests.tools import client_env, run, tool
+from tests.tools import tool_env, run, tool
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def chart_repository(tmp_path):
         handler.log_message = lambda *args: None
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         url = f"http://127.0.0.1:{server.server_address[1]}/"
-        run([tool("helm"), "repo", "index", str(folder), "--url", url], client_env(tmp_path))
+        run([tool("helm"), "repo", "index", str(folder), "--url", url], tool_env(tmp_path))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return url
@@ -158,7 +158,7 @@ def _serve_made_up_release(chart_repository, tmp_path) -> str:
     """A release of kube-prometheus-stack the catalogue has no sha256 for (helm create + helm package)."""
     folder = tmp_path / "made-up"
     folder.mkdir()
-    env = client_env(tmp_path)
+    env = tool_env(tmp_path)
     run([tool("helm"), "create", str(tmp_path / "kube-prometheus-stack")], env)
     run([tool("helm"), "package", str(tmp_path / "kube-prometheus-stack"), "--version", "1.2.3", "--destination",
          str(folder)], env)

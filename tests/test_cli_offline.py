@@ -12,6 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpu_bootstrap.cli.commands import app
+from tests.tools import tool_env
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -140,12 +141,12 @@ def test_help_teaches_with_examples():
 def test_version_and_module_entry_point(tmp_path):
     assert runner.invoke(app, ["version"]).output.startswith("gpu-bootstrap ")
     process = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "--help"], capture_output=True, text=True,
-                             cwd=ROOT, env=dict(os.environ, NO_COLOR="1"))
+                             cwd=ROOT, env=tool_env(NO_COLOR="1"))
     assert process.returncode == 0 and "\x1b[" not in process.stdout and "Commands" in process.stdout
 
 
 def test_default_log_file_is_private_and_named_on_failure(tmp_path):
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    env = tool_env(XDG_STATE_HOME=str(tmp_path / "state"))
     process = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "--allow-incomplete", "-c",
                               str(tmp_path / "missing.yaml")], capture_output=True, text=True, cwd=ROOT, env=env)
     assert process.returncode == 2
@@ -202,13 +203,13 @@ def test_the_readmes_first_command_runs_without_helm_and_says_what_is_missing(tm
                                   if not (Path(p) / "helm").exists() and ".tools" not in p)
     env["GPU_BOOTSTRAP_LOG_DIR"] = str(tmp_path)
     run = subprocess.run([sys.executable, "-m", "gpu_bootstrap", *args, "--log-file", str(tmp_path / "log")],
-                         cwd=EXAMPLES.parent, env=env, capture_output=True, text=True, timeout=300)
+                         cwd=EXAMPLES.parent, env=env, capture_output=True, text=True, timeout=300)  # tool_env: none, a machine with no helm
     assert run.returncode == 0, run.stderr
     said = " ".join((run.stdout + run.stderr).split())
     assert "incomplete, accepted (--allow-incomplete): monitoring: kube-prometheus-stack manifests not rendered " \
            "(helm not found — install helm v3.14+ or v4 on PATH" in said, said
     strict = subprocess.run([sys.executable, "-m", "gpu_bootstrap", *[a for a in args if a != "--allow-incomplete"],
-                             "--log-file", str(tmp_path / "log2")], cwd=EXAMPLES.parent, env=env,
+                             "--log-file", str(tmp_path / "log2")], cwd=EXAMPLES.parent, env=env,  # tool_env: none, no helm
                             capture_output=True, text=True, timeout=300)
     assert strict.returncode == 1
     errors = [line for line in strict.stderr.splitlines() if line.startswith("error:")]

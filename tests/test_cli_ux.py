@@ -14,6 +14,7 @@ from gpu_bootstrap import __version__
 from gpu_bootstrap.cli import commands as cli
 from gpu_bootstrap.cli.commands import app
 from tests.nodes.reports import write_report
+from tests.tools import tool_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SPINE = ["--playbook", str(ROOT / "tests" / "playbooks" / "spine.yaml")]
@@ -142,7 +143,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     os.close(read)  # before the command writes anything: its first write fails, whatever the pipe's buffer holds
     process = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "images", "--offline", "-c",
                               str(ROOT / "examples" / "minimal.yaml"), "--log-file", str(tmp_path / "run.log")],
-                             stdout=write, stderr=subprocess.PIPE, cwd=ROOT, timeout=60)
+                             stdout=write, stderr=subprocess.PIPE, cwd=ROOT, timeout=60, env=tool_env())
     os.close(write)
     assert process.returncode == 141, process.stderr.decode()
     assert process.stderr == b""
@@ -154,7 +155,6 @@ def test_a_plan_says_its_kubernetes_first_repeats_nothing_warns_of_nothing_expec
     warned on every fresh plan that the webhook's caBundle Secret did not exist yet, printed monitoring's note and the
     DCGM exporter's values twice, ran lines to 600 characters, ended with no "N to create" line, and wrote
     release.yaml with \\u2190 escapes."""
-    import os
     import subprocess
     import sys
     from tests.conftest import chart
@@ -166,7 +166,7 @@ def test_a_plan_says_its_kubernetes_first_repeats_nothing_warns_of_nothing_expec
     run = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "-c",
                           str(config), "--preflight-report", str(report), "--render-dir",
                           str(tmp_path / "out"), "--log-file", str(tmp_path / "log")], capture_output=True,
-                         text=True, env=dict(os.environ, COLUMNS="80", NO_COLOR="1"), timeout=300)
+                         text=True, env=tool_env(COLUMNS="80", NO_COLOR="1"), timeout=300)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0] == "Kubernetes 1.33.7 (offline default; --kube-version X.Y plans for yours)"

@@ -168,7 +168,7 @@ def probe(scenario) -> NodeReport:
         scenario(Tree(root))
         marker = script.new_marker()
         done = subprocess.run(_chroot_command(root), input=script.build(marker, 10), capture_output=True, text=True,
-                              env={"PATH": "/bin:/usr/bin"}, timeout=60)
+                              env={"PATH": "/bin:/usr/bin"}, timeout=60)  # tool_env: a node's busybox shell
         return evaluate("node", script.split(done.stdout, marker), marker)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -10,7 +10,6 @@ this process make and sweep folders as a second command in the same process woul
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.security import tempfiles
 from tests.conftest import chart
 from tests.nodes.reports import write_report
-from tests.tools import ROOT
+from tests.tools import tool_env
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
@@ -49,7 +48,7 @@ class Storm:
 
     def __init__(self, config: Path, log: Path):
         self.config, self.log = config, log
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.env = tool_env()
         self.stopping = threading.Event()
         self.errors: list[str] = []
         self.killed_folders: list[Path] = []

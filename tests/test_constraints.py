@@ -1,4 +1,4 @@
-"""constraints.txt pins every Python dependency the project and its test extra name (scripts/freeze-constraints),
+"""constraints.txt pins every Python dependency the project and its test and bench extras name (scripts/freeze-constraints),
 and the test toolchain installs with it (so CI and scripts/test test the same versions)."""
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def pinned() -> dict[str, Version]:
 def test_every_direct_dependency_is_pinned_within_its_bounds():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     versions = pinned()
-    for text in project["dependencies"] + project["optional-dependencies"]["test"]:
+    extras = project["optional-dependencies"]
+    for text in project["dependencies"] + extras["test"] + extras["bench"]:
         requirement = Requirement(text)
         if requirement.marker and not requirement.marker.evaluate():
             continue  # not for this Python (opa-golib-python-bindings: install-test-tools pins it itself)

@@ -172,7 +172,7 @@ def test_the_docs_site_builds_strictly(tmp_path):
         missing("mkdocs and mkdocs-material are not installed (pip install '.[docs]')")
     built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
                             "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=300,
-                           env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                           env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})  # tool_env: mkdocs
     assert built.returncode == 0, built.stderr[-3000:]
     for page in PAGES:
         html = tmp_path / "site" / page.relative_to(DOCS).with_suffix("") / "index.html"

@@ -21,7 +21,7 @@ import pytest
 from tests.live.audit import audit_mark, audit_writes
 from tests.localcluster import dra
 from tests.realfaults import UpRun, helm_releases, local_cluster, wait_for
-from tests.tools import tool
+from tests.tools import tool, tool_env
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.xdist_group("dra-live")]
 STEPS = "node-prep,gpu-operator,binpack-scheduler,admission-opa,admission,validate"
@@ -99,7 +99,7 @@ def test_up_in_dra_mode_steers_and_counts_dra_gpu_pods_and_teardown_removes_only
                         "dra-driver-nvidia-gpu/dra-driver-nvidia-gpu": "deployed"}, releases
     values = json.loads(subprocess.run([tool("helm"), "get", "values", "gpu-operator", "-n", "gpu-operator", "-o", "json",
                                         "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True,
-                                       check=True).stdout)
+                                       check=True, env=tool_env(folder / "helm-home")).stdout)
     assert values["devicePlugin"]["enabled"] is False, values.get("devicePlugin")
     # a second up changes nothing: the API server's audit log holds no write of gpu-bootstrap's or helm's
     mark = audit_mark(cluster)

@@ -20,6 +20,7 @@ from gpu_bootstrap.core.config import SchedulerConfig
 from gpu_bootstrap.render import scheduler as render
 from gpu_bootstrap.sim.engine import Node, Pod
 from tests.localcluster import dra
+from tests.tools import tool_env
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow]
 
@@ -378,7 +379,7 @@ def test_the_dra_kubelet_plugins_token_may_write_only_its_own_nodes_slices(contr
                                "gpuResourcesEnabledOverride=true", "--show-only",
                                "templates/validatingadmissionpolicy.yaml", "--show-only",
                                "templates/validatingadmissionpolicybinding.yaml"],
-                              capture_output=True, text=True, check=True).stdout
+                              capture_output=True, text=True, check=True, env=tool_env()).stdout
     theirs = [d for d in yaml.safe_load_all(rendered) if d]
     ours = gpu_operator_dra.slice_policy_objects(namespace, release, {}, {"gpu-bootstrap.io/test": "dra"})
     made = [("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),

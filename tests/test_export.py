@@ -21,7 +21,7 @@ from gpu_bootstrap.core.schemas import crd_schemas, problems
 from tests.conftest import chart
 from tests import planted
 from tests.nodes.reports import write_report
-from tests.tools import TOOLS_BIN, client_env, missing, run, tool
+from tests.tools import TOOLS_BIN, tool_env, missing, run, tool
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -96,7 +96,7 @@ def built_units(folder: Path, engine: str, home: Path) -> dict[str, list[dict]]:
             continue  # flux: a chart's unit (its HelmRepository and HelmRelease), not our objects
         else:
             command = [tool("kubectl"), "kustomize", str(unit)]
-        result = run(command, client_env(home), 120, False)
+        result = run(command, tool_env(home), 120, False)
         assert result.returncode == 0, f"{unit.name}: {result.stderr[-2000:]}"
         from gpu_bootstrap.adapters.helm import _CrdLoader  # a rendered chart's CRDs hold a bare `=` (YAML 1.2)
         built[unit.name] = [d for d in yaml.load_all(result.stdout, Loader=_CrdLoader) if d]
@@ -178,7 +178,7 @@ def rendered_values(tmp_path_factory):
         values_file.write_text(yaml.safe_dump(values))
         archive = chart(f"{name}-{version}.tgz")
         result = run([tool("helm"), "template", name, str(archive), "--namespace", namespace, "--kube-version",
-                      kube, "--values", str(values_file)], client_env(home), 180, False)
+                      kube, "--values", str(values_file)], tool_env(home), 180, False)
         assert result.returncode == 0, f"{name} {version}: helm template refused the exported values:\n" \
                                        f"{result.stderr[-2000:]}"
         cache[key] = "ok"
@@ -520,7 +520,7 @@ def test_images_for_hauler_zarf_and_skopeo_list_the_same_images_and_parse_as_the
     sync = tmp_path / "sync.yaml"
     sync.write_text(yaml.safe_dump(out["skopeo"]))
     read = run([tool("skopeo"), "--debug", "sync", "--src", "yaml", "--dest", "dir", str(sync),
-                str(tmp_path / "copy")], client_env(tmp_path), 120, False)
+                str(tmp_path / "copy")], tool_env(tmp_path), 120, False)
     processed = set()
     for line in read.stderr.splitlines():
         if 'msg="Processing repo"' in line:

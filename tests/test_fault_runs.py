@@ -51,7 +51,7 @@ from tests import reliability as rel
 from tests.kubeapi import Emulator
 from tests.monitoring.live import LocalPrometheus
 from tests.nodes.reports import write_report
-from tests.tools import ROOT, client_env, tool
+from tests.tools import ROOT, tool_env, tool
 
 # One xdist group: each kind of setup (the clean reference runs) is made once, not in every worker that draws a case
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.xdist_group("fault-runs")]
@@ -115,7 +115,7 @@ def up(emu: Emulator, folder: Path, setup: Setup, timeout: float = 600) -> subpr
             "-o", "json", "--log-file", str(folder / "up.log")]
     if setup.playbook is not None:
         args += ["--playbook", str(setup.playbook)]
-    process = subprocess.Popen(args, cwd=ROOT, env=client_env(folder / "home"), stdout=subprocess.PIPE,
+    process = subprocess.Popen(args, cwd=ROOT, env=tool_env(folder / "home"), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
         out, err = process.communicate(timeout=timeout)
@@ -205,7 +205,7 @@ class _Helm:
 
     def __init__(self, folder: Path):
         self.kubeconfig = folder / "kubeconfig"
-        self.env = client_env(folder / "home")
+        self.env = tool_env(folder / "home")
 
     def helm(self, *args: str, check: bool = True):
         return subprocess.run([tool("helm"), "--kubeconfig", str(self.kubeconfig), *args], env=self.env,

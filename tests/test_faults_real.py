@@ -290,9 +290,9 @@ def told_to_wait(log: Path) -> int:
 
 
 def kubectl(faults: Faults, *args: str, input: str | None = None) -> str:
-    from tests.tools import client_env, run, tool
+    from tests.tools import tool_env, run, tool
     return run([tool("kubectl"), "--kubeconfig", str(faults.cluster.kubeconfig), *args],
-               client_env(faults.folder / "kubectl-home"), 120, True, input).stdout
+               tool_env(faults.folder / "kubectl-home"), 120, True, input).stdout
 
 
 def token_kubeconfig(faults: Faults, account: tuple[str, str]) -> tuple[Path, str]:
@@ -315,10 +315,10 @@ def grant_up(faults: Faults) -> str:
     import shlex
     import subprocess
     import sys
-    from tests.tools import ROOT
+    from tests.tools import ROOT, tool_env
     text = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "rbac", "--for", "up", "-c", str(faults.config),
                            "--service-account", "/".join(CI_ACCOUNT)], capture_output=True, text=True, check=True,
-                          cwd=ROOT).stdout
+                          cwd=ROOT, env=tool_env()).stdout
     for line in text.splitlines():
         if line.startswith("#   kubectl create namespace "):
             for command in line[len("#   "):].split(" && "):

@@ -19,6 +19,7 @@ from gpu_bootstrap.cli.commands import app
 from tests.conftest import chart
 from tests.nodes.reports import write_report
 from tests.test_rbac import uncovered
+from tests.tools import tool_env
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
@@ -236,7 +237,7 @@ def test_a_run_killed_while_helm_installs_the_dra_driver_converges_on_rerun(clus
     process = subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "up", "-c", str(config), "--only", ONLY,
                                 "--preflight-report", str(report), "--log-file", str(tmp_path / "killed.log")],
                                cwd=Path(__file__).resolve().parent.parent, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=tool_env())
     deadline = time.monotonic() + 60
     while not any("/namespaces/dra-driver-nvidia-gpu/daemonsets" in r.path and r.method in ("POST", "PATCH")
                   for r in cluster.emu.requests.all()):
@@ -272,7 +273,7 @@ def test_our_resourceslice_policy_names_the_account_the_charts_kubelet_plugin_ru
     values_file.write_text(yaml.safe_dump({"gpuResourcesEnabledOverride": True, **values}))
     rendered = subprocess.run([tool("helm"), "template", release, str(chart("dra-driver-nvidia-gpu-0.5.0")),
                                "--namespace", DRA_NS, "--kube-version", "1.37.0", "--values", str(values_file)],
-                              capture_output=True, text=True, check=True).stdout
+                              capture_output=True, text=True, check=True, env=tool_env(tmp_path / "helm-home")).stdout
     documents = [d for d in yaml.safe_load_all(rendered) if d]
     [plugin] = [d for d in documents if d["kind"] == "DaemonSet"]
     account = plugin["spec"]["template"]["spec"]["serviceAccountName"]

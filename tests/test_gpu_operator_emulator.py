@@ -19,7 +19,7 @@ from gpu_bootstrap.cli.commands import app
 from tests.conftest import chart
 from tests.nodes.reports import write_report
 from tests.test_rbac import uncovered
-from tests.tools import client_env, tool
+from tests.tools import tool_env, tool
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
@@ -110,7 +110,7 @@ def newer_chart(tmp_path: Path, version: str = "v26.7.1") -> Path:
     with tarfile.open(chart("gpu-operator-v26.7.0.tgz")) as archive:
         archive.extractall(folder, filter="data")
     subprocess.run([tool("helm"), "package", str(folder / "gpu-operator"), "--version", version, "--app-version",
-                    version, "-d", str(tmp_path)], check=True, capture_output=True, env=client_env(tmp_path))
+                    version, "-d", str(tmp_path)], check=True, capture_output=True, env=tool_env(tmp_path))
     return tmp_path / f"gpu-operator-{version}.tgz"
 
 
@@ -272,7 +272,7 @@ def test_a_run_killed_together_with_helm_converges_on_rerun(cluster, tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "up", "-c", str(config), "--preflight-report",
                                 str(report), "--log-file", str(tmp_path / "killed.log")],
                                cwd=Path(__file__).resolve().parent.parent, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=tool_env())
     deadline = time.monotonic() + 60
     while not any(r.path.endswith("/deployments/gpu-operator") and r.method == "PATCH"
                   for r in cluster.emu.requests.all()):

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from gpu_bootstrap.cli.commands import app
 from tests.conftest import chart
 from tests.nodes.reports import write_report
-from tests.tools import client_env, run, tool
+from tests.tools import tool_env, run, tool
 
 pytestmark = [pytest.mark.tools, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
@@ -35,7 +35,7 @@ def plan(tmp_path: Path, kube: str, extra: str = "", report: bool = True):
 
 
 def crd_schemas(tmp_path: Path) -> dict[tuple[str, str], dict]:
-    out = run([tool("helm"), "show", "crds", str(chart("gpu-operator-v26.7.0.tgz"))], client_env(tmp_path)).stdout
+    out = run([tool("helm"), "show", "crds", str(chart("gpu-operator-v26.7.0.tgz"))], tool_env(tmp_path)).stdout
     schemas = {}
     for crd in (d for d in yaml.safe_load_all(out) if d):
         for version in crd["spec"]["versions"]:
@@ -55,7 +55,7 @@ def test_offline_plan_writes_values_release_and_valid_manifests(tmp_path, kube):
     assert any(line.startswith("driver.enabled=false") for line in release["derived_values"])
     # the manifests are exactly what helm renders with those values
     again = run([tool("helm"), "template", "gpu-operator", str(chart("gpu-operator-v26.7.0.tgz")), "-n",
-                 "gpu-operator", "--kube-version", kube, "-f", str(folder / "values.yaml")], client_env(tmp_path))
+                 "gpu-operator", "--kube-version", kube, "-f", str(folder / "values.yaml")], tool_env(tmp_path))
     assert list(yaml.safe_load_all((folder / "manifests.yaml").read_text())) == list(yaml.safe_load_all(again.stdout))
     schemas = crd_schemas(tmp_path)
     documents = [d for d in yaml.safe_load_all((folder / "manifests.yaml").read_text()) if d]

@@ -4,7 +4,6 @@ and a helm that ignores SIGTERM."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from gpu_bootstrap.core import interrupts
 from gpu_bootstrap.adapters import helm as helm_module
 from gpu_bootstrap.adapters.helm import Chart, Helm, seconds
 from gpu_bootstrap.core.errors import ClusterError, ReleaseNotFound
-from tests.tools import ROOT
+from tests.tools import ROOT, tool_env
 
 UNAVAILABLE = "Error: query: failed to query with labels: the server is currently unable to handle the request"
 PENDING = "Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress"
@@ -315,7 +314,7 @@ def test_a_helm_that_ignores_sigterm_is_killed_and_we_still_exit_within_5_s(fake
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     child = subprocess.Popen([sys.executable, str(script), str(fake.path)], cwd=ROOT,
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=subprocess.PIPE, text=True)
+                             env=tool_env(), stderr=subprocess.PIPE, text=True)
     pidfile = fake.folder / "helm.pid"
     deadline = time.monotonic() + 30
     while not pidfile.exists() or not pidfile.read_text():

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gpu_bootstrap.core import interrupts
-from tests.tools import ROOT
+from tests.tools import ROOT, tool_env
 
 PRELUDE = textwrap.dedent("""
     import sys, time
@@ -26,7 +26,7 @@ def run_child(body: str, *signals: tuple[float, int], timeout: float = 30) -> tu
     """Run PRELUDE + body; once it is ready send each (delay, signal). Returns code, stdout, stderr and the time
     from the first signal to the exit."""
     child = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], cwd=ROOT,
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                             env=tool_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
     first = None

@@ -41,7 +41,7 @@ from tests import reliability as rel
 from tests.kubeapi import Emulator
 from tests.monitoring.live import LocalPrometheus
 from tests.nodes.reports import write_report
-from tests.tools import ROOT, client_env, tool
+from tests.tools import ROOT, tool_env, tool
 
 # One xdist group: the uninterrupted reference run (a minute of helm) is made once, not once in every worker that
 # draws a case (four in a whole-suite run: about two minutes of CPU spent three times for nothing)
@@ -117,7 +117,7 @@ def reference(tmp_path_factory, prometheus) -> Reference:
     report = write_report(folder / "report.json", NODES)
     counts: dict[str, int] = {}
     with pytest.MonkeyPatch.context() as patch, Emulator(**OPTIONS) as emu:
-        for key, value in client_env(folder / "home").items():
+        for key, value in tool_env(folder / "home").items():
             if key.startswith("HELM_") or key == "PATH":
                 patch.setenv(key, value)
         rel.serve_prometheus(emu, prometheus.url)

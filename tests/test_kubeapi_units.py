@@ -15,6 +15,7 @@ from tests.kubeapi.schema import SchemaSet
 from tests.kubeapi.selectors import labels_match, parse_label_selector, selector_object_matches
 from tests.kubeapi.ssa import apply, fieldset_of, from_fields_v1, to_fields_v1
 from tests.kubeapi.util import ApiError
+from tests.tools import tool_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = SchemaSet(31)
@@ -142,7 +143,7 @@ def test_protobuf_of_an_unsupported_kind_is_415():
 def test_serve_prints_one_ready_line_and_stops_on_sigterm(tmp_path):
     kubeconfig = tmp_path / "kc"
     process = subprocess.Popen([sys.executable, "-m", "tests.kubeapi", "serve", "--kubeconfig", str(kubeconfig),
-                                "--gpu-nodes", "g1,g2", "--gpus-per-node", "8"], cwd=ROOT,
+                                "--gpu-nodes", "g1,g2", "--gpus-per-node", "8"], cwd=ROOT, env=tool_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
@@ -150,10 +151,10 @@ def test_serve_prints_one_ready_line_and_stops_on_sigterm(tmp_path):
         config = yaml.safe_load(kubeconfig.read_text())
         assert config["clusters"][0]["cluster"]["server"] == line.split()[1]
         assert oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
-        from tests.tools import client_env, run, tool
+        from tests.tools import tool_env, run, tool
         out = run([tool("kubectl"), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
                    "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu", "--no-headers"],
-                  client_env(tmp_path)).stdout
+                  tool_env(tmp_path)).stdout
         assert out.split() == ["g1", "8", "g2", "8"]
     finally:
         process.send_signal(signal.SIGTERM)

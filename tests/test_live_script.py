@@ -93,10 +93,10 @@ def test_an_interrupted_run_still_takes_the_fake_gpus_away(workers, tmp_path):
 
 def test_an_unreachable_cluster_is_named_and_nothing_runs(tmp_path):
     from tests.kubeapi import Emulator
-    from tests.tools import client_env
+    from tests.tools import tool_env
     with Emulator() as emu:
         config = emu.write_kubeconfig(tmp_path / "kc", context="kind-gone")
-    env = {**client_env(tmp_path), "KUBECTL": tool("kubectl"), "GPU_BOOTSTRAP_LIVE_PYTEST": f"touch {tmp_path / 'ran'}"}
+    env = {**tool_env(tmp_path), "KUBECTL": tool("kubectl"), "GPU_BOOTSTRAP_LIVE_PYTEST": f"touch {tmp_path / 'ran'}"}
     result = subprocess.run([str(SCRIPT), "--kubeconfig", str(config)], env=env, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 1 and "cannot reach the cluster of context 'kind-gone'" in result.stderr

@@ -10,14 +10,14 @@ import sys
 import pytest
 
 from tests.localcluster.cluster import LocalCluster, kubernetes_version, missing_binaries, start_time
-from tests.tools import ROOT, missing, tool
+from tests.tools import ROOT, missing, tool, tool_env
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.xdist_group("live")]
 
 
 def script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "local-cluster"), *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=tool_env())
 
 
 def local_routes() -> str:
@@ -35,10 +35,10 @@ def test_up_env_and_down_leave_nothing_behind(tmp_path):
         cluster = LocalCluster.load(folder)
         kubectl = [tool("kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
         version = json.loads(subprocess.run([*kubectl, "version", "-o", "json"], capture_output=True, text=True,
-                                            check=True).stdout)
+                                            check=True, env=tool_env(tmp_path / "home")).stdout)
         assert version["serverVersion"]["gitVersion"] == kubernetes_version()
         nodes = json.loads(subprocess.run([*kubectl, "get", "nodes", "-o", "json"], capture_output=True, text=True,
-                                          check=True).stdout)["items"]
+                                          check=True, env=tool_env(tmp_path / "home")).stdout)["items"]
         gpus = {n["metadata"]["name"]: n["status"]["capacity"].get("nvidia.com/gpu") for n in nodes}
         assert gpus == {"gpu-1": "8", "gpu-2": "8", "cpu-1": None}
         assert all(c["status"] == "True" for n in nodes for c in n["status"]["conditions"] if c["type"] == "Ready")

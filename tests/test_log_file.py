@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.tools import tool_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpu_bootstrap", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, NO_COLOR="1"), timeout=120)
+                          env=tool_env(NO_COLOR="1"), timeout=120)
 
 
 def test_an_existing_world_writable_log_file_is_made_private_and_kept(tmp_path):

@@ -22,6 +22,7 @@ from tests.conftest import chart
 from tests.monitoring.live import LocalPrometheus, StandInExporter, scrape_config
 from tests.nodes.reports import write_report
 from tests.test_rbac import uncovered
+from tests.tools import tool_env
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 runner = CliRunner()
@@ -366,7 +367,8 @@ def test_a_run_killed_during_the_stack_install_converges_on_rerun(cluster, tmp_p
     process = subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "up", "-c", str(config), "--only",
                                 "monitoring", "--preflight-report", str(report), "--log-file",
                                 str(tmp_path / "killed.log")], cwd=Path(__file__).resolve().parent.parent,
-                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env=tool_env())
     deadline = time.monotonic() + 90
     while not any(r.path.endswith("/deployments/kube-prometheus-stack-operator") and r.method == "PATCH"
                   for r in cluster.emu.requests.all()):

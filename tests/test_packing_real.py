@@ -12,7 +12,7 @@ import pytest
 
 from gpu_bootstrap.sim import trace
 from gpu_bootstrap.sim.engine import Node, Pod
-from tests.tools import shared_dir
+from tests.tools import shared_dir, tool_env
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = shared_dir() / "traces"  # ../shared beside the checkout, or beside the clone it came from (CI)
@@ -87,7 +87,7 @@ def test_a_small_run_on_the_real_scheduler_reports_every_profile_and_the_model_b
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "packing_real.py"), "--seeds", "1",
                              "--nodes-sample", "12", "--profiles", "kube-default,rtcr-50:1-w2:1",
                              "--traces", str(TRACES), "--json", str(out)],
-                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+                            capture_output=True, text=True, timeout=600, cwd=ROOT, env=tool_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "nodes: 12 of 1213 (stratified sample" in result.stdout
     runs = json.loads(out.read_text())["runs"]

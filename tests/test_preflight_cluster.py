@@ -4,7 +4,6 @@ both paths and their facts can be compared."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from gpu_bootstrap.probes import incluster
 from tests.kubeapi import Emulator, pod_security
 from tests.nodes import scenarios
 from tests.nodes.farm import NodeFarm
+from tests.tools import tool_env
 
 pytestmark = pytest.mark.tools
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,7 +198,7 @@ def test_a_cluster_refusing_hostpath_gets_one_clear_error(small, tmp_path):
 
 # --- interruptions converge --------------------------------------------------------------------------------------
 def start_doctor(config: Path, folder: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = tool_env()
     return subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "doctor", "-c", str(config), "--via", "cluster",
                              "-o", "json", "--log-file", str(folder / "killed.log")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

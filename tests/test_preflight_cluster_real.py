@@ -125,11 +125,11 @@ def test_the_probe_role_reads_the_nodes_as_an_admin_does_and_doctors_role_runs_n
 
     import yaml
 
-    from tests.tools import client_env, run, tool
+    from tests.tools import tool_env, run, tool
     cluster, api, over_ssh, through_cluster, folder = trees
 
     def kubectl(*args: str, input: str | None = None, check: bool = True):
-        return run([tool("kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args], client_env(tmp_path), 60, check,
+        return run([tool("kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args], tool_env(tmp_path), 60, check,
                    input)
     _, by_admin = doctor(through_cluster, folder, "cluster")
     found, made = {}, {"gpu-bootstrap-live-probe"}

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from gpu_bootstrap.adapters.ssh import Ssh
 from gpu_bootstrap.cli.commands import app
 from tests.nodes import scenarios
 from tests.nodes.farm import NodeFarm
+from tests.tools import tool_env
 
 pytestmark = pytest.mark.tools
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,7 +249,7 @@ def test_unreachable_refused_and_hung_nodes_fail_while_the_others_complete(priva
     path.write_text(text + "  - name: blackhole\n    address: 10.255.255.1\n")
     process = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "doctor", "-c", str(path), "--no-cluster", "-o",
                               "json", "--log-file", str(tmp_path / "log")], capture_output=True, text=True,
-                             cwd=ROOT, timeout=90)
+                             cwd=ROOT, timeout=90, env=tool_env())
     assert process.returncode == 1, process.stderr
     nodes = {n["name"]: {c["id"]: c for c in n["checks"]} for n in json.loads(process.stdout)["nodes"]}
     assert all(c["status"] == "pass" for c in nodes["healthy"].values())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpu_bootstrap.adapters import cluster_probe
-from tests.tools import ROOT
+from tests.tools import tool_env
 
 OWNER_IN_ANOTHER_PID_NAMESPACE = r"""
 import os, sys
@@ -55,7 +55,7 @@ def test_a_live_run_in_another_pid_namespace_is_not_taken_for_gone():
     pid = unused_pid()
     run = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
                             OWNER_IN_ANOTHER_PID_NAMESPACE, str(pid)], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           stdout=subprocess.PIPE, text=True, env=tool_env())
     try:
         owner = run.stdout.readline().strip()
         assert owner.endswith(f":{pid}") and not Path(f"/proc/{pid}").exists()

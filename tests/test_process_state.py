@@ -5,13 +5,13 @@ module-scoped fixture), the order that used to fail."""
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.tools import tool_env
 
 START_TERM = signal.getsignal(signal.SIGTERM)
 START_INT = signal.getsignal(signal.SIGINT)
@@ -45,6 +45,6 @@ def test_a_cli_run_leaves_nothing_behind_for_the_next_test(first):
         "test_the_gpu_bootstrap_logger_is_untouched")]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:randomly", "-p", "no:xdist",
                            "-p", "no:cacheprovider", first, *probes], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          timeout=300, env=tool_env())
     assert done.returncode == 0, done.stdout[-3000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-3000:]

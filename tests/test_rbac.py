@@ -268,12 +268,12 @@ CHART_SETTINGS = {"dra-driver": ["--set", "gpuResourcesEnabledOverride=true"]}  
 def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
     """The charts' objects are granted by kind (rbac.CHART_KINDS): every kind the chart renders (hooks and CRDs
     included), and whether it is namespaced, must be there."""
-    from tests.tools import tool
+    from tests.tools import tool, tool_env
     helm = tool("helm")
     import subprocess
     rendered = subprocess.run([helm, "template", "x", str(chart(archive)), "--namespace", "ns", "--kube-version",
                                "1.33.0", "--include-crds", *CHART_SETTINGS.get(step, [])], capture_output=True,
-                              text=True, check=True).stdout
+                              text=True, check=True, env=tool_env()).stdout
     found = set()
     for doc in yaml.load_all(rendered, Loader=yaml.BaseLoader):  # (a CRD holds "- =", which SafeLoader refuses)
         if isinstance(doc, dict) and doc.get("kind"):
@@ -369,11 +369,11 @@ def test_the_pipeline_roles_from_least_to_most(tmp_path):
 def test_the_roles_a_chart_creates_and_binds_are_the_ones_named(step, archive, release):
     """rbac.chart_roles follows each chart's naming rules; the chart rendered with that release name agrees (the
     dry-run and up roles may bind and escalate exactly these)."""
-    from tests.tools import tool
+    from tests.tools import tool, tool_env
     import subprocess
     rendered = subprocess.run([tool("helm"), "template", release, str(chart(archive)), "--namespace", "ns",
                                "--kube-version", "1.33.0", *CHART_SETTINGS.get(step, [])], capture_output=True,
-                              text=True, check=True).stdout
+                              text=True, check=True, env=tool_env()).stdout
     cluster_roles, roles = set(), set()
     for doc in yaml.load_all(rendered, Loader=yaml.BaseLoader):
         if isinstance(doc, dict) and doc.get("kind") in ("ClusterRole", "Role"):

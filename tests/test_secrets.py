@@ -20,6 +20,7 @@ from gpu_bootstrap.core.refs import Ref, Verb
 from gpu_bootstrap.pipeline.step import Change
 from gpu_bootstrap.render import gpu_operator_values, monitoring
 from tests.conftest import chart
+from tests.tools import pinned_path, tool_env
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANTED = ("PLANTED-NGC-KEY-7f3a", "PLANTED-GRAFANA-PW-91c2", "T00000000/B00000000/PLANTEDslack5d1e")
@@ -71,8 +72,8 @@ def test_no_planted_secret_in_any_output_of_a_dry_run(tmp_path):
     work = tmp_path / "repo"
     work.mkdir()
     planted_config(work)
-    env = dict(os.environ, PATH=f"{cli_shim(tmp_path)}{os.pathsep}{os.environ['PATH']}", NO_COLOR="1",
-               PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(tmp_path / "state"))
+    env = tool_env(PATH=pinned_path(f"{cli_shim(tmp_path)}{os.pathsep}{os.environ['PATH']}"), NO_COLOR="1",
+                   XDG_STATE_HOME=str(tmp_path / "state"))
     ci = subprocess.run(["bash", "-e", "-c", ci_plan_script()], cwd=work, env=env, capture_output=True, text=True,
                         timeout=300)
     assert ci.returncode == 0, ci.stderr
@@ -288,7 +289,7 @@ def test_no_planted_secret_of_any_kind_in_a_plan_its_log_or_its_render_dir(tmp_p
         run = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(config),
                               "--kube-version", "1.33", "--render-dir", str(tmp_path / output), "-vv", "-o", output,
                               "--log-file", str(tmp_path / f"{output}.log")], capture_output=True, text=True,
-                             timeout=300, env=dict(os.environ, NO_COLOR="1", COLUMNS="200"))
+                             timeout=300, env=tool_env(NO_COLOR="1", COLUMNS="200"))
         assert run.returncode == 0, run.stderr
         outputs.update({f"{output} stdout": run.stdout, f"{output} stderr": run.stderr,
                         f"{output} log": (tmp_path / f"{output}.log").read_text()})

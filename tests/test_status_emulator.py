@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpu_bootstrap.cli.commands import app
+from tests.tools import tool_env
 
 runner = CliRunner()
 OURS = "gpu-binpack-scheduler"
@@ -305,14 +306,12 @@ def test_defrag_text_view_says_nothing_was_evicted(fragmented, tmp_path):
 # --- --watch ----------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_watch_reads_again_and_shows_the_latest_state_until_ctrl_c(cluster, api, tmp_path):
-    import os
     import signal
     import subprocess
     import sys
     import time
-    from pathlib import Path
     gpu_node(cluster, api, "gpu-a", 8)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "HOME": str(tmp_path)}
+    env = tool_env(HOME=str(tmp_path))
     process = subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "status", "--watch", "--interval", "1",
                                 "--kubeconfig", str(cluster.kubeconfig), "--log-file", str(tmp_path / "log")],
                                env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpu_bootstrap.security import tempfiles
-from tests.tools import ROOT
+from tests.tools import ROOT, tool_env
 
 
 def files_holding(root: Path, secret: bytes) -> list[Path]:
@@ -39,7 +39,7 @@ def test_kill_9_leaves_the_key_and_the_next_run_removes_it(cluster, tmp_path):
     temp.mkdir()
     key = cluster.emu.pki.client_key_pem
     key = key if isinstance(key, bytes) else key.encode()
-    env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(ROOT), NO_COLOR="1", XDG_STATE_HOME=str(tmp_path))
+    env = tool_env(TMPDIR=str(temp), NO_COLOR="1", XDG_STATE_HOME=str(tmp_path))
     args = [sys.executable, "-m", "gpu_bootstrap", "status", "--kubeconfig", str(cluster.kubeconfig)]
     watching = subprocess.Popen([*args, "--watch", "--interval", "1"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
@@ -65,8 +65,8 @@ def test_kill_9_during_images_leaves_its_scratch_render_to_the_next_runs_sweep(t
     from tests.tools import tool
     temp = tmp_path / "tmp"
     temp.mkdir()
-    env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(ROOT), NO_COLOR="1", XDG_STATE_HOME=str(tmp_path),
-               PATH=f"{Path(tool('helm')).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    tool("helm")  # skips (or fails under GPU_BOOTSTRAP_REQUIRE_TOOLS) without the pinned helm
+    env = tool_env(TMPDIR=str(temp), NO_COLOR="1", XDG_STATE_HOME=str(tmp_path))
     args = [sys.executable, "-m", "gpu_bootstrap", "images", "--offline", "-c", str(ROOT / "examples" / "minimal.yaml")]
     run = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -103,8 +103,7 @@ except KeyboardInterrupt:
 def test_the_os_exit_paths_remove_the_run_folder(tmp_path, way):
     """core/interrupts.py leaves with os._exit (no atexit) after a second signal or when cleanup outlives EXIT_WITHIN:
     the run folder goes all the same."""
-    process = subprocess.Popen([sys.executable, "-c", SCRIPT], env=dict(os.environ, TMPDIR=str(tmp_path),
-                                                                         PYTHONPATH=str(ROOT)),
+    process = subprocess.Popen([sys.executable, "-c", SCRIPT], env=tool_env(TMPDIR=str(tmp_path)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         folder = Path(process.stdout.readline().strip())
@@ -191,7 +190,7 @@ def test_a_live_run_in_another_pid_namespace_keeps_its_folder(tmp_path):
     pid = dead_pid() - 1000
     while Path(f"/proc/{pid}").exists():
         pid -= 1
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = tool_env()
     run = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
                             HOLD_IN_ANOTHER_PID_NAMESPACE, str(pid), str(tmp_path)],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -246,7 +245,7 @@ def test_a_second_run_folder_made_and_removed_in_one_process_leaves_the_first_on
     """The cause of a live relay's kubeconfig vanishing mid-install under a busy suite: a unit test swapped the run
     folder inside a pytest worker, making a second one closed the first one's lock, and another process's sweep then
     took the live folder for a dead run's. A lock now goes only with its own folder."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = tool_env()
     run = subprocess.Popen([sys.executable, "-c", SECOND_FOLDER_IN_ONE_PROCESS, str(tmp_path)],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:

@@ -5,7 +5,6 @@ In-process runs use Typer's CliRunner; runs that need signals or concurrency are
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from gpu_bootstrap.pipeline.checkpoint import NAME as STATE, NAMESPACE
 from gpu_bootstrap.pipeline.lock import LEASE
 from tests.kubeapi import Emulator
 from tests.nodes.reports import write_report
+from tests.tools import tool_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SPINE = ["--playbook", str(ROOT / "tests" / "playbooks" / "spine.yaml")]  # the engine's tests need no Helm
@@ -317,7 +317,7 @@ def test_a_stale_lock_is_taken_over(emu, config, tmp_path):
 
 # --- subprocesses: concurrency, signals, SIGKILL ---------------------------------------------------------------------
 def start_up(config: Path, tmp_path: Path, name: str) -> subprocess.Popen:
-    env = dict(os.environ, HOME=str(tmp_path), PYTHONUNBUFFERED="1")
+    env = tool_env(HOME=str(tmp_path), PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "gpu_bootstrap", "up", "-c", str(config), "-o", "json",
                              "--preflight-report", str(report(tmp_path)), *SPINE,
                              "--log-file", str(tmp_path / f"{name}.log")], cwd=ROOT, env=env,

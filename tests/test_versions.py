@@ -19,6 +19,7 @@ from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.core.errors import EXIT_USAGE, ConfigError
 from gpu_bootstrap.core.paths import DATA
 from gpu_bootstrap.core.versions import Catalogue, Release, UnsupportedVersion, check_pin, choose
+from tests.tools import tool_env
 
 OPERATOR = versions.catalogue("gpu-operator")
 KPS = versions.catalogue("kube-prometheus-stack")
@@ -286,7 +287,7 @@ def test_the_docs_show_the_plan_line_and_the_refusal_as_they_are():
 
 def test_the_markdown_command():
     done = subprocess.run([sys.executable, "-m", "gpu_bootstrap.render.versions_table"], capture_output=True,
-                          text=True, cwd=DOCS.parent, timeout=60)
+                          text=True, cwd=DOCS.parent, timeout=60, env=tool_env())
     assert done.returncode == 0 and done.stdout == versions_table.markdown()
 
 

@@ -58,18 +58,42 @@ def tool(name: str) -> str:
     return path
 
 
-def client_env(home: Path) -> dict:
-    """Environment for real clients: their caches and configs live under `home`, never in the user's."""
+def go_dir() -> str | None:
+    """The folder of the Go the suite builds with: the one on PATH, else the machine's /usr/local/go (as
+    scripts/install-test-tools finds it)."""
+    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    return str(Path(found).parent) if found else None
+
+
+def pinned_path(path: str | None = None) -> str:
+    """`path` (the caller's PATH by default) with the pinned helm and kubectl (.tools/bin) and the suite's Go first."""
+    rest = os.environ.get("PATH", "") if path is None else path
+    first = [str(TOOLS_BIN)] + ([go_dir()] if go_dir() else [])
+    return os.pathsep.join(first + [entry for entry in rest.split(os.pathsep) if entry and entry not in first])
+
+
+def tool_env(home: Path | None = None, **overrides: str) -> dict:
+    """The environment of every process a test starts that runs gpu-bootstrap, helm, kubectl or Go: the caller's,
+    with the pinned helm and kubectl and the suite's Go first on PATH, whatever the caller's PATH holds, and this
+    checkout importable (PYTHONPATH), so `python -m gpu_bootstrap` runs this code from any folder. With `home`, the
+    clients' caches and configs live under it (HOME included), never in the user's, and no KUBECONFIG leaks in.
+    `overrides` are set last. tests/test_tool_env.py holds every test module to starting those programs with an
+    environment from here."""
     env = dict(os.environ)
-    env.update({"KUBECACHEDIR": str(home / "kube-cache"), "HELM_CACHE_HOME": str(home / "helm-cache"),
-                "HELM_CONFIG_HOME": str(home / "helm-config"), "HELM_DATA_HOME": str(home / "helm-data"),
-                "HOME": str(home), "PATH": f"{TOOLS_BIN}{os.pathsep}{env.get('PATH', '')}"})
-    env.pop("KUBECONFIG", None)
+    env["PATH"] = pinned_path(env.get("PATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                        if p and p != str(ROOT)])
+    if home is not None:
+        env.update({"KUBECACHEDIR": str(home / "kube-cache"), "HELM_CACHE_HOME": str(home / "helm-cache"),
+                    "HELM_CONFIG_HOME": str(home / "helm-config"), "HELM_DATA_HOME": str(home / "helm-data"),
+                    "HOME": str(home)})
+        env.pop("KUBECONFIG", None)
+    env.update(overrides)
     return env
 
 
 def run(args: list[str], env: dict, timeout: float = 120, check: bool = True, input: str | None = None):
-    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout, input=input)
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout, input=input)  # tool_env: checked at each call
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {result.returncode}\nstdout:\n{result.stdout}\n"
                              f"stderr:\n{result.stderr}")

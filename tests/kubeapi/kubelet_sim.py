@@ -355,7 +355,7 @@ class KubeletSim:
         try:
             done = subprocess.run(["unshare", "-m", "--propagation", "private", "/bin/sh", "-c", MOUNT_AND_RUN,
                                    "kubelet-sim", str(root), *argv], input="\n".join(mounts) + "\n",
-                                  capture_output=True, text=True, env=env, timeout=CONTAINER_TIMEOUT)
+                                  capture_output=True, text=True, env=env, timeout=CONTAINER_TIMEOUT)  # tool_env: a pod's own environment
             code = done.returncode
         except subprocess.TimeoutExpired:
             code = 137

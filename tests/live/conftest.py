@@ -29,7 +29,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.live import fake_gpus
-from tests.tools import ROOT, client_env, missing, run, tool
+from tests.tools import ROOT, tool_env, missing, run, tool
 
 LIVE_KUBECONFIG = os.environ.get("GPU_BOOTSTRAP_LIVE_KUBECONFIG")
 EMULATOR_VERSION = os.environ.get("GPU_BOOTSTRAP_LIVE_EMULATOR_VERSION", "1.33.2")
@@ -94,7 +94,7 @@ class Target:
 
     @property
     def env(self) -> dict:
-        return client_env(self.home)
+        return tool_env(self.home)
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 180):
         return run([tool("kubectl"), "--kubeconfig", str(self.kubeconfig), *args], self.env, timeout, check, input)

@@ -24,7 +24,7 @@ COUNT = 8
 def kubectl(kubeconfig: str, *args: str, kubectl_path: str | None = None, env: dict | None = None) -> str:
     binary = kubectl_path or os.environ.get("KUBECTL", "kubectl")
     result = subprocess.run([binary, "--kubeconfig", kubeconfig, *args], capture_output=True, text=True, timeout=60,
-                            env=env)
+                            env=env)  # tool_env: the caller's; a script scripts/test-live runs on a user's cluster
     if result.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
     return result.stdout

@@ -112,8 +112,8 @@ def wait_for_policy(target, kubeconfig_path: Path, service_account: str, timeout
 
 def as_token(kubeconfig_path: Path, *args: str, input: str | None = None):
     """kubectl with only the ServiceAccount's token (its own kubeconfig), never the admin's."""
-    from tests.tools import client_env, run, tool
-    return run([tool("kubectl"), "--kubeconfig", str(kubeconfig_path), *args], client_env(kubeconfig_path.parent),
+    from tests.tools import tool_env, run, tool
+    return run([tool("kubectl"), "--kubeconfig", str(kubeconfig_path), *args], tool_env(kubeconfig_path.parent),
                60, False, input)
 
 

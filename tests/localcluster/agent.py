@@ -287,7 +287,7 @@ class Agent:
         log.write(f"--- start {time.strftime('%H:%M:%S')}: {shlex.join(argv)}\n".encode())
         log.flush()
         process = subprocess.Popen(popen_args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=env, cwd=entry.folder, preexec_fn=pdeathsig_hook())
+                                   env=env, cwd=entry.folder, preexec_fn=pdeathsig_hook())  # tool_env: a pod's own
         log.close()
         self.note(entry, f"started {container.name} ({binary}, pid {process.pid}) on {ip}")
         return process

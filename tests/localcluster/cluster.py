@@ -200,7 +200,7 @@ class LocalCluster:
         self.log(name).parent.mkdir(parents=True, exist_ok=True)
         with self.log(name).open("ab") as log:
             process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       cwd=self.folder, env=env or _clean_env(),
+                                       cwd=self.folder, env=env or _clean_env(),  # tool_env: a component's own
                                        preexec_fn=pdeathsig_hook() if die_with_parent else os.setsid)
         started = None
         for _ in range(100):
