@@ -154,7 +154,7 @@ def main() -> None:
                         kubelet.attach(name, farm.nodes[name].root)
                     kubelet.executed.clear()
                     median, requests, cpu = measure(emu, kubeconfig, names, args.runs, folder)
-                    canned = capture(farm, names)  # one real result per node type, for the larger sizes
+                    canned = capture(farm, tree_names)  # one real result per node type, for the larger sizes
                     how = "every probe executed on its node tree"
                 else:
                     for index, name in enumerate(names):

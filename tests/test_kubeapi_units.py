@@ -151,7 +151,7 @@ def test_serve_prints_one_ready_line_and_stops_on_sigterm(tmp_path):
         config = yaml.safe_load(kubeconfig.read_text())
         assert config["clusters"][0]["cluster"]["server"] == line.split()[1]
         assert oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
-        from tests.tools import tool_env, run, tool
+        from tests.tools import run, tool
         out = run([tool("kubectl"), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
                    "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu", "--no-headers"],
                   tool_env(tmp_path)).stdout
