@@ -395,10 +395,13 @@ def test_engine_vap_mutate_plans_the_backstop_beside_the_mutating_policy(cluster
                            steps="admission")
     assert result.exit_code == 0, result.output
     step = steps_of(document)["admission"]
-    assert step["changes"] == 4, step
+    assert step["changes"] == 8, step  # and the device-access pair of each (render/device_access.py)
+    made = {p["target"] for p in step["planned"]}
     for kind in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
                  "ValidatingAdmissionPolicyBinding"):
-        assert f"{kind} gpu-bootstrap-gpu-pods: missing" in step["message"], step["message"]
+        assert {f"{kind} gpu-bootstrap-gpu-pods", f"{kind} gpu-bootstrap-gpu-device-access"} <= made, made
+
+
 @pytest.mark.parametrize("emulator_options", [{"kube_version": "1.29.6", "gpu_nodes": ["gpu-1", "gpu-2"]}])
 def test_the_backstop_policy_appears_once_the_cluster_reaches_1_30(cluster, tmp_path):
     """Admission follows the control plane (#26): on 1.29 there is no ValidatingAdmissionPolicy; after the cluster is
@@ -411,8 +414,9 @@ def test_the_backstop_policy_appears_once_the_cluster_reaches_1_30(cluster, tmp_
     assert result.exit_code == 0, result.output
     assert steps_of(document)["admission"]["status"] == "applied"
     policies = cluster.emu.list("validatingadmissionpolicies")
-    assert [p["metadata"]["name"] for p in policies] == ["gpu-bootstrap-gpu-pods"]
-    assert len(cluster.emu.list("validatingadmissionpolicybindings")) == 1
+    assert sorted(p["metadata"]["name"] for p in policies) == ["gpu-bootstrap-gpu-device-access",
+                                                               "gpu-bootstrap-gpu-pods"]
+    assert len(cluster.emu.list("validatingadmissionpolicybindings")) == 2
     deploy = cluster.emu.get("deployments", SCHEDULER, "kube-system")
     assert deploy["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v1.30.14")
 

@@ -61,7 +61,7 @@ def test_offline_json_document(tmp_path):
     assert [(s["id"], s["status"], s["changes"]) for s in document["steps"]] == [
         ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-pools", "skipped", 0),
         ("monitoring", "planned", 8), ("gpu-operator", "incomplete", 4), ("binpack-scheduler", "planned", 9),
-        ("admission-opa", "planned", 8), ("admission", "planned", 3), ("validate", "planned", 3)]
+        ("admission-opa", "planned", 8), ("admission", "planned", 5), ("validate", "planned", 3)]
     assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
                                                "saved 'gpu-bootstrap doctor -o json') to plan with them")
     assert document["steps"][1]["message"] == (

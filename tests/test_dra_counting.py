@@ -98,3 +98,23 @@ def test_a_node_served_by_the_device_plugin_and_dra_at_once_is_named():
     nodes = [node("both", "8"), node("dra-only"), node("plugin-only", "8")]
     slices = [objects.resource_slice("both", 8), objects.resource_slice("dra-only", 8)]
     assert dra.served_twice(nodes, slices) == ["both"]
+
+
+def test_gpus_asked_by_a_classs_implicit_extended_resource_name_count_as_nvidia_gpu():
+    """KEP-5004: `deviceclass.resource.kubernetes.io/<class>` is every DeviceClass's extended resource; a pod asking
+    for gpu.nvidia.com (or a MIG slice of mig.nvidia.com) by that name holds GPUs, which `status` counts like
+    nvidia.com/gpu. Another class's implicit name is not a GPU."""
+    asked = pod("by-implicit-name")
+    asked["spec"]["containers"][0]["resources"] = {
+        "limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "2"},
+        "requests": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "2"}}
+    asked["spec"]["containers"].append({"name": "mig", "resources": {
+        "limits": {"deviceclass.resource.kubernetes.io/mig.nvidia.com": "1"}}})
+    other = pod("nic")
+    other["spec"]["containers"][0]["resources"] = {"limits": {"deviceclass.resource.kubernetes.io/nic.example.com": "1"}}
+    before = copy.deepcopy([asked, other])
+    _nodes, pods = dra.as_device_plugin([node("n1")], [asked, other], [], [])
+    assert [asked, other] == before  # copies: the inputs are not changed
+    assert pods[0]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert pods[0]["spec"]["containers"][1]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert pods[1] == other

@@ -30,8 +30,14 @@ def request(operation="CREATE", group="", resource="configmaps", namespace="defa
     return found
 
 
-def admitted(command: str, req: dict, obj=None, old=None) -> bool:
-    policy = identity_policy.manifests(command, "ci/bot")[0]["spec"]
+def pins():
+    from gpu_bootstrap.app.rbac import probe_pins
+    from gpu_bootstrap.core import config as cfg
+    return probe_pins(cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}, {"name": "gpu-2"}]}))
+
+
+def admitted(command: str, req: dict, obj=None, old=None, pinned=None) -> bool:
+    policy = identity_policy.manifests(command, "ci/bot", pinned)[0]["spec"]
     variables = {"request": req, "object": obj, "oldObject": old}
     if not all(cel.truth(c["expression"], **variables) for c in policy["matchConditions"]):
         return True  # another identity: not this policy's business
@@ -72,3 +78,60 @@ def test_a_dry_identity_writes_nothing_for_real(command):
 ])
 def test_the_probe_identity_writes_for_real_only_the_probes_own_objects(req, obj, old, ok):
     assert admitted("probe", req, obj, old) is ok
+
+
+# --- the probe's objects exactly as it makes them (rbac --for probe pins them) ----------------------------------------
+def probe_objects(node: str = "gpu-1") -> tuple[dict, dict, dict]:
+    """The namespace, ConfigMap and pod the in-cluster probe makes for one run, as adapters/cluster_probe.py does."""
+    from gpu_bootstrap.core.catalogue import locate
+    from gpu_bootstrap.probes import incluster
+    from gpu_bootstrap.probes.script import build, command_timeout, new_marker
+    image = locate(pins().image)
+    return (incluster.namespace_manifest("ab12", "host:1", 1), incluster.script_manifest("ab12", build(
+        new_marker(), command_timeout(120))), incluster.pod_manifest("ab12", node, 0, image))
+
+
+def judged(kind: str, obj: dict) -> bool:
+    namespace = "" if kind == "namespaces" else "gpu-bootstrap-probe-ab12"
+    name = obj["metadata"]["name"]
+    return admitted("probe", request(resource=kind, namespace=namespace, name=name), obj, None, pins())
+
+
+def changed(obj: dict, change) -> dict:
+    import copy
+    obj = copy.deepcopy(obj)
+    change(obj)
+    return obj
+
+
+def test_the_probe_identity_makes_the_probes_objects_exactly_and_nothing_like_them():
+    """The probe identity is root on the configured GPU nodes, not cluster-admin: its namespace must carry exactly
+    the probe's labels (no Pod Security label of its own choosing elsewhere), its ConfigMap must hold this
+    gpu-bootstrap's probe script (what the pod's shell runs as root), and its pods must be the probe's: on a
+    configured GPU node, the probe's image and commands, no host namespace, the host's / read-only."""
+    namespace, script, pod = probe_objects()
+    assert judged("namespaces", namespace) and judged("configmaps", script) and judged("pods", pod)
+    refused = {
+        "a label of its own": ("namespaces", changed(namespace, lambda o: o["metadata"]["labels"].update(
+            {"team": "x"}))),
+        "another run's label": ("namespaces", changed(namespace, lambda o: o["metadata"]["labels"].update(
+            {"gpu-bootstrap.io/probe-run": "zz99"}))),
+        "another script": ("configmaps", changed(script, lambda o: o["data"].update(
+            {"probe.sh": o["data"]["probe.sh"].replace("exit 0", "cat /host/etc/kubernetes/admin.conf; exit 0")}))),
+        "a second key": ("configmaps", changed(script, lambda o: o["data"].update({"other": "x"}))),
+        "a node not configured": ("pods", probe_objects("control-plane")[2]),
+        "another image": ("pods", changed(pod, lambda o: o["spec"]["containers"][0].update({"image": "alpine"}))),
+        "another command": ("pods", changed(pod, lambda o: o["spec"]["initContainers"][0].update(
+            {"command": ["sh", "-c", "cat /host/etc/shadow"]}))),
+        "args beside the command": ("pods", changed(pod, lambda o: o["spec"]["containers"][0].update(
+            {"args": ["x"]}))),
+        "hostPID": ("pods", changed(pod, lambda o: o["spec"].update({"hostPID": True}))),
+        "hostNetwork": ("pods", changed(pod, lambda o: o["spec"].update({"hostNetwork": True}))),
+        "the host writable": ("pods", changed(pod, lambda o: o["spec"]["initContainers"][0]["volumeMounts"][0].update(
+            {"readOnly": False}))),
+        "another hostPath": ("pods", changed(pod, lambda o: o["spec"]["volumes"].append(
+            {"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet"}}))),
+        "an ephemeral container": ("pods", changed(pod, lambda o: o["spec"].update(
+            {"ephemeralContainers": [{"name": "e", "image": "alpine"}]}))),
+    }
+    assert {what: judged(kind, obj) for what, (kind, obj) in refused.items()} == {what: False for what in refused}

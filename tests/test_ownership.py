@@ -24,9 +24,9 @@ def emulator_options():
     return {"kube_version": "1.33.2", "gpu_nodes": NODES, "cpu_nodes": ["cpu-1"], "gpu_operator": True}
 
 
-def write_config(tmp_path: Path, cluster, extra: str = "") -> Path:
+def write_config(tmp_path: Path, cluster, extra: str = "", adopt_namespaces: str = "") -> Path:
     path = tmp_path / "gpu-bootstrap.yaml"
-    path.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes:\n" +
+    path.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}{adopt_namespaces}}}\nnodes:\n" +
                     "".join(f"  - name: {n}\n" for n in NODES) +
                     f"gpu_operator:\n  chart: {chart('gpu-operator-v26.7.0.tgz')}\n  wait_timeout: 30\n{extra}")
     return path
@@ -68,6 +68,11 @@ def test_up_refuses_a_release_it_did_not_install_until_it_is_adopted(cluster, tm
     hand_install(cluster)
     revision = json.loads(cluster.helm("list", "-n", "gpu-operator", "-o", "json").stdout)[0]["revision"]
     result, document = cli("up", "-c", str(write_config(tmp_path, cluster)), tmp_path=tmp_path)
+    # its namespace is not ours either: refused before anything (exit 2), naming the ways out
+    assert result.exit_code == 2 and "gpu-operator (gpu-operator)" in document["error"] and \
+        "cluster.adopt_namespaces" in document["error"], document["error"]
+    adopted_namespace = write_config(tmp_path, cluster, adopt_namespaces=", adopt_namespaces: [gpu-operator]")
+    result, document = cli("up", "-c", str(adopted_namespace), tmp_path=tmp_path)
     assert result.exit_code == 1 and "gpu_operator.adopt: true" in document["error"]
     assert json.loads(cluster.helm("list", "-n", "gpu-operator", "-o", "json").stdout)[0]["revision"] == revision
     adopted = write_config(tmp_path, cluster, "  adopt: true\n")

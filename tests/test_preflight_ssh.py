@@ -119,14 +119,29 @@ EXPECTED = {
                 {"nvidia-driver": {"driver_version": "550.54.15", "gpu_count": 1, "source": "nvidia-smi"},
                  "ssh": {"os_id": "cos", "os_version": "117"},
                  "container-runtime": {"runtime": "containerd", "version": "1.7.24"}}),
-    "bottlerocket": ({"nvidia-driver": "pass", "nvidia-container-toolkit": "pass"},
+    # no toolkit config at the known paths: whether it honours NVIDIA_VISIBLE_DEVICES is unknown, and unknown warns
+    "bottlerocket": ({"nvidia-driver": "pass", "nvidia-container-toolkit": "warn"},
                      {"nvidia-driver": {"driver_version": "535.183.01", "gpu_count": 4, "source": "nvidia-smi"},
                       "ssh": {"os_id": "bottlerocket"},
                       "nvidia-container-toolkit": {"installed": True, "runtime_configured": True,
                                                    "default_runtime": True}}),
     "al2023-nvidia": ({"nvidia-driver": "pass", "nvidia-container-toolkit": "pass"},
                       {"ssh": {"os_id": "amzn", "os_version": "2023"}}),
+    "toolkit-honours-envvar": ({"nvidia-container-toolkit": "warn"},
+                               {"nvidia-container-toolkit": {"envvar_when_unprivileged": {
+                                   "file": "/etc/nvidia-container-runtime/config.toml",
+                                   "key": "accept-nvidia-visible-devices-envvar-when-unprivileged",
+                                   "honoured": True}}}),
 }
+
+
+def test_a_toolkit_that_honours_the_variable_is_warned_about_naming_the_file_and_key(report):
+    """The host's toolkit hands an unprivileged container the GPUs NVIDIA_VISIBLE_DEVICES names (its package's
+    default): doctor says so, naming the file and the key; the same toolkit set to false passes."""
+    message = report["toolkit-honours-envvar"]["nvidia-container-toolkit"]["message"]
+    assert "/etc/nvidia-container-runtime/config.toml has accept-nvidia-visible-devices-envvar-when-unprivileged = " \
+           "true" in message, message
+    assert report["healthy-h100"]["nvidia-container-toolkit"]["data"]["envvar_when_unprivileged"]["honoured"] is False
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))

@@ -135,7 +135,7 @@ def objects_for(config, kube: str) -> list[dict]:
                render.disruption_budget(config), render.network_policy(config),
                render.webhook_configuration(config, kube, cert.bundle)]
     if render.cel_available(kube):
-        objects += render.validating_policy(config)
+        objects += render.validating_policy(config) + render.device_access_policies(config, None)
     return [o for o in objects if o]
 
 
@@ -152,7 +152,11 @@ def test_every_rendered_object_is_valid_for_the_version(kube, mode):
     assert ("matchConditions" in hook) == (kube >= "1.30")
     assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None" and hook["timeoutSeconds"] <= 5
     assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                              "resources": ["pods"], "scope": "Namespaced"}]
+                              "resources": ["pods"], "scope": "Namespaced"},
+                             {"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                              "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}]
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"] == (
+        [render.CONFIG_NAME, render.DEVICE_ACCESS_NAME] if kube >= "1.30" else [])
     for obj in objects:
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpu-bootstrap"
         kubernetes_validate.validate(obj, SCHEMA_VERSION.get(kube, kube), strict=True)
@@ -162,7 +166,8 @@ def test_every_rendered_object_is_valid_for_the_version(kube, mode):
 @pytest.mark.parametrize("kube, api_version", [("1.34.0", "admissionregistration.k8s.io/v1beta1"),
                                                ("1.36.0", "admissionregistration.k8s.io/v1")])
 def test_the_mutating_admission_policy_is_valid_where_it_is_served(kube, api_version):
-    for obj in render.mutating_policy(conf(engine="vap"), api_version):
+    config = conf(engine="vap")
+    for obj in render.mutating_policy(config, api_version) + render.device_access_policies(config, api_version):
         kubernetes_validate.validate(obj, kube, strict=True)
 
 

@@ -53,21 +53,24 @@ def env(plan) -> dict:
     return {e["name"]: e["value"] for e in plan.merged["toolkit"].get("env") or []}
 
 
+OURS = {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false"}  # device access, where the toolkit is ours
+
+
 SCENARIOS = [
     # (scenario, facts, driver.enabled, toolkit.enabled, toolkit env)
     ("healthy containerd, everything on the host", [node("node5"), node("node6"), node("node7")], False, False, {}),
     ("driver missing everywhere", [node(n, **FRESH) for n in ("node5", "node6", "node7")], True, True,
-     {"CONTAINERD_CONFIG": "/etc/containerd/config.toml", "CONTAINERD_SOCKET": "/run/containerd/containerd.sock"}),
+     {"CONTAINERD_CONFIG": "/etc/containerd/config.toml", "CONTAINERD_SOCKET": "/run/containerd/containerd.sock", **OURS}),
     ("k3s containerd", [node(n, **K3S) for n in ("node5", "node6")], False, True,
      {"CONTAINERD_CONFIG": "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-      "CONTAINERD_SOCKET": "/run/k3s/containerd/containerd.sock", "RUNTIME_CONFIG_SOURCE": "file"}),
+      "CONTAINERD_SOCKET": "/run/k3s/containerd/containerd.sock", "RUNTIME_CONFIG_SOURCE": "file", **OURS}),
     ("rke2 containerd", [node(n, **RKE2) for n in ("node5", "node6")], False, True,
      {"CONTAINERD_CONFIG": "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
-      "CONTAINERD_SOCKET": "/run/k3s/containerd/containerd.sock", "RUNTIME_CONFIG_SOURCE": "file"}),
+      "CONTAINERD_SOCKET": "/run/k3s/containerd/containerd.sock", "RUNTIME_CONFIG_SOURCE": "file", **OURS}),
     ("microk8s containerd", [node("node5", **MICROK8S)], False, True,
      {"CONTAINERD_CONFIG": "/var/snap/microk8s/current/args/containerd-template.toml",
-      "CONTAINERD_SOCKET": "/var/snap/microk8s/common/run/containerd.sock", "RUNTIME_CONFIG_SOURCE": "file"}),
-    ("CRI-O", [node("node5", **CRIO)], False, True, {}),
+      "CONTAINERD_SOCKET": "/var/snap/microk8s/common/run/containerd.sock", "RUNTIME_CONFIG_SOURCE": "file", **OURS}),
+    ("CRI-O", [node("node5", **CRIO)], False, True, OURS),
     ("docker with nvidia as default runtime", [node(n, **DOCKER) for n in ("node5", "node6")], False, False, {}),
 ]
 
@@ -122,7 +125,7 @@ def test_different_runtime_setups_are_refused_unless_the_user_sets_the_paths():
 def test_nri_needs_new_enough_operator_and_containerd():
     new = [node("node5", toolkit_default=False, runtime_version="1.7.30")]
     plan = derive(new, config(runtime_integration="nri"))
-    assert plan.merged["cdi"] == {"enabled": True, "nriPluginEnabled": True} and "env" not in plan.merged["toolkit"]
+    assert plan.merged["cdi"] == {"enabled": True, "nriPluginEnabled": True} and env(plan) == OURS  # no runtime paths
     with pytest.raises(Refusal):
         derive([node("node5", toolkit_default=False, runtime_version="1.7.27")], config(runtime_integration="nri"))
     with pytest.raises(Refusal):
@@ -250,3 +253,32 @@ def test_max_unavailable_is_a_number_or_a_percentage(value):
 def test_a_max_unavailable_that_is_neither_is_refused_naming_the_field(value):
     with pytest.raises(cfg.ConfigError, match="max_unavailable"):
         config(driver_upgrade={"max_unavailable": value})
+
+
+# --- device access: the runtime ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers ------------------------------
+@pytest.mark.parametrize("allocation", ["device-plugin", "dra"])
+@pytest.mark.parametrize("version", [r.version for r in versions.catalogue("gpu-operator").releases])
+def test_every_catalogued_line_gets_the_device_access_settings_with_their_reasons(version, allocation):
+    """Every gpu-operator line the catalogue installs, in both allocation modes, where the operator installs the
+    toolkit: the toolkit ignores the variable for unprivileged containers, and GPUs go by CDI (25.10+, the operator's
+    default) or volume mounts (before), each value with the source behind it. A dropped setting fails here."""
+    plan = derive([node(n, **FRESH) for n in ("node5", "node6", "node7")], config(allocation=allocation),
+                  version=version)
+    wanted = gov.device_access_paths(version)
+    for path, value in wanted.items():
+        assert gov.get_path(plan.merged, path) == value, (version, path)
+        because = next(d.because for d in plan.derived if d.path == path)
+        assert f"gpu-operator {'.'.join(version.lstrip('v').split('.')[:2])}" in because, because
+    assert ("cdi.enabled" in wanted) and (gov.version_tuple(version) >= (25, 10, 0)) == wanted["cdi.enabled"]
+    assert ("devicePlugin.env[DEVICE_LIST_STRATEGY]" in wanted) == (gov.version_tuple(version) < (25, 10, 0))
+    assert env(plan)["CONTAINERD_CONFIG"] == "/etc/containerd/config.toml"  # the runtime paths stay beside them
+
+
+def test_a_pre_installed_toolkit_is_the_hosts_and_a_user_env_list_is_warned_about():
+    host = derive([node("node5"), node("node6"), node("node7")])
+    assert "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED" not in env(host)  # not ours: doctor reads it
+    mine = derive([node("node5", **FRESH)], config(values={"toolkit": {"env": [{"name": "X", "value": "1"}]}}),
+                  version="v25.3.4")
+    assert env(mine) == {"X": "1"}
+    assert any("gpu_operator.values sets toolkit.env" in w and "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+               in w and "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS" in w for w in mine.warnings), mine.warnings

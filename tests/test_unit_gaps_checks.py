@@ -31,7 +31,11 @@ HEALTHY = {
     "nvidia-ctk-version": (rec.NVIDIA_CTK_VERSION, 0),
     "nvidia-container-runtime-version": (rec.NVIDIA_CONTAINER_RUNTIME_VERSION, 0),
     "crio-version": NOT_FOUND, "docker-version": NOT_FOUND,
+    "toolkit-config": ("file /etc/nvidia-container-runtime/config.toml\n"
+                       "2:accept-nvidia-visible-devices-envvar-when-unprivileged = false\n", 0),
 }
+ENVVAR = {"file": "/etc/nvidia-container-runtime/config.toml",
+          "key": "accept-nvidia-visible-devices-envvar-when-unprivileged", "honoured": False}
 
 
 def check(check_id: str, **changed) -> NodeCheck:
@@ -209,7 +213,39 @@ def advice(runtime: str, config: str) -> str:
 def test_the_toolkit_installed_configured_and_default(changed, status, message, data):
     found = check("nvidia-container-toolkit", **changed)
     assert (found.status, found.message) == (status, message)
-    assert found.data == dict(zip(("installed", "version", "runtime_configured", "default_runtime"), data))
+    expected = dict(zip(("installed", "version", "runtime_configured", "default_runtime"), data))
+    if status == "pass":  # the host's toolkit is the one GPU pods run with: what it does with the variable is read
+        expected["envvar_when_unprivileged"] = ENVVAR
+    assert found.data == expected
+
+
+HONOURS = "1.17.4 installed; nvidia is the default runtime in /etc/containerd/config.toml; "
+
+
+@pytest.mark.parametrize("toolkit_config, message, honoured", [
+    (("file /etc/nvidia-container-runtime/config.toml\n"
+      "2:#accept-nvidia-visible-devices-envvar-when-unprivileged = true\n", 0),
+     HONOURS + "it hands any unprivileged container the GPUs its NVIDIA_VISIBLE_DEVICES names, asked for or not: "
+               "/etc/nvidia-container-runtime/config.toml has accept-nvidia-visible-devices-envvar-when-unprivileged = "
+               "true (the default when unset); set it false", {"file": "/etc/nvidia-container-runtime/config.toml",
+                                                              "key": ENVVAR["key"], "honoured": True}),
+    (("file /etc/nvidia-container-runtime/config.toml\n"
+      "2:accept-nvidia-visible-devices-envvar-when-unprivileged = true\n"
+      "file /usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml\n"
+      "3:accept-nvidia-visible-devices-envvar-when-unprivileged = false\n", 0),
+     HONOURS + "it hands any unprivileged container", {"file": "/etc/nvidia-container-runtime/config.toml",
+                                                        "key": ENVVAR["key"], "honoured": True}),
+    (("", 0), HONOURS + "whether it hands unprivileged containers the GPUs NVIDIA_VISIBLE_DEVICES names is unknown (no "
+                        "toolkit config at", {"file": None, "key": ENVVAR["key"], "honoured": None}),
+    (None, HONOURS + "whether it hands unprivileged containers the GPUs NVIDIA_VISIBLE_DEVICES names is unknown (its "
+                     "config was not read)", None),
+])
+def test_a_host_toolkit_that_honours_the_variable_or_cannot_be_read_warns(toolkit_config, message, honoured):
+    """Unknown is not safe: an unread config (an older probe's report) warns as one that honours the variable does;
+    the config the runtime reads first (/etc's) decides."""
+    found = check("nvidia-container-toolkit", toolkit_config=toolkit_config)
+    assert found.status == "warn" and found.message.startswith(message), found.message
+    assert found.data["envvar_when_unprivileged"] == honoured
 
 
 # --- the report -------------------------------------------------------------------------------------------------------

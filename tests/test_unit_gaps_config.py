@@ -204,7 +204,7 @@ def test_formats(path, value, accepted):
 def test_every_default():
     config = validate()
     assert config.model_dump(mode="json", by_alias=True, exclude={"ssh": {"identity_file", "known_hosts"}}) == {
-        "cluster": {"kubeconfig": None, "context": None},
+        "cluster": {"kubeconfig": None, "context": None, "adopt_namespaces": []},
         "ssh": {"user": "root", "port": 22, "host_key_policy": "strict", "connect_timeout": 10.0,
                 "command_timeout": 60.0, "parallelism": 32},
         "nodes": [{"name": "a", "address": None, "port": None, "user": None, "identity_file": None}],
@@ -237,7 +237,7 @@ def test_every_default():
                       "replicas": 2, "image": "registry.k8s.io/kube-scheduler", "image_tag": None,
                       "lease_name": None, "wait_timeout": 300},
         "admission": {"enabled": True, "engine": "opa", "mode": "mutate", "exempt_namespaces": [],
-                      "override_other_schedulers": False,
+                      "override_other_schedulers": False, "device_access": True,
                       "opa": {"image": images.default("opa"), "replicas": 2,
                               "namespace": "gpu-bootstrap-admission"},
                       "certificates": "generated", "rotate_before_days": 30, "wait_timeout": 300},

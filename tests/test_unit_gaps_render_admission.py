@@ -138,7 +138,9 @@ def test_cert_manager_objects_are_exact():
 
 
 RULES = [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-          "scope": "Namespaced"}]
+          "scope": "Namespaced"},
+         {"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/ephemeralcontainers"],
+          "scope": "Namespaced"}]  # kubectl debug: an ephemeral container may not choose GPUs either (device access)
 
 
 @pytest.mark.parametrize("settings, kube, bundle, kind, client_extra, hook_extra, annotations", [

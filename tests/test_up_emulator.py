@@ -289,7 +289,8 @@ def test_doctor_reports_cluster_and_steps(emu, config, tmp_path):
 def seed_lease(emu: Emulator, holder: str, age_seconds: float) -> None:
     import datetime as dt
     stamp = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=age_seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    emu.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    emu.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {  # ours, as the first run made it
+        "name": NAMESPACE, "labels": {"app.kubernetes.io/managed-by": "gpu-bootstrap"}}})
     emu.seed({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
               "metadata": {"name": LEASE, "namespace": NAMESPACE},
               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 60, "acquireTime": stamp,

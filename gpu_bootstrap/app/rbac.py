@@ -48,10 +48,36 @@ def rbac(options: Options, command: str, service_account: str | None = None, pro
                          "use --for plan (`up --dry-run=client`, read-only) there" if command == "dry-run" else
                          "read the nodes over SSH (preflight.via: ssh) or pass --preflight-report FILE")
     target = rbac_module.prometheus_service(config, prometheus)
-    docs = identity_policy.manifests(command, service_account) if held and policies else []
+    pins = probe_pins(config) if command == "probe" else None
+    docs = identity_policy.manifests(command, service_account, pins) if held and policies else []
     docs += rbac_module.manifests(command, config, steps, service_account, target, policies,
                                   both_allocations=options.allow_allocation_change)
     return _rbac_header(command, config, steps, docs, service_account, target, policies) + _yaml_with_reasons(docs)
+
+
+def probe_pins(config):
+    """What the in-cluster node probe of this gpu-bootstrap makes for this config (probes/incluster.py, the probe
+    script), for the probe identity's policy to admit exactly that."""
+    from gpu_bootstrap.core.catalogue import locate, locate_pods
+    from gpu_bootstrap.probes import incluster
+    from gpu_bootstrap.probes.script import build, command_timeout
+    from gpu_bootstrap.security.identity_policy import ProbePins
+    registry = getattr(config, "registry", None)
+    image = locate(config.preflight.image, registry)
+    pod = locate_pods([incluster.pod_manifest("run", "node", 0, image)], registry)[0]
+    marker = "@@gpu-bootstrap-0123456789abcdef@@"
+    head, _, tail = build(marker, command_timeout(config.preflight.timeout)).partition(marker)
+    labels = incluster.namespace_manifest("run", "owner", 0)["metadata"]["labels"]
+    host = next(v for v in pod["spec"]["volumes"] if "hostPath" in v)
+    script = incluster.script_manifest("run", "")
+    return ProbePins(
+        namespace_labels={k: v for k, v in labels.items() if k != incluster.RUN_LABEL}, run_label=incluster.RUN_LABEL,
+        configmap=script["metadata"]["name"], script_key=next(iter(script["data"])), script_head=head,
+        marker_pattern=r"@@gpu-bootstrap-[0-9a-f]{16}@@", marker_length=len(marker), script_tail=tail,
+        nodes=tuple(n.name for n in config.nodes) if config.node_selector is None else None, image=image,
+        init_commands=tuple(tuple(c["command"]) for c in pod["spec"]["initContainers"]),
+        main_commands=tuple(tuple(c["command"]) for c in pod["spec"]["containers"]),
+        host_volume=host["name"], host_path=host["hostPath"]["path"])
 
 
 def _rbac_kube_version(options: Options, command: str) -> str:

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 API_VERSION = "resource.k8s.io/v1"
 GPU_RESOURCE = "nvidia.com/gpu"
+# NVIDIA's DRA driver's DeviceClasses of devices of its driver gpu.nvidia.com (whole GPUs, MIG slices, GPUs passed
+# through with VFIO); its ComputeDomain classes are channels and daemons, not GPUs.
+GPU_CLAIM_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com")
+# KEP-5004: every DeviceClass is also an extended resource by this implicit name, whether or not the class sets
+# spec.extendedResourceName (k8s.io/kubernetes pkg/apis/resource ResourceDeviceClassPrefix): a pod asking for
+# `deviceclass.resource.kubernetes.io/gpu.nvidia.com: 1` gets a GPU from DRA like one asking for nvidia.com/gpu.
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
+IMPLICIT_GPU_RESOURCES = tuple(IMPLICIT_PREFIX + name for name in GPU_CLAIM_CLASSES)
 
 
 def gpu_classes(device_classes: list[dict]) -> list[str]:
@@ -102,6 +110,7 @@ def as_device_plugin(nodes: list[dict], pods: list[dict], slices: list[dict], cl
         viewed_nodes.append(node)
     viewed_pods = []
     for pod in pods:
+        pod = as_gpu_requests(pod)
         namespace = pod["metadata"].get("namespace")
         gpus = sum(claim_gpus(by_name[(namespace, name)]) for name in claim_names(pod) if (namespace, name) in by_name)
         containers = (pod.get("spec") or {}).get("containers") or []
@@ -113,6 +122,26 @@ def as_device_plugin(nodes: list[dict], pods: list[dict], slices: list[dict], cl
                 resources.setdefault(field, {})[GPU_RESOURCE] = str(have + gpus)
         viewed_pods.append(pod)
     return viewed_nodes, viewed_pods
+
+
+def as_gpu_requests(pod: dict) -> dict:
+    """A pod asking for GPUs by a class's implicit extended resource name (IMPLICIT_GPU_RESOURCES) as one asking
+    for that many nvidia.com/gpu (a MIG device counts as one, as claim_gpus counts it): a copy when it changes."""
+    spec = pod.get("spec") or {}
+    lists = [c for kind in ("containers", "initContainers") for c in spec.get(kind) or []]
+    if not any(name in IMPLICIT_GPU_RESOURCES for c in lists for section in ("limits", "requests")
+               for name in ((c.get("resources") or {}).get(section) or {})):
+        return pod
+    import copy
+    pod = copy.deepcopy(pod)
+    for kind in ("containers", "initContainers"):
+        for container in pod["spec"].get(kind) or []:
+            for section in ("limits", "requests"):
+                asked = (container.get("resources") or {}).get(section) or {}
+                implicit = sum(_count(asked.pop(name)) for name in IMPLICIT_GPU_RESOURCES if name in asked)
+                if implicit:
+                    asked[GPU_RESOURCE] = str(_count(asked.get(GPU_RESOURCE)) + implicit)
+    return pod
 
 
 def counted(kube, nodes: list[dict], pods: list[dict], notes: list[str]) -> tuple[list[dict], list[dict]]:

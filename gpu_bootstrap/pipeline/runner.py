@@ -21,8 +21,10 @@ from gpu_bootstrap.core.refs import Ref
 from gpu_bootstrap.pipeline import checkpoint as cp
 from gpu_bootstrap.pipeline.gate import RECORD
 from gpu_bootstrap.pipeline.lock import Lock
+from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, Check, Step, StepResult
 
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "default")  # the admins' own
 log = logging.getLogger("gpu_bootstrap.runner")
 REPLANS = 3
 UNKNOWN_WHY = ("unknown: this step's state is kept in a Secret (such as the webhook's serving certificate) that this "
@@ -54,6 +56,7 @@ class Runner:
         records = self.checkpoint.load()
         active = [s for s in self.steps if s.enabled(self.ctx)]
         self._note_skipped(active)
+        self._refuse_foreign_namespaces(active)
         if self.ctx.gate.dry_run:
             self.ctx.fingerprint_key = self.checkpoint.key(create=False)  # None for a role that may not read it
             for step in active:  # a dry run plans every step, whatever one of them found, then sums up
@@ -92,6 +95,30 @@ class Runner:
         finally:
             self._release(lock)
         return self.ordered_results()
+
+    def _refuse_foreign_namespaces(self, active: list[Step]) -> None:
+        """Namespace squatting: a namespace that exists without our managed-by label was made by someone else, who
+        then owns what `up` would install there (OPA's policy and key, the operators' tokens). Refuse before anything
+        changes, unless the config adopts it (cluster.adopt_namespaces); the system's own are the admins'."""
+        adopted = set(getattr(self.ctx.config.cluster, "adopt_namespaces", []) or [])
+        wanted: dict[str, list[str]] = {cp.NAMESPACE: ["the state record"]}
+        for step in active:
+            for namespace in step.namespaces(self.ctx):
+                wanted.setdefault(namespace, []).append(step.id)
+        foreign = []
+        for namespace, users in sorted(wanted.items()):
+            if namespace in SYSTEM_NAMESPACES or namespace in adopted:
+                continue
+            if pod_security.ownership(self.ctx.kube.get("v1", "Namespace", namespace)) == "theirs":
+                foreign.append(f"{namespace} ({', '.join(users)})")
+        if foreign:
+            raise ConfigError(
+                f"namespace(s) {'; '.join(foreign)} exist but gpu-bootstrap did not create them (no "
+                f"{pod_security.MANAGED_BY}={pod_security.OURS} label): whoever created a namespace controls what "
+                f"`up` would install into it",
+                "if they are yours (and only admins may create namespaces here), list them in "
+                "cluster.adopt_namespaces; otherwise delete them, or choose other namespaces in the config "
+                "(nothing was changed)")
 
     @staticmethod
     def _release(lock: Lock) -> None:

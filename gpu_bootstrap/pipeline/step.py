@@ -118,6 +118,11 @@ class Step:
     def enabled(self, ctx: "Context") -> bool:
         return True
 
+    def namespaces(self, ctx: "Context") -> list[str]:
+        """The namespaces this step installs into, made by it when missing: `up` refuses to install into one that
+        exists without being ours (pipeline/runner.py), lest its creator own what goes there."""
+        return []
+
     def check(self, ctx: "Context") -> Check:
         raise NotImplementedError
 

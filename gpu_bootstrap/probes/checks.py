@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from gpu_bootstrap.core.outcomes import FAIL, PASS, SKIP, WARN
-from gpu_bootstrap.probes import parse
+from gpu_bootstrap.probes import parse, script
 from gpu_bootstrap.probes.script import COMMAND_TIMEOUT, Section
 
 CHECK_IDS = ("ssh", "nvidia-driver", "nouveau", "container-runtime", "nvidia-container-toolkit")
@@ -184,6 +184,10 @@ def _toolkit(sections, text, runtime: parse.Runtime) -> NodeCheck:
                                                            "(toolkit.enabled=true)", data)
     label = f"{version} installed" if version else "installed"
     if configured and default:
+        honours = _honours_envvar(sections, text, data)
+        if honours:
+            return NodeCheck("nvidia-container-toolkit", WARN, f"{label}; nvidia is the default runtime in {config}; "
+                                                               f"{honours}", data)
         return NodeCheck("nvidia-container-toolkit", PASS, f"{label}; nvidia is the default runtime in {config}", data)
     rancher = runtime.distribution in ("k3s", "rke2")
     if configured:
@@ -204,6 +208,29 @@ def _toolkit(sections, text, runtime: parse.Runtime) -> NodeCheck:
                                                        f"`nvidia-ctk runtime configure --runtime={runtime_name} "
                                                        f"--config={config}` and restart {runtime_name}, or let the "
                                                        f"gpu-operator's toolkit configure it", data)
+
+
+def _honours_envvar(sections, text, data: dict) -> str:
+    """Where the host's toolkit is the one GPU pods run with (gpu-bootstrap leaves it alone): does it hand an
+    unprivileged container the GPUs its NVIDIA_VISIBLE_DEVICES names? What to fix, or "" when it does not. Not read
+    (an older probe, a failed section) is unknown, never safe."""
+    section = sections.get("toolkit-config")
+    if section is None or not section.ok:
+        data["envvar_when_unprivileged"] = None
+        return (f"whether it hands unprivileged containers the GPUs NVIDIA_VISIBLE_DEVICES names is unknown (its "
+                f"config was not read): check {parse.ENVVAR_KEY} in {script.TOOLKIT_CONFIGS[0]}")
+    path, honours = parse.envvar_when_unprivileged(text("toolkit-config"))
+    data["envvar_when_unprivileged"] = {"file": path, "key": parse.ENVVAR_KEY, "honoured": honours}
+    if path is None:
+        return (f"whether it hands unprivileged containers the GPUs NVIDIA_VISIBLE_DEVICES names is unknown (no "
+                f"toolkit config at {' or '.join(script.TOOLKIT_CONFIGS)}): check {parse.ENVVAR_KEY} where its "
+                f"runtime reads its config")
+    if not honours:
+        return ""
+    return (f"it hands any unprivileged container the GPUs its NVIDIA_VISIBLE_DEVICES names, asked for or not: "
+            f"{path} has {parse.ENVVAR_KEY} = true (the default when unset); set it false (and the device plugin's "
+            f"DEVICE_LIST_STRATEGY to volume-mounts with accept-nvidia-visible-devices-as-volume-mounts = true, or "
+            f"use CDI), or let the gpu-operator install the toolkit (docs/security.md)")
 
 
 AMI_NAMES = {"al2023": "the EKS AL2023 NVIDIA AMI", "bottlerocket": "Bottlerocket's NVIDIA variant"}

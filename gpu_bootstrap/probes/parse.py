@@ -8,6 +8,7 @@ import tomllib
 from dataclasses import dataclass, field
 
 from gpu_bootstrap.core.objects import deep_merge
+from gpu_bootstrap.probes.script import ENVVAR_KEY
 
 VERSION = re.compile(r"v?(\d+\.\d+(?:\.\d+)?(?:[-+.~][0-9A-Za-z.+-]*)?)")
 
@@ -306,3 +307,24 @@ def _docker_nvidia(text: str) -> tuple[bool, bool, str]:
     runtimes = data.get("runtimes") or {}
     names = [n for n, c in runtimes.items() if _is_nvidia(n, {"runtime_path": (c or {}).get("path", "")})]
     return bool(names), data.get("default-runtime") in names, f"runtimes: {', '.join(names) or 'none'}"
+
+
+def envvar_when_unprivileged(text: str) -> tuple[str | None, bool | None]:
+    """(the toolkit config the runtime reads, whether it honours NVIDIA_VISIBLE_DEVICES in unprivileged containers)
+    from the probe's toolkit-config section: the first config found (a package's /etc one before the operator's),
+    its uncommented accept-nvidia-visible-devices-envvar-when-unprivileged, else the toolkit's default, true. No
+    config at the known paths: (None, None), unknown (the runtime may read one elsewhere, XDG_CONFIG_HOME)."""
+    found: str | None = None
+    value: bool | None = None
+    for line in text.splitlines():
+        if line.startswith("file "):
+            if found is not None:
+                break  # the first config found is the one that counts
+            found = line[5:].strip()
+            continue
+        setting = re.match(r"^\d+:\s*" + re.escape(ENVVAR_KEY) + r"\s*=\s*(true|false)\b", line)
+        if found is not None and setting:
+            value = setting[1] == "true"
+    if found is None:
+        return None, None
+    return found, True if value is None else value

@@ -34,6 +34,10 @@ CONTAINERD_BINARIES = (
     "/var/lib/k0s/bin/containerd",
 )
 GPU_QUERY = "index,name,uuid,memory.total,compute_cap,driver_version"
+# The NVIDIA container toolkit's config: a package's, then the gpu-operator's own install (its toolkit DaemonSet)
+TOOLKIT_CONFIGS = ("/etc/nvidia-container-runtime/config.toml",
+                   "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml")
+ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
 
 PRELUDE = r"""
 PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/home/kubernetes/bin/nvidia/bin"
@@ -118,6 +122,14 @@ gb_named_configs() {
   done 2>/dev/null
 }
 gb_nvsmi_q() { nvidia-smi -q | head -n 12; }
+# gb_toolkit_config: of each toolkit config that exists, its name and the lines naming the device-access keys only
+# (the whole file would cost the in-cluster probe's output budget)
+gb_toolkit_config() {
+  for gb_f in "$@"; do
+    [ -f "$gb_f" ] || continue
+    printf 'file %%s\n' "$gb_f"; grep -n 'accept-nvidia-visible-devices' "$gb_f" | head -n 8
+  done
+}
 gb_versions() {
   for gb_f in "$@"; do [ -x "$gb_f" ] && printf '%%s: ' "$gb_f" && gb_t "$gb_f" --version 2>&1 | head -n 1; done
 }
@@ -148,6 +160,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("k0s-version", "gb_tool k0s-version k0s version"),
     ("nvidia-ctk-version", "gb_tool nvidia-ctk-version nvidia-ctk --version"),
     ("nvidia-container-runtime-version", "gb_tool nvidia-container-runtime-version nvidia-container-runtime --version"),
+    ("toolkit-config", "gb_read toolkit-config gb_toolkit_config " + " ".join(TOOLKIT_CONFIGS)),
 )
 
 

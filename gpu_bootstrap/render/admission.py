@@ -21,6 +21,7 @@ POLICY_CONFIGMAP = "opa-policy"
 POLICY_FILE = "gpu-pods.rego"
 AUTHZ_FILE = "authz.rego"  # package system.authz: what OPA's HTTP API lets anyone do (docs/security.md)
 CONFIG_NAME = "gpu-bootstrap-gpu-pods"  # webhook configurations and policies
+DEVICE_ACCESS_NAME = "gpu-bootstrap-gpu-device-access"  # GPUs only for pods given them (render/device_access.py)
 WEBHOOK_NAME = "gpu-pods.gpu-bootstrap.io"
 PORT = 8443
 TIMEOUT_SECONDS = 3
@@ -223,8 +224,7 @@ def webhook_configuration(config, kube_version: str, ca_bundle: str | None, poli
     hook = {
         "name": WEBHOOK_NAME, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
         "timeoutSeconds": TIMEOUT_SECONDS, "matchPolicy": "Equivalent", "clientConfig": client,
-        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-                   "scope": "Namespaced"}],
+        "rules": _webhook_rules(policy),
         "namespaceSelector": policy_render.namespace_selector(policy), "objectSelector": {},
     }
     if mutating:
@@ -236,6 +236,54 @@ def webhook_configuration(config, kube_version: str, ca_bundle: str | None, poli
         meta["annotations"] = {INJECT_CA: f"{settings.opa.namespace}/opa-serving"}
     kind = "MutatingWebhookConfiguration" if mutating else "ValidatingWebhookConfiguration"
     return {"apiVersion": f"{GROUP}/v1", "kind": kind, "metadata": meta, "webhooks": [hook]}
+
+
+def _webhook_rules(policy) -> list[dict]:
+    """CREATE of pods; with device access also the UPDATE that adds an ephemeral container (`kubectl debug`)."""
+    rules = [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+              "scope": "Namespaced"}]
+    if policy.device_access:
+        rules.append({"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                      "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"})
+    return rules
+
+
+def _device_constraints(policy) -> dict:
+    return {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                               "resources": ["pods"]},
+                              {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                               "resources": ["pods/ephemeralcontainers"]}],
+            "namespaceSelector": policy_render.namespace_selector(policy)}
+
+
+def device_access_policies(config, map_version: str | None, policy=None) -> list[dict]:
+    """GPUs only for pods given them (render/device_access.py), in the API server itself (>= 1.30), whatever the
+    engine: the ValidatingAdmissionPolicy that refuses a pod choosing devices itself (failurePolicy Fail: nothing
+    outside the API server can make it fail open), and, in mode mutate where `map_version` is served (engine vap; with
+    engine opa, OPA sets it), the MutatingAdmissionPolicy that sets NVIDIA_VISIBLE_DEVICES=void."""
+    policy = policy or policy_render.of(config)
+    if not policy.device_access:
+        return []
+    name = DEVICE_ACCESS_NAME
+    objects = []
+    if map_version and config.admission.mode == "mutate" and config.admission.engine == "vap":
+        mutation = {"patchType": "ApplyConfiguration",
+                    "applyConfiguration": {"expression": policy_render.void_apply_configuration()}}
+        objects += [{"apiVersion": map_version, "kind": "MutatingAdmissionPolicy", "metadata": _meta(name),
+                     "spec": {"failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded",
+                              "matchConstraints": _device_constraints(policy),
+                              "matchConditions": policy_render.device_mutation_conditions(policy),
+                              "mutations": [mutation]}},
+                    {"apiVersion": map_version, "kind": "MutatingAdmissionPolicyBinding", "metadata": _meta(name),
+                     "spec": {"policyName": name}}]
+    spec = {"failurePolicy": "Fail", "matchConstraints": _device_constraints(policy),
+            "matchConditions": policy_render.device_conditions(policy),
+            "validations": policy_render.device_validations()}
+    objects += [{"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicy", "metadata": _meta(name),
+                 "spec": spec},
+                {"apiVersion": f"{GROUP}/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": _meta(name),
+                 "spec": {"policyName": name, "validationActions": ["Deny"]}}]
+    return objects
 
 
 def _constraints(policy) -> dict:

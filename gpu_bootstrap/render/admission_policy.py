@@ -36,6 +36,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from gpu_bootstrap.core.dra import GPU_CLAIM_CLASSES, IMPLICIT_GPU_RESOURCES, IMPLICIT_PREFIX  # noqa: F401
+from gpu_bootstrap.render import device_access
+
 DEFAULT_SCHEDULER = "default-scheduler"
 IGNORE_LABEL = "gpu-bootstrap.io/admission"
 IGNORE_VALUE = "ignore"
@@ -65,6 +68,8 @@ class Policy:
     # None when node-prep does not taint the GPU nodes
     toleration: dict | None = None
     claims: bool = False  # gpu_operator.allocation: dra: a pod naming a GPU claim (template) is a GPU pod too
+    device_access: bool = True  # admission.device_access: GPUs only for pods given them (render/device_access.py)
+    dra_namespace: str = ""  # allocation dra: the DRA driver's namespace, whose DaemonSets' pods are the system's
 
     @property
     def message(self) -> str:
@@ -78,8 +83,10 @@ class Policy:
 
     @property
     def daemonset_namespaces(self) -> tuple[str, ...]:
-        """Where a DaemonSet controller's pod is exempt: the system's and the gpu-operator's namespaces only."""
-        return tuple(sorted({*BUILTIN_EXEMPT, self.operator_namespace}))
+        """Where a DaemonSet controller's pod is exempt: the system's, the gpu-operator's and (DRA mode) the DRA
+        driver's namespaces only (the driver's kubelet plugin sets NVIDIA_MIG_CONFIG_DEVICES=all)."""
+        return tuple(sorted({*BUILTIN_EXEMPT, self.operator_namespace, *([self.dra_namespace] if self.dra_namespace
+                                                                          else [])}))
 
     @property
     def validator(self) -> str:
@@ -90,18 +97,22 @@ CONFIG_TAINT = object()  # of(): the toleration of the config's own taint (node-
 
 
 def of(config, steer: bool = True, taint=CONFIG_TAINT) -> Policy:
-    """The policy the config asks for: exempt = kube-system, the scheduler's and OPA's own namespaces, plus
-    admission.exempt_namespaces. The gpu-operator's namespace is not exempt as a whole: its DaemonSets' pods and
+    """The policy the config asks for: exempt = kube-system, the scheduler's and (engine opa) OPA's own namespaces,
+    plus admission.exempt_namespaces. The gpu-operator's namespace is not exempt as a whole: its DaemonSets' pods and
     its validator's pods are, by who creates them. `steer`: the bin-packing scheduler runs (or this run deploys it
     first); `taint`: the taint the GPU nodes carry (None: none), by default the config's when node-prep is on."""
     settings = config.admission
-    exempt = [*BUILTIN_EXEMPT, config.scheduler.namespace, settings.opa.namespace, *settings.exempt_namespaces]
+    # OPA's namespace only where OPA runs: with engine vap nothing of ours is there, and whoever may create namespaces
+    # would create it and run GPU pods in it unsteered (docs/security.md, namespace squatting)
+    opa = [settings.opa.namespace] if settings.engine == "opa" else []
+    exempt = [*BUILTIN_EXEMPT, config.scheduler.namespace, *opa, *settings.exempt_namespaces]
     if taint is CONFIG_TAINT:
         section = config.node_prep
         taint = section.taint.as_taint() if section.enabled and section.taint else None
+    dra = config.gpu_operator.allocation == "dra"
     return Policy(config.scheduler.name, settings.mode, tuple(sorted(set(exempt))),
                   settings.override_other_schedulers, config.gpu_operator.namespace, steer, toleration(taint),
-                  config.gpu_operator.allocation == "dra")
+                  dra, settings.device_access, config.gpu_operator.dra_driver.namespace if dra else "")
 
 
 def toleration(taint: dict | None) -> dict | None:
@@ -139,7 +150,7 @@ def rego(policy: Policy) -> str:
 	"patch": base64.encode(json.marshal(patches)),
 }
 
-patches := array.concat(steering, tolerating)
+patches := array.concat(array.concat(steering, tolerating), voiding)
 
 steering := [{"op": "add", "path": "/spec/schedulerName", "value": scheduler}] if steer else := []
 
@@ -187,6 +198,14 @@ tolerates(t) if {{
 	object.get(t, "effect", "") in {{"", toleration.effect}}
 }}"""
     steering_on = "steering_on if true" if policy.steer else "steering_on if false  # the scheduler does not run"
+    implicit_gpu_resources = "{" + ", ".join(json.dumps(n) for n in IMPLICIT_GPU_RESOURCES) + "}"
+    device_first, device_rules = "", ""
+    if policy.device_access:
+        device_first = "device_denied if {\n\tcount(device_violations) > 0\n} else := "
+        device_rules = device_access.rego_rules(policy.mode == "mutate") + (
+            _can_land_rego(policy) if policy.mode == "mutate" else "")
+    voiding = ("voiding := [p | some p in void_patches]" if policy.device_access and policy.mode == "mutate"
+               else "voiding := []")
     return f"""# Rendered by gpu-bootstrap (admission step): keep GPU pods on the bin-packing scheduler (while it runs) and
 # let them tolerate the GPU nodes' taint.
 # OPA evaluates data.system.main for a webhook that calls its root path.
@@ -214,7 +233,7 @@ main := {{
 	"response": response,
 }}
 
-response := bound if {{
+response := {device_first}bound if {{
 	names_a_node
 }} else := changed if {{
 	changes
@@ -313,15 +332,34 @@ gpu_resource(name) if startswith(name, "nvidia.com/gpu.")
 
 gpu_resource(name) if startswith(name, "nvidia.com/mig-")
 
+gpu_resource(name) if name in {implicit_gpu_resources}
+
 {wants}
 
 {routed}
+
+{voiding}
+{device_rules}"""
+
+
+def _can_land_rego(policy: Policy) -> str:
+    """The pod can land on a GPU node (render/device_access.py): the GPU nodes carry no taint, or it tolerates the
+    taint, names a node or asks for a GPU (then admission gives it the toleration)."""
+    if policy.toleration is None:
+        return "\ncan_land if true  # the GPU nodes carry no taint\n"
+    return """
+can_land if tolerated
+
+can_land if node_name != ""
+
+can_land if gpu_pod
 """
 
 
 # --- CEL --------------------------------------------------------------------------------------------------------------
 def _gpu_name(var: str) -> str:
-    return f"{var} == 'nvidia.com/gpu' || {var}.startsWith('nvidia.com/gpu.') || {var}.startsWith('nvidia.com/mig-')"
+    return (f"{var} == 'nvidia.com/gpu' || {var}.startsWith('nvidia.com/gpu.') || {var}.startsWith('nvidia.com/mig-') "
+            f"|| {var} in {_quoted(IMPLICIT_GPU_RESOURCES)}")
 
 
 def _quoted(names) -> str:
@@ -346,9 +384,6 @@ def gpu_pod_condition() -> dict:
             f".exists(c, has(c.resources) && ({per_section}))"}
 
 
-# NVIDIA's DRA driver's DeviceClasses of devices of its driver gpu.nvidia.com (whole GPUs, MIG slices, GPUs passed
-# through with VFIO); its ComputeDomain classes are channels and daemons, not GPUs.
-GPU_CLAIM_CLASSES = ("gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com")
 CLAIM_FIELDS = {"ResourceClaimTemplate": ("resourceClaimTemplateName", "params.spec.spec"),
                 "ResourceClaim": ("resourceClaimName", "params.spec")}
 
@@ -437,10 +472,52 @@ def claim_mutation_conditions(policy: Policy, kind: str) -> list[dict]:
 
 
 def match_conditions(policy: Policy) -> list[dict]:
-    """The webhook's matchConditions: only the pods OPA changes or rejects reach it (those it steers or gives the
-    toleration, and those that name a node)."""
-    return exemption_conditions(policy) + [{"name": "changed-or-bound", "expression":
-                                            f"({NAMES_A_NODE}) || {_changes_expression(policy)}"}]
+    """The webhook's matchConditions: only the pods OPA changes or rejects reach it (GPU pods it steers or gives the
+    toleration, and those that name a node; with device access, pods it refuses for choosing devices and, in mode
+    mutate, pods with a container it gives NVIDIA_VISIBLE_DEVICES=void)."""
+    if not policy.device_access:
+        return exemption_conditions(policy) + [{"name": "changed-or-bound", "expression":
+                                                f"({NAMES_A_NODE}) || {_changes_expression(policy)}"}]
+    gpu = gpu_pod_condition()["expression"]
+    parts = [f"(request.operation == 'CREATE' && ({gpu}) && (({NAMES_A_NODE}) || {_changes_expression(policy)}))",
+             device_violation(policy)]
+    if policy.mode == "mutate":
+        parts.append(f"({device_can_land(policy)} && {device_access.void_needed_cel(_gpu_name)})")
+    return device_conditions(policy) + [{"name": "changed-bound-or-refused", "expression": " || ".join(parts)}]
+
+
+# --- GPUs only for pods given them (render/device_access.py) -----------------------------------------------------
+def device_conditions(policy: Policy) -> list[dict]:
+    """The exemptions (who sent the request, which namespace), for any pod: what device access applies to."""
+    return exemption_conditions(policy)[1:]
+
+
+def device_violation(policy: Policy) -> str:
+    """The pod chooses devices itself: a device variable in any container list, or NVIDIA's RuntimeClass on a pod
+    that asks for no GPU (on CREATE)."""
+    envs = " || ".join(device_access.env_violation_cel(kind) for kind in device_access.CONTAINER_LISTS)
+    return f"({envs} || (request.operation == 'CREATE' && {device_access.runtime_violation_cel(_gpu_name)}))"
+
+
+def device_validations() -> list[dict]:
+    return device_access.validations(_gpu_name)
+
+
+def device_can_land(policy: Policy) -> str:
+    return device_access.can_land_cel(tolerated_expression(policy) if policy.toleration is not None else None,
+                                      _gpu_name)
+
+
+def device_mutation_conditions(policy: Policy) -> list[dict]:
+    """The void MutatingAdmissionPolicy's matchConditions: an exempt pod's containers are left as they are, and
+    only a pod that can land on a GPU node with a container to set is changed."""
+    return device_conditions(policy) + [{"name": "can-land-on-a-gpu-node", "expression": device_can_land(policy)},
+                                        {"name": "a-container-gets-void",
+                                         "expression": device_access.void_needed_cel(_gpu_name)}]
+
+
+def void_apply_configuration() -> str:
+    return device_access.void_apply_configuration(_gpu_name)
 
 
 def mutation_conditions(policy: Policy) -> list[dict]:

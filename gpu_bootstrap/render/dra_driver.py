@@ -72,7 +72,9 @@ def derive(operator_plan: ValuesPlan, config, kube_version: str, playbook_steps:
                         f"gpu.nvidia.com")
     if config.gpu_operator.sharing.mode == "mig":
         warnings.append("sharing: mig: the MIG manager's partitions are published as devices of class "
-                        "mig.nvidia.com, which no extended resource maps to: pods get them through a ResourceClaim")
+                        "mig.nvidia.com, whose only extended resource is its implicit name "
+                        "deviceclass.resource.kubernetes.io/mig.nvidia.com (KEP-5004): pods ask for them by that "
+                        "name or through a ResourceClaim, and admission and `status` count them as GPUs")
     tree: dict = {}
     for item in derived:
         set_path(tree, item.path, item.value)

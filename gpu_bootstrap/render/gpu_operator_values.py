@@ -122,6 +122,7 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
     else:
         _driver(facts, section, derived, labels, warnings)
         _toolkit(facts, section, operator_version, derived, warnings)
+    _device_access(section, operator_version, derived, warnings)
     _placement(config, base, playbook_steps, derived, no_room)
     _sharing(facts, config, derived, labels, warnings)
     _pool_operands(config, playbook_steps, derived, warnings)
@@ -333,6 +334,68 @@ def _toolkit(facts, section, operator_version, derived, warnings) -> None:
                         "plan a move to containerd")
         derived.append(Derived("toolkit.env", [{"name": "DOCKER_CONFIG", "value": config_path or
                                                 "/etc/docker/daemon.json"}], which))
+
+
+# GPUs only for pods given them (docs/security.md, render/device_access.py for admission's half): NVIDIA's runtime hands
+# a container every GPU its NVIDIA_VISIBLE_DEVICES names, and by default it honours the variable in unprivileged
+# containers too (the toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged, default true). Read from the
+# upstream sources at each line's release tag (NVIDIA/gpu-operator controllers/object_controls.go, deployments/
+# gpu-operator/values.yaml; NVIDIA/nvidia-container-toolkit; NVIDIA/k8s-device-plugin).
+CDI_BY_DEFAULT = (25, 10, 0)  # CDIConfigSpec.IsEnabled() is true when unset from v25.10.0 (false up to v25.3.x)
+ENVVAR_UNPRIVILEGED = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+AS_VOLUME_MOUNTS = "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS"
+DEVICE_LIST_STRATEGY = "DEVICE_LIST_STRATEGY"
+
+
+def device_access_paths(operator_version: str) -> dict[str, Any]:
+    """path -> value of the settings `_device_access` derives for this operator line (where the toolkit is ours)."""
+    if version_tuple(operator_version) >= CDI_BY_DEFAULT:
+        return {"cdi.enabled": True, f"toolkit.env[{ENVVAR_UNPRIVILEGED}]": "false"}
+    return {"cdi.enabled": False, f"toolkit.env[{ENVVAR_UNPRIVILEGED}]": "false",
+            f"toolkit.env[{AS_VOLUME_MOUNTS}]": "true", f"devicePlugin.env[{DEVICE_LIST_STRATEGY}]": "volume-mounts"}
+
+
+def _device_access(section, operator_version, derived, warnings) -> None:
+    """Make the runtime ignore NVIDIA_VISIBLE_DEVICES in unprivileged containers, and hand GPUs another way: by CDI
+    from v25.10 (the operator's default there), by volume mounts before it. Only where the operator installs the
+    toolkit: a pre-installed toolkit's setting is the host's (doctor reads it from each node's config)."""
+    if not next((d.value for d in reversed(derived) if d.path == "toolkit.enabled"), True):
+        return  # the host's toolkit: doctor reads its setting (probes/checks.py, nvidia-container-toolkit)
+    cdi = version_tuple(operator_version) >= CDI_BY_DEFAULT
+    nri = any(d.path == "cdi.nriPluginEnabled" and d.value for d in derived)
+    line = ".".join(str(n) for n in version_tuple(operator_version)[:2])
+    unprivileged = (f"gpu-operator {line}: the toolkit (every release: {ENVVAR_UNPRIVILEGED}, default true, "
+                    f"nvidia-container-toolkit toolkit.go / nvidia-ctk-installer) writes "
+                    f"accept-nvidia-visible-devices-envvar-when-unprivileged=false, so an unprivileged container "
+                    f"that names GPUs in NVIDIA_VISIBLE_DEVICES (its own, or its image's) gets none; the operator "
+                    f"sets no ACCEPT_* variable itself, so this entry reaches the toolkit")
+    if cdi or nri:
+        if not nri:
+            derived.append(Derived("cdi.enabled", True, f"gpu-operator {line}: CDI (the default from 25.10, "
+                                                         f"CDIConfigSpec.IsEnabled): the device plugin hands GPUs "
+                                                         f"by CDI (DEVICE_LIST_STRATEGY cdi-annotations,cdi-cri, "
+                                                         f"transformDevicePluginCtrForCDI), never by the variable"))
+        derived.append(Derived(f"toolkit.env[{ENVVAR_UNPRIVILEGED}]", "false", unprivileged))
+    else:
+        derived.append(Derived("cdi.enabled", False, f"gpu-operator {line}: CDI off (its default before 25.10): on "
+                                                     f"24.6 and 24.9 the operator overwrites devicePlugin.env's "
+                                                     f"DEVICE_LIST_STRATEGY when CDI is on (object_controls.go "
+                                                     f"transformDevicePlugin), so GPUs go by volume mounts instead"))
+        derived.append(Derived(f"toolkit.env[{ENVVAR_UNPRIVILEGED}]", "false", unprivileged))
+        derived.append(Derived(f"toolkit.env[{AS_VOLUME_MOUNTS}]", "true",
+                               f"gpu-operator {line}: the toolkit takes the GPUs the device plugin names as volume "
+                               f"mounts under /var/run/nvidia-container-devices (not gated by the variable's "
+                               f"setting), so GPU pods keep their GPUs"))
+        derived.append(Derived(f"devicePlugin.env[{DEVICE_LIST_STRATEGY}]", "volume-mounts",
+                               f"gpu-operator {line}: the device plugin's default strategy envvar would hand GPUs "
+                               f"through the variable the toolkit now ignores in unprivileged containers; "
+                               f"volume-mounts hands them as mounts (user env wins from 25.3; on 24.x only with CDI "
+                               f"off)"))
+    for list_path in ("toolkit.env", "devicePlugin.env"):
+        if get_path(section.values, list_path, None) is not None:
+            warnings.append(f"gpu_operator.values sets {list_path}, which replaces the list gpu-bootstrap derives: "
+                            f"keep {', '.join(k.split('[')[1][:-1] for k in device_access_paths(operator_version) if k.startswith(list_path + '['))} "
+                            f"in it, or GPUs are reachable through NVIDIA_VISIBLE_DEVICES again")
 
 
 def _nri(facts, operator_version, derived) -> None:

@@ -5,6 +5,7 @@ below the charts' value renderers (render/gpu_operator_values.py, render/monitor
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,9 +48,24 @@ def user_value_line(path: str, value: Any, section: str) -> str:
     return f"{path}{shown}  ← your {section}" + ("" if shown else " (value not shown)")
 
 
+ENV_ENTRY = re.compile(r"^(?P<list>.+)\[(?P<name>[A-Za-z_][A-Za-z0-9_]*)\]$")  # toolkit.env[NAME]: one env entry
+
+
 def set_path(tree: dict, path: str, value) -> None:
+    """Set a value; `list.path[NAME]` sets the entry named NAME of an env-style list ({name, value} items), keeping
+    the list's other entries."""
     if path.startswith(("nodes:", "pools:")):
         return  # node labels (on nodes, or on a pool's node template), not chart values
+    entry = ENV_ENTRY.match(path)
+    if entry:
+        keys = path_keys(entry["list"])
+        for key in keys[:-1]:
+            tree = tree.setdefault(key, {})
+        # a new list: the one there may be another Derived's value, which must keep what it says
+        items = [item for item in tree.get(keys[-1]) or []
+                 if not (isinstance(item, dict) and item.get("name") == entry["name"])]
+        tree[keys[-1]] = items + [{"name": entry["name"], "value": value}]
+        return
     keys = path_keys(path)
     for key in keys[:-1]:
         tree = tree.setdefault(key, {})
@@ -57,7 +73,18 @@ def set_path(tree: dict, path: str, value) -> None:
 
 
 def get_path(tree: dict, path: str, default: Any = KeyError):
-    """The value at `path`; `default` when a key on the way is missing (KeyError raised when none is given)."""
+    """The value at `path`; `default` when a key on the way is missing (KeyError raised when none is given).
+    `list.path[NAME]`: the value of the env entry named NAME."""
+    entry = ENV_ENTRY.match(path)
+    if entry:
+        items = get_path(tree, entry["list"], None)
+        found = next((item for item in items or [] if isinstance(item, dict) and item.get("name") == entry["name"]),
+                     None)
+        if found is None:
+            if default is KeyError:
+                raise KeyError(path)
+            return default
+        return found.get("value")
     for key in path_keys(path):
         if not isinstance(tree, dict) or key not in tree:
             if default is KeyError:

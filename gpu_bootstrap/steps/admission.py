@@ -92,14 +92,30 @@ class Admission(Step):
             if settings.mode == "enforce":
                 if not vap:
                     raise self._refuse_vap(version, "enforce", "ValidatingAdmissionPolicy (GA in 1.30) is not served")
-                return render.validating_policy(config, policy) + self._claims(ctx, policy, vap, None, notes), notes
+                return render.validating_policy(config, policy) + self._claims(ctx, policy, vap, None, notes) + \
+                    self._device_access(ctx, policy, vap, None, notes), notes
             if map_version is None:
                 raise self._refuse_vap(version, "mutate", "API discovery shows no MutatingAdmissionPolicy")
             # The backstop too: it rejects the GPU pods that name a node, which no mutation can steer.
             return render.mutating_policy(config, map_version, policy) + (
                 render.validating_policy(config, policy) if vap else []) + self._claims(
-                ctx, policy, vap, map_version, notes), notes
-        return self._opa_objects(ctx, policy, vap, notes) + self._claims(ctx, policy, vap, map_version, notes), notes
+                ctx, policy, vap, map_version, notes) + self._device_access(ctx, policy, vap, map_version, notes), notes
+        return self._opa_objects(ctx, policy, vap, notes) + self._claims(ctx, policy, vap, map_version, notes) + \
+            self._device_access(ctx, policy, vap, None, notes), notes
+
+    @staticmethod
+    def _device_access(ctx, policy, vap: bool, map_version: str | None, notes: list[str]) -> list[dict]:
+        """GPUs only for pods given them (render/device_access.py): the API server's own policy where CEL admission
+        is served, whatever the engine; before 1.30 OPA alone refuses such pods, and only while it answers."""
+        if not policy.device_access:
+            return []
+        if not vap:
+            notes.append("device access: Kubernetes without ValidatingAdmissionPolicy (1.30+): OPA alone refuses pods "
+                         "that choose GPUs through NVIDIA_VISIBLE_DEVICES or NVIDIA's RuntimeClass, and lets them in "
+                         "while it does not answer (failurePolicy Ignore); the runtime setting still holds where the "
+                         "gpu-operator installs the toolkit")
+            return []
+        return render.device_access_policies(ctx.config, map_version, policy)
 
     def _claims(self, ctx, policy, vap: bool, map_version: str | None, notes: list[str]) -> list[dict]:
         """gpu_operator.allocation: dra: the policies for pods whose GPUs come through ResourceClaims (only CEL with
@@ -274,6 +290,7 @@ class Admission(Step):
             return [Check(FAIL, error.one_line())]
         settings = ctx.config.admission
         checks.append(self._doctor_extended_resource_toleration(ctx))
+        checks.append(self._doctor_exempt_namespaces(ctx))
         if settings.engine != "opa":
             return checks + [self._doctor_probe(ctx)]
         ns = settings.opa.namespace
@@ -297,6 +314,18 @@ class Admission(Step):
             checks.append(self._doctor_certificate(ctx, hook, ns))
         checks.append(self._doctor_probe(ctx))
         return checks
+
+    @staticmethod
+    def _doctor_exempt_namespaces(ctx) -> Check:
+        """An exempt namespace that does not exist is anyone's who may create namespaces: they create it and run
+        GPU pods there unsteered, reaching GPUs by any route admission closes elsewhere."""
+        exempt = [n for n in policy_render.of(ctx.config).exempt_namespaces if n not in policy_render.BUILTIN_EXEMPT]
+        missing = [n for n in exempt if ctx.kube.get("v1", "Namespace", n) is None]
+        if missing:
+            return Check(WARN, f"exempt namespace(s) {', '.join(missing)} do not exist: whoever may create namespaces "
+                               f"can create one and run pods there that admission does not see; create them now "
+                               f"(as an admin), or remove them from admission.exempt_namespaces")
+        return Check(PASS, f"every exempt namespace exists ({', '.join(exempt) or 'none beside kube-system'})")
 
     @staticmethod
     def _ready_endpoints(ctx, namespace: str, name: str) -> int:

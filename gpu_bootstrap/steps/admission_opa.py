@@ -86,6 +86,9 @@ class AdmissionOpa(Step):
     def enabled(self, ctx) -> bool:
         return ctx.config.admission.enabled and ctx.config.admission.engine == "opa"
 
+    def namespaces(self, ctx) -> list[str]:
+        return [ctx.config.admission.opa.namespace]
+
     def inputs(self, ctx) -> dict:
         settings = ctx.config.admission
         return {"admission": settings.model_dump(mode="json"), "policy": policy_for(ctx)[0].__dict__,

@@ -61,6 +61,9 @@ class BinpackScheduler(Step):
     def enabled(self, ctx) -> bool:
         return ctx.config.scheduler.enabled
 
+    def namespaces(self, ctx) -> list[str]:
+        return [ctx.config.scheduler.namespace]
+
     def inputs(self, ctx) -> dict:
         return {"scheduler": ctx.config.scheduler.model_dump(mode="json"), "kube": ctx.server_version(),
                 **registry_inputs(ctx.config)}

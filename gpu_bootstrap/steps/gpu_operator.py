@@ -1,9 +1,7 @@
 """gpu-operator: install or upgrade the NVIDIA gpu-operator with values derived from the nodes' facts, then wait
-until its operands run on every GPU node and the nodes advertise their GPUs.
-
-The release is only upgraded when the chart version, the values or the rendered manifest differ from what is
-deployed, so a re-run with nothing new makes no helm upgrade at all.
-"""
+until its operands run on every GPU node and the nodes advertise their GPUs. The release is only upgraded when the
+chart version, the values or the rendered manifest differ from what is deployed (a re-run with nothing new makes no
+helm upgrade at all)."""
 from __future__ import annotations
 
 import time
@@ -185,6 +183,10 @@ class GpuOperator(Step):
 
     def enabled(self, ctx) -> bool:
         return ctx.config.gpu_operator.enabled
+
+    def namespaces(self, ctx) -> list[str]:  # a release adopted (gpu_operator.adopt) brings its namespace along
+        s = ctx.config.gpu_operator
+        return ([] if s.adopt else [s.namespace]) + ([s.dra_driver.namespace] if s.allocation == "dra" else [])
 
     def __init__(self):
         self._chart: tuple[Chart, dict | None] | None = None  # read once per run

@@ -129,6 +129,13 @@ class Monitoring(Step):
     def enabled(self, ctx) -> bool:
         return ctx.config.monitoring.enabled
 
+    def namespaces(self, ctx) -> list[str]:
+        """Its namespace when it installs the stack; attaching, it writes only where the user's Prometheus looks."""
+        try:
+            return [ctx.config.monitoring.namespace] if decide(ctx).mode == "install" else []
+        except MonitoringProblem:
+            return []  # the step says why itself
+
     def inputs(self, ctx) -> dict:
         return {"monitoring": ctx.config.monitoring.model_dump(mode="json"),
                 "kube": ".".join(ctx.server_version().split(".")[:2]),

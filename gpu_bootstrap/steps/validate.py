@@ -44,6 +44,9 @@ class Validate(Step):
     def enabled(self, ctx) -> bool:
         return ctx.config.validation.enabled
 
+    def namespaces(self, ctx) -> list[str]:
+        return [ctx.config.validation.namespace]
+
     @staticmethod
     def nodes(config) -> list[str]:
         names = [n.name for n in config.nodes]

@@ -351,6 +351,11 @@ class AdmissionChain:
             try:
                 ok = cel.truth(validation["expression"], **variables)
                 message = validation.get("message") or f"failed expression: {validation['expression']}"
+                if not ok and validation.get("messageExpression"):
+                    try:  # the API server's rule: a messageExpression that fails or is empty leaves the message
+                        message = cel.evaluate(validation["messageExpression"], **variables) or message
+                    except cel.CelError:
+                        pass
             except cel.CelError as error:
                 if not fail:
                     continue

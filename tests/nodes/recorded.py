@@ -302,3 +302,28 @@ SystemdCgroup = true
 BinaryName = "nvidia-oci"
 """
 CONTAINERD_COS_VERSION = "containerd github.com/containerd/containerd v1.7.24 88bf19b2105c8b17560993bee28a01ddc2f97182\n"
+
+
+# /etc/nvidia-container-runtime/config.toml as nvidia-container-toolkit 1.17's package writes it (`nvidia-ctk config
+# default`): the device-access keys commented out, so their defaults hold (envvar-when-unprivileged: true)
+TOOLKIT_CONFIG_PACKAGE = """#accept-nvidia-visible-devices-as-volume-mounts = false
+#accept-nvidia-visible-devices-envvar-when-unprivileged = true
+disable-require = false
+supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"
+#swarm-resource = "DOCKER_RESOURCE_GPU"
+
+[nvidia-container-cli]
+environment = []
+ldconfig = "@/sbin/ldconfig.real"
+load-kmods = true
+
+[nvidia-container-runtime]
+log-level = "info"
+mode = "auto"
+runtimes = ["docker-runc", "runc", "crun"]
+"""
+# the same, hardened as docs/security.md asks: unprivileged containers get GPUs by volume mounts only
+TOOLKIT_CONFIG_HARDENED = TOOLKIT_CONFIG_PACKAGE.replace(
+    "#accept-nvidia-visible-devices-as-volume-mounts = false", "accept-nvidia-visible-devices-as-volume-mounts = true"
+).replace("#accept-nvidia-visible-devices-envvar-when-unprivileged = true",
+          "accept-nvidia-visible-devices-envvar-when-unprivileged = false")

@@ -58,9 +58,10 @@ def containerd(tree: Tree, config: str | None, version: str = rec.CONTAINERD_VER
                         "--container-runtime-endpoint=unix:///run/containerd/containerd.sock"])
 
 
-def toolkit(tree: Tree) -> None:
+def toolkit(tree: Tree, config: str = rec.TOOLKIT_CONFIG_HARDENED) -> None:
     tree.fake_tool("/usr/bin/nvidia-ctk", {"--version": (rec.NVIDIA_CTK_VERSION, 0)})
     tree.fake_tool("/usr/bin/nvidia-container-runtime", {"--version": (rec.NVIDIA_CONTAINER_RUNTIME_VERSION, 0)})
+    tree.file("/etc/nvidia-container-runtime/config.toml", config)
 
 
 # --- the scenarios the issue lists ---------------------------------------------------------------------------------------
@@ -316,9 +317,17 @@ def sudo_refused(tree: Tree) -> None:
     sudo_user(tree, allow=False)
 
 
+def toolkit_honours_envvar(tree: Tree) -> None:
+    """healthy-h100, but the toolkit's config as its package writes it: an unprivileged container that sets
+    NVIDIA_VISIBLE_DEVICES gets the GPUs it names (accept-nvidia-visible-devices-envvar-when-unprivileged's default)."""
+    healthy_h100(tree)
+    toolkit(tree, rec.TOOLKIT_CONFIG_PACKAGE)
+
+
 SCENARIOS = {
     "healthy-h100": healthy_h100, "busy-h100": busy_h100, "driver-missing": driver_missing, "driver-without-smi": driver_without_smi,
     "smi-without-driver": smi_without_driver, "nouveau": nouveau, "k3s": k3s, "rke2": rke2, "microk8s": microk8s,
     "crio": crio, "docker-nvidia-default": docker_nvidia_default, "toolkit-not-configured": toolkit_not_configured,
     "t4": t4, "a100x4": a100x4, "gke-cos": gke_cos, "bottlerocket": bottlerocket, "al2023-nvidia": al2023_nvidia,
+    "toolkit-honours-envvar": toolkit_honours_envvar,
 }

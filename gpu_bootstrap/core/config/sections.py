@@ -20,6 +20,17 @@ from gpu_bootstrap.core.config.fields import _catalogued
 class ClusterConfig(Section):
     kubeconfig: Path | None = Field(None, description="default: $KUBECONFIG, then ~/.kube/config")
     context: str | None = None
+    adopt_namespaces: list[str] = Field(
+        default_factory=list, description="namespaces that exist without gpu-bootstrap's label and that up may "
+                                          "install into all the same (up refuses any other: whoever created a "
+                                          "namespace owns what goes into it); only list ones you control")
+
+    @field_validator("adopt_namespaces")
+    @classmethod
+    def _adopted(cls, value: list) -> list:
+        for name in value:
+            check_dns_label(name)
+        return value
 
     @field_validator("kubeconfig")
     @classmethod
@@ -512,6 +523,11 @@ class AdmissionConfig(Section):
         description="namespaces admission leaves alone, besides kube-system, the scheduler's and OPA's own (the "
                     "only opt-out: no namespace label exempts; exclude_namespaces is the old name)")
     override_other_schedulers: bool = Field(False, description="also steer GPU pods that name another scheduler")
+    device_access: bool = Field(True, description="GPUs only for pods given them: refuse NVIDIA_VISIBLE_DEVICES "
+                                                  "(and the runtime's other device variables) in a pod's spec and "
+                                                  "NVIDIA's RuntimeClasses on pods that ask for no GPU; in mode mutate "
+                                                  "set NVIDIA_VISIBLE_DEVICES=void on containers given no GPU "
+                                                  "(docs/security.md)")
     opa: OpaConfig = Field(default_factory=OpaConfig)
     certificates: Literal["generated", "cert-manager"] = "generated"
     rotate_before_days: int = Field(30, ge=1, le=3650,
