@@ -1,4 +1,5 @@
-"""helm for an identity that may not read Secrets (the plan role, `up --dry-run=client`).
+"""helm and Kubernetes for an identity that may not read Secrets (the plan role, `up --dry-run=client`; and, since
+the second security review, `up --dry-run` and `doctor`, whose roles read no Secret of ours either).
 
 helm keeps each release's record (status, values, manifest) in a Secret of the release's namespace, so `helm status`
 is refused to the plan role. This stands in for the reads a step makes and does everything else with the real helm
@@ -26,6 +27,8 @@ WORKLOADS = (("apps/v1", "Deployment"), ("apps/v1", "DaemonSet"))
 
 
 class SecretlessHelm:
+    reads_releases = False  # the gate validates a release object by object instead of helm's own dry run
+
     def __init__(self, helm, kube):
         self.helm = helm
         self.kube = kube
@@ -52,13 +55,17 @@ class SecretlessHelm:
     def deployed_chart(self, release: str, namespace: str, version: str | None = None) -> str | None:
         """'<chart>-<version>' from the `helm.sh/chart` (or `chart`) labels of the release's workloads. Subcharts
         label theirs with their own chart, so with `version` (the one a plan wants) a label of that version is the
-        answer; otherwise only a single label is."""
+        answer; otherwise the one whose chart is named most like the release (gpu-operator's beside NFD's)."""
         labels = [(o.get("metadata") or {}).get("labels") or {} for o in self._objects(release, namespace)]
         charts = sorted({found.get("helm.sh/chart") or found.get("chart") for found in labels} - {None})
         if version:
             wanted = [c for c in charts if c.rsplit("-", 1)[-1].lstrip("v") == version.lstrip("v")]
             if wanted:
                 return wanted[0]
+        if len(charts) > 1:  # a subchart's own label beside the release's: the release's chart is named like it
+            import os.path
+            best = max(len(os.path.commonprefix([c.rsplit("-", 1)[0], release])) for c in charts)
+            charts = [c for c in charts if len(os.path.commonprefix([c.rsplit("-", 1)[0], release])) == best]
         return charts[0] if len(charts) == 1 else None
 
     def labelled(self, release: str, namespace: str, selector: str) -> bool:
@@ -95,3 +102,35 @@ class SecretlessHelm:
         diff = live_diff.compare([d for d in rendered if live_diff.key(d) not in unreadable], live, namespace)
         diff.not_compared += list(unreadable.values())
         return diff
+
+
+class SecretlessKube:
+    """The Kubernetes adapter for `up --dry-run` and `doctor`, which read no Secret values (docs/security.md): a
+    read of a Secret is refused here, as RBAC refuses it to their roles, so an admin's dry run shows what the role's
+    shows. `allowed` (name, namespace) pairs stay readable: the state record's fingerprint key, without which
+    nothing could be compared. Everything else is the real adapter."""
+
+    reads_secrets = False
+
+    def __init__(self, kube, allowed: tuple[tuple[str, str], ...] = ()):
+        self.kube = kube
+        self.allowed = set(allowed)
+
+    def __getattr__(self, name):
+        return getattr(self.kube, name)
+
+    def _refuse(self, name: str | None, namespace: str | None):
+        where = f" in the namespace \"{namespace}\"" if namespace else ""
+        what = f"secrets \"{name}\"" if name else "secrets"
+        raise ClusterError(f"{what} is forbidden: dry runs and doctor read no Secret{where} (their roles hold no "
+                           f"such read: a Secret's values would show)", status=403, reason="Forbidden")
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None, *args, **kwargs):
+        if (api_version, kind) == ("v1", "Secret") and (name, namespace) not in self.allowed:
+            self._refuse(name, namespace)
+        return self.kube.get(api_version, kind, name, namespace, *args, **kwargs)
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None, *args, **kwargs):
+        if (api_version, kind) == ("v1", "Secret"):
+            self._refuse(None, namespace)
+        return self.kube.list(api_version, kind, namespace, *args, **kwargs)

@@ -53,7 +53,8 @@ def load_config(options: Options):
     return config_module.load(options.config, overrides=overrides)
 
 
-def build(options: Options, reporter, mode_for_dry_run: str | None = None, config=None, world=None):
+def build(options: Options, reporter, mode_for_dry_run: str | None = None, config=None, world=None,
+          secretless: bool = False):
     """Load config and playbook, choose the adapters and the gate's mode, build the context and the runner.
     Raises ConfigError (exit 2) before anything is touched. `config`: an already loaded config (images); `world`:
     (kube, helm) of an offline run that stand for a cluster (teardown --offline: the one a fresh up leaves)."""
@@ -64,7 +65,7 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None, confi
     config = config if config is not None else load_config(options)
     playbook = load_playbook(options.playbook)
     selected, skipped = select(playbook, options.only, options.skip)
-    kube, helm, mode, kube_version = _cluster_adapters(options, config)
+    kube, helm, mode, kube_version = _cluster_adapters(options, config, secretless)
     if world is not None:
         kube, helm = world
     if not options.offline and not options.no_cluster:
@@ -91,8 +92,9 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None, confi
 RELAY_POOL = 64  # connections helm's relay keeps to the API server: helm's watches and writes run in parallel
 
 
-def _cluster_adapters(options: Options, config):
-    """(kube, helm, gate mode, known Kubernetes version): the offline pair, or the real cluster's."""
+def _cluster_adapters(options: Options, config, secretless: bool = False):
+    """(kube, helm, gate mode, known Kubernetes version): the offline pair, or the real cluster's. `secretless`
+    (dry runs, doctor): no Secret of ours is read, but the state record's key (adapters/secretless.py)."""
     if options.offline:
         from gpu_bootstrap.adapters.offline import OfflineHelm, OfflineKube
         try:
@@ -114,9 +116,13 @@ def _cluster_adapters(options: Options, config):
     kube = Kube(kubeconfig, config.cluster.context)
     relayed = Kube(kubeconfig, config.cluster.context, pool_size=RELAY_POOL)  # helm's own, many at once
     helm = Helm(kubeconfig, config.cluster.context, relay=Relay(relayed))
-    if mode == gate_module.RECORD:  # --dry-run=client: the plan role reads no Secret, so no helm release record
-        from gpu_bootstrap.adapters.secretless import SecretlessHelm
+    if mode == gate_module.RECORD or secretless:  # the plan, dry-run and doctor roles read no Secret of ours, so
+        # no helm release record either (docs/security.md: what they cannot show)
+        from gpu_bootstrap.adapters.secretless import SecretlessHelm, SecretlessKube
+        from gpu_bootstrap.pipeline import checkpoint
         helm = SecretlessHelm(helm, kube)
+        if secretless:
+            kube = SecretlessKube(kube, ((checkpoint.KEY_SECRET, checkpoint.NAMESPACE),))
     return kube, helm, mode, None
 
 
@@ -213,8 +219,9 @@ def kubernetes_source(options: Options) -> str:
 
 
 def up(options: Options, reporter):
-    """Returns (results, playbook). A failure carries the results so far (error.results)."""
-    ctx, runner, playbook = build(options, reporter)
+    """Returns (results, playbook). A failure carries the results so far (error.results). A dry run reads no
+    Secret of ours, as its role may not (adapters/secretless.py)."""
+    ctx, runner, playbook = build(options, reporter, secretless=bool(options.dry_run))
     try:
         if options.offline or options.dry_run:
             reporter.kubernetes(ctx.server_version(), kubernetes_source(options))
@@ -279,7 +286,7 @@ class DoctorReport:
 
 
 def doctor(options: Options, node_names: str | None) -> DoctorReport:
-    ctx, runner, _playbook = build(options, LogReporter())
+    ctx, runner, _playbook = build(options, LogReporter(), secretless=True)
     try:
         ctx.node_facts.select(select_nodes(ctx.config, node_names))  # the steps' checks see the same nodes
         reports = list(ctx.node_facts.reports().values())

@@ -160,6 +160,7 @@ def lease_fresh(spec: dict, default_duration: int, slack: float = 1.0, floor: in
 
 # --- where our own state lives ---------------------------------------------------------------------------------------
 STATE_NAMESPACE = "gpu-bootstrap"  # the checkpoint, its key and the run lock (pipeline/checkpoint.py, lock.py)
+STATE_KEY_SECRET = "gpu-bootstrap-state-key"  # the fingerprints' HMAC key, beside the checkpoint
 # The kinds admission does not run for (the API server exempts them from webhooks and admission policies): no
 # admission policy can keep a write of them dry, so dry runs judge them client-side and dry identities never write
 # them (security/rbac.py, pipeline/gate.py)

@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass
 
 from gpu_bootstrap import __version__
 from gpu_bootstrap.core.errors import Conflict
-from gpu_bootstrap.core.objects import STATE_NAMESPACE
+from gpu_bootstrap.core.objects import STATE_KEY_SECRET, STATE_NAMESPACE
 from gpu_bootstrap.core.refs import Ref
 
 NAMESPACE = STATE_NAMESPACE
 NAME = "gpu-bootstrap-state"
-KEY_SECRET = "gpu-bootstrap-state-key"  # the fingerprints' HMAC key (step.Step.fingerprint), made by the first run
+KEY_SECRET = STATE_KEY_SECRET  # the fingerprints' HMAC key (step.Step.fingerprint), made by the first run
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}
 
 

@@ -74,6 +74,11 @@ class Gate:
         if admission_configuration(change.target.api_version, change.target.kind):
             self.notes.setdefault(step_id, []).append(f"{change.target} {JUDGED_CLIENT_SIDE}")
             return None
+        if change.target.kind == "Secret" and not getattr(self.kube, "reads_secrets", True):
+            # the answer to a dry-run apply is the Secret as stored: a dry run reads no Secret's values
+            self.notes.setdefault(step_id, []).append(f"{change.target} not sent to the API server (a dry run "
+                                                      f"reads no Secret's values)")
+            return None
         if change.verb == Verb.HELM_UPGRADE:  # helm creates the release's namespace (--create-namespace)
             if self.kube.get("v1", "Namespace", change.body["namespace"]) is None:
                 self._dry_namespaces.add(change.body["namespace"])
@@ -132,7 +137,9 @@ class Gate:
         from gpu_bootstrap.core.errors import ClusterError
         from gpu_bootstrap.core.schemas import kinds_without_crds
         documents = self._rendered(change)
-        if not any(admission_configuration(d.get("apiVersion", ""), d.get("kind", "")) for d in documents):
+        if not getattr(self.helm, "reads_releases", True):
+            missing = []  # helm's own dry run reads the release's record, a Secret this identity may not read
+        elif not any(admission_configuration(d.get("apiVersion", ""), d.get("kind", "")) for d in documents):
             try:
                 return self._helm_upgrade(change, True)
             except ClusterError as error:
@@ -157,13 +164,18 @@ class Gate:
         body = change.body
         chart = Chart(body["chart"]["ref"], body["chart"].get("repo"), body["chart"].get("version"))
         known = schemas.crd_schemas(self.helm.show_crds(chart))
-        custom, skipped, checked, judged = [], 0, 0, []
+        custom, skipped, checked, judged, secrets = [], 0, 0, [], []
         for doc in documents:
             key = (doc.get("apiVersion", ""), doc.get("kind", ""))
             name = f"{key[1]} {(doc.get('metadata') or {}).get('name', '')}"
             if admission_configuration(*key):
                 judged.append(name)
-            elif key in known and (key in missing or not self._served(key)):
+            elif key == ("v1", "Secret") and not getattr(self.kube, "reads_secrets", True):
+                secrets.append(name)  # a dry-run apply answers with the live Secret's values: not for dry runs
+            elif key in known and (key in missing or not self._served(key) or
+                                   not getattr(self.helm, "reads_releases", True)):
+                # its CRD is not installed yet, or (object by object for want of helm's dry run) is upgraded by
+                # this same plan first: the chart's own schema is the one that will judge it
                 found = schemas.problems(doc, known[key])
                 if found:
                     raise ClusterError(f"{name} is invalid against its CRD's schema: {'; '.join(found[:5])}",
@@ -184,8 +196,10 @@ class Gate:
         if judged:
             parts.append(f"{', '.join(judged)} {JUDGED_CLIENT_SIDE}")
         if custom:
-            parts.append(f"{', '.join(custom)} validated client-side against the chart's CRD schemas (its CRDs are "
-                         f"not installed yet)")
+            parts.append(f"{', '.join(custom)} validated client-side against the chart's CRD schemas (the CRDs "
+                         f"this plan installs)")
+        if secrets:
+            parts.append(f"{', '.join(secrets)} not sent (a dry run reads no Secret's values)")
         parts.append(f"{checked} {'other ' if parts else ''}object(s) validated by the API server"
                      + (f", {skipped} not (their namespace does not exist yet)" if skipped else ""))
         return "; ".join(parts)

@@ -19,17 +19,16 @@ from gpu_bootstrap.core.errors import (
 )
 from gpu_bootstrap.core.refs import Ref
 from gpu_bootstrap.pipeline import checkpoint as cp
-from gpu_bootstrap.pipeline.gate import RECORD
 from gpu_bootstrap.pipeline.lock import Lock
 from gpu_bootstrap.security import pod_security
-from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, Check, Step, StepResult
+from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Check, Step, StepResult
 
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "default")  # the admins' own
 log = logging.getLogger("gpu_bootstrap.runner")
 REPLANS = 3
-UNKNOWN_WHY = ("unknown: this step's state is kept in a Secret (such as the webhook's serving certificate) that this "
-               "identity may not read, so the plan cannot say whether it would change anything; `up --dry-run` with "
-               "the dry-run role judges it")
+UNKNOWN_WHY = ("unknown: this step's state is kept in a Secret (such as the webhook's serving certificate) that a "
+               "dry run does not read (no role but up's reads Secret values), so the plan cannot say whether it "
+               "would change anything; `up` judges it")
 
 
 def refused_secret(error: GpuBootstrapError) -> bool:
@@ -66,7 +65,7 @@ class Runner:
                     raise  # bad input: nothing else is worth planning until it is fixed
                 except GpuBootstrapError as error:
                     message = error.one_line().removeprefix(f"[{step.id}] ")
-                    if self.ctx.gate.mode == RECORD and refused_secret(error):
+                    if refused_secret(error):
                         # a client-side plan (the plan role reads no Secret): this step's state is unknown, which
                         # is neither "unchanged" nor a failure of the plan
                         self._finish(StepResult(step.id, "unknown", 0, f"{UNKNOWN_WHY}: {message}"))
@@ -283,7 +282,10 @@ class Runner:
             try:
                 checks = step.doctor(self.ctx)
             except GpuBootstrapError as error:  # doctor diagnoses: one step's trouble is a failed row, not the end
-                checks = [Check(FAIL, error.one_line().removeprefix(f"[{step.id}] "))]
+                line = error.one_line().removeprefix(f"[{step.id}] ")
+                checks = [Check(WARN, "unknown: its state is kept in a Secret (such as the webhook's serving "
+                                      "certificate), which doctor does not read (docs/security.md)")
+                          if refused_secret(error) else Check(FAIL, line)]
             for check in checks:
                 findings.append((step, self._as_recorded(step, check, records.get(step.id))))
         return findings

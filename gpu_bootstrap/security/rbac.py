@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gpu_bootstrap.core.objects import STATE_NAMESPACE
+from gpu_bootstrap.core.objects import STATE_KEY_SECRET, STATE_NAMESPACE
 
 COMMANDS = ("plan", "dry-run", "up", "status", "doctor", "probe")
 DRY = ("dry-run", "doctor")  # identities an admission policy keeps dry (identity_policy.py)
@@ -436,6 +436,7 @@ def needs(command: str, config, steps: list[str], prometheus: PrometheusService 
     if command in ("dry-run", "doctor", "probe"):
         out = _without_admission_configuration_writes(out)
         out = _proxy_to(prometheus or prometheus_service(config), out)
+        out = _no_secret_values(out)
     if command == "doctor" and not admission_policies:
         out = [n for n in out if not (n.resources == ("pods",) and "create" in n.verbs)]
     return out
@@ -470,6 +471,20 @@ def _without_admission_configuration_writes(needs_: list[Need]) -> list[Need]:
             item = Need(item.group, item.resources, verbs, item.scope, item.names, item.why)
         out.append(item)
     return out
+
+
+def _no_secret_values(needs_: list[Need]) -> list[Need]:
+    """No role but up's reads Secret values in our namespaces: helm's release records hold every chart value (the
+    secret ones too), Grafana's admin password, Alertmanager's config, the webhook's TLS key. The one Secret left is
+    the state record's fingerprint key, by name: without it nothing could be compared (adapters/secretless.py keeps
+    dry runs and doctor to that, and says what they cannot show)."""
+    out = []
+    for item in needs_:
+        resources = tuple(r for r in item.resources if r != "secrets")
+        if resources:
+            out.append(Need(item.group, resources, item.verbs, item.scope, item.names, item.why))
+    return out + [need("", "secrets", "get", "state", (STATE_KEY_SECRET,),
+                       why="the pipeline: the key of the state record's fingerprints (this Secret only)")]
 
 
 def _read_only(needs_: list[Need], config) -> list[Need]:

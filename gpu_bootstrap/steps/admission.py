@@ -139,7 +139,12 @@ class Admission(Step):
         self._refuse_without_opa(ctx)
         bundle = None
         if settings.certificates == "generated":
-            stored = certs.Stored.from_secret(ctx.kube.get("v1", "Secret", render.SECRET, settings.opa.namespace))
+            try:
+                stored = certs.Stored.from_secret(ctx.kube.get("v1", "Secret", render.SECRET, settings.opa.namespace))
+            except ClusterError as error:  # a dry run or doctor reads no Secret: the CA the webhook trusts now
+                if error.status != 403:
+                    raise
+                stored = self._live_bundle(ctx)
             if stored is None:
                 notes.append(f"caBundle: Secret {settings.opa.namespace}/{render.SECRET} does not exist yet (the "
                              f"admission-opa step creates it before this step runs)")
@@ -152,6 +157,16 @@ class Admission(Step):
             notes.append(f"Kubernetes {'.'.join(map(str, minor_of(version)))} has no CEL admission (1.30+): every "
                          f"pod created outside the exempt namespaces reaches OPA, and there is no in-process backstop")
         return objects
+
+    @staticmethod
+    def _live_bundle(ctx):
+        """The CA bundle of the live webhook configuration (public, unlike the Secret holding the key beside it)."""
+        import base64
+        for kind in WEBHOOK_KINDS:
+            for hook in (ctx.kube.get(f"{GROUP}/v1", kind, render.CONFIG_NAME) or {}).get("webhooks") or []:
+                if bundle := (hook.get("clientConfig") or {}).get("caBundle"):
+                    return certs.Stored("", "", base64.b64decode(bundle).decode())
+        return None
 
     def check(self, ctx) -> Check:
         desired, notes = self.desired(ctx)
@@ -328,6 +343,18 @@ class Admission(Step):
         return Check(PASS, f"every exempt namespace exists ({', '.join(exempt) or 'none beside kube-system'})")
 
     @staticmethod
+    def _doctor_bundle(ctx, hook: dict, ns: str) -> Check:
+        stored = Admission._live_bundle(ctx)
+        if stored is None:
+            return Check(FAIL, "the webhook configuration has no caBundle: the API server cannot verify OPA")
+        cas = certs.split_bundle(stored.ca_bundle)
+        left = min(certs.days_left(ca, AdmissionOpa.clock()) for ca in cas)
+        status = FAIL if left <= 0 else WARN if left <= ctx.config.admission.rotate_before_days else PASS
+        return Check(status, f"the webhook trusts {len(cas)} CA(s), valid for {left:.0f} more day(s); the serving "
+                             f"certificate is in Secret {ns}/{render.SECRET}, which doctor does not read (up checks "
+                             f"and rotates it)")
+
+    @staticmethod
     def _ready_endpoints(ctx, namespace: str, name: str) -> int:
         slices = ctx.kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace,
                                label_selector=f"kubernetes.io/service-name={name}")
@@ -336,7 +363,12 @@ class Admission(Step):
 
     def _doctor_certificate(self, ctx, hook: dict, ns: str) -> Check:
         import base64
-        stored = certs.Stored.from_secret(ctx.kube.get("v1", "Secret", render.SECRET, ns))
+        try:
+            stored = certs.Stored.from_secret(ctx.kube.get("v1", "Secret", render.SECRET, ns))
+        except ClusterError as error:  # doctor reads no Secret (it holds OPA's key): the CA the webhook trusts
+            if error.status != 403:
+                raise
+            return self._doctor_bundle(ctx, hook, ns)
         if stored is None:
             return Check(FAIL, f"Secret {ns}/{render.SECRET} is missing or unreadable: OPA cannot serve TLS")
         now = AdmissionOpa.clock()

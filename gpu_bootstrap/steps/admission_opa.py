@@ -53,6 +53,7 @@ class OpaFacts:
     webhook: tuple[str, str] | None = None  # (kind, caBundle PEM) of our live webhook configuration
     now: _dt.datetime | None = None
     seed: bytes = field(repr=False, default=b"")
+    kept_hash: str = ""  # the Secret was not read (dry runs, doctor): the certificate OPA runs with, by its hash
 
 
 def decide(config, stored: certs.Stored | None, now: _dt.datetime, seed: bytes,
@@ -118,13 +119,14 @@ class AdmissionOpa(Step):
         namespace = "missing" if live_ns is None else "ours" if (live_ns["metadata"].get("labels") or {}).get(
             "app.kubernetes.io/managed-by") == "gpu-bootstrap" else "theirs"
         generated = config.admission.certificates == "generated"
-        secret = ctx.kube.get("v1", "Secret", render.SECRET, ns)
+        secret, kept = self._secret(ctx, ns)
         stored = certs.Stored.from_secret(secret) if generated else None
         rolled_out = self._rolled_out(ctx)
         webhook = self._live_webhook(ctx)
         now, seed = self.clock(), self.entropy()
-        cert = decide(config, stored, now, seed, rolled_out) if generated else None
-        objects = self._objects(ctx, cert.tls_hash if cert else "", ctx.kube.list("v1", "Node"), policy_for(ctx)[0])
+        cert = decide(config, stored, now, seed, rolled_out) if generated and not kept else None
+        tls_hash = kept or (cert.tls_hash if cert else "")
+        objects = self._objects(ctx, tls_hash, ctx.kube.list("v1", "Node"), policy_for(ctx)[0])
         drift = object_drift(ctx.kube, objects)
         if namespace == "missing":
             drift[Ref("v1", "Namespace", ns)] = "missing"
@@ -137,7 +139,7 @@ class AdmissionOpa(Step):
                 drift[Ref("v1", "Secret", render.SECRET, ns)] = "differs at " + ", ".join(paths[:3])
         keep = {Ref.of(o) for o in objects} | {Ref("v1", "Secret", render.SECRET, ns)}
         leftovers = owned_refs(ctx.kube, OPA_KINDS, ns, keep)
-        facts = OpaFacts(namespace, objects, drift, leftovers, stored, rolled_out, webhook, now, seed)
+        facts = OpaFacts(namespace, objects, drift, leftovers, stored, rolled_out, webhook, now, seed, kept)
         pending = {}
         if cert and cert.secret is not None:
             pending[Ref("v1", "Secret", render.SECRET, ns)] = cert.reason
@@ -169,7 +171,7 @@ class AdmissionOpa(Step):
                                   "OPA's own namespace, as `up` makes it: its pods pass the restricted profile",
                                   render.namespace(config)))
         cert = decide(config, facts.stored, facts.now, facts.seed, facts.rolled_out) \
-            if config.admission.certificates == "generated" else None
+            if config.admission.certificates == "generated" and not facts.kept_hash else None
         secret_ref = Ref("v1", "Secret", render.SECRET, ns)
         if cert is not None and cert.secret is not None:
             if facts.webhook is not None and not _bundle_has(facts.webhook[1], cert.bundle):
@@ -197,6 +199,22 @@ class AdmissionOpa(Step):
         return changes
 
     # --- state ---------------------------------------------------------------------------------------------------
+    def _secret(self, ctx, ns: str) -> tuple[dict | None, str]:
+        """(the TLS Secret, ""); or, where it may not be read (dry runs and doctor read no Secret values), (None, the
+        certificate hash OPA's pods run with): what is deployed is kept, and whether it is due for rotation is
+        `up`'s to judge."""
+        from gpu_bootstrap.core.errors import ClusterError
+        try:
+            return ctx.kube.get("v1", "Secret", render.SECRET, ns), ""
+        except ClusterError as error:
+            if error.status != 403:
+                raise
+            live = self._deployment(ctx)
+            if live is None:  # no OPA yet: planned as on a fresh cluster (`up` reuses a Secret it finds)
+                return None, ""
+            annotations = ((live["spec"]["template"].get("metadata") or {}).get("annotations") or {})
+            return None, annotations.get(render.TLS_HASH, "")
+
     def _deployment(self, ctx) -> dict | None:
         return ctx.kube.get("apps/v1", "Deployment", render.NAME, ctx.config.admission.opa.namespace)
 
