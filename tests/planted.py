@@ -26,6 +26,15 @@ SECRETS = {
     "htpasswd": "PLANTEDh$tp0009",
     "docker": DOCKER_AUTH,
     "pem-base64": PEM_BASE64[:60],
+    # the second review's shapes (issue 54)
+    "slack": "PLANTEDslack0012",  # a Slack incoming webhook's secret segment (the last of its path)
+    "short-path": "PLANTs13",  # a webhook whose secret segment is too short to look like a token
+    "routing-key": "PLANTEDroutekey14",  # PagerDuty's routing_key: Alertmanager types it a secret
+    "auth-arg": "PLANTEDauth0015",  # --auth=<token> in a chart's extraArgs
+    "secure-json": "PLANTEDsecurejson16",  # Grafana datasource secureJsonData
+    "dsn": "PLANTEDdsnpw0017",  # a connection string whose first key=value is harmless
+    "curl": "PLANTEDcurlpw18",  # curl -u user:pw inside a string
+    "vault": "hvs.PLANTEDvault0019xyz",  # a Vault token by its prefix
 }
 
 
@@ -37,15 +46,24 @@ def monitoring_values() -> dict:
             "env": {"GF_DATABASE_PASSWORD": SECRETS["env"]},
             "grafana.ini": {"database": {"type": "postgres", "password": SECRETS["ini"]}},
             "assertNoLeakedSecrets": False,  # the grafana chart refuses a password in grafana.ini unless told
+            "additionalDataSources": [{"name": "pg", "type": "postgres", "url": "db.example.com:5432",
+                                       "secureJsonData": {"password": SECRETS["secure-json"]}}],
         },
         "alertmanager": {"config": {
             "route": {"receiver": "ops"},
             "receivers": [{"name": "ops", "webhook_configs": [
                 {"url": f"https://alerts.example.com/hooks/{SECRETS['url-path']}"},
-                {"url": f"https://alerts.example.com/notify?token={SECRETS['url-query']}"}]}]}},
-        "prometheusOperator": {"extraArgs": [f"--x-password={SECRETS['flag']}"]},
+                {"url": f"https://alerts.example.com/notify?token={SECRETS['url-query']}"},
+                {"url": f"https://alerts.example.com/h/{SECRETS['short-path']}"}],
+                "slack_configs": [{"api_url": f"https://hooks.slack.com/services/T0001/B0002/{SECRETS['slack']}",
+                                   "channel": "#gpu"}],
+                "pagerduty_configs": [{"routing_key": SECRETS["routing-key"]}]}]}},
+        "prometheusOperator": {"extraArgs": [f"--x-password={SECRETS['flag']}", f"--auth={SECRETS['auth-arg']}"]},
         "notes": {"a": PEM, "b": PEM_BASE64, "c": HTPASSWD, "d": f"ops:{SECRETS['user-pass']}",
-                  "e": json.dumps({"auths": {"registry.example.com": {"auth": DOCKER_AUTH}}})},
+                  "e": json.dumps({"auths": {"registry.example.com": {"auth": DOCKER_AUTH}}}),
+                  "f": f"host=db.example.com user=gpu password={SECRETS['dsn']} sslmode=require",
+                  "g": f"curl -sf -u ops:{SECRETS['curl']} https://example.com/health",
+                  "h": f"export VAULT_TOKEN={SECRETS['vault']}"},
     }
 
 

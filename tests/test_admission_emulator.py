@@ -479,3 +479,22 @@ def test_a_teardown_of_the_steps_an_only_run_made_removes_the_tools_state_once_n
     gone = emu.get("namespaces", cp.NAMESPACE)
     assert gone is None or gone["metadata"].get("deletionTimestamp"), gone
     assert emu.get("configmaps", cp.NAME, cp.NAMESPACE) is None
+
+
+def test_doctor_flags_an_exempt_namespace_that_does_not_exist_and_up_refuses_one_it_did_not_make(cluster, tmp_path):
+    """Squatting: an exempt namespace nobody made yet is anyone's who may create namespaces (their GPU pods there
+    would be unseen), so doctor names it; and an existing namespace `up` would install into (OPA's) that gpu-bootstrap
+    did not create is refused (exit 2, nothing changed) until the config adopts it."""
+    config = write_config(tmp_path, cluster, "  exempt_namespaces: [research]\n")
+    _result, document = cli("doctor", config, tmp_path)
+    flagged = [c for c in document["checks"] if "research" in c["message"]]
+    assert [c["status"] for c in flagged] == ["warn"] and "do not exist" in flagged[0]["message"], flagged
+    cluster.emu.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-bootstrap-admission"}})
+    writes = len(cluster.emu.requests.writes())
+    result, document = cli("up", config, tmp_path)
+    assert result.exit_code == 2 and "gpu-bootstrap-admission (admission-opa)" in document["error"], document
+    assert len(cluster.emu.requests.writes()) == writes  # refused before anything changed
+    adopted = write_config(tmp_path, cluster, "  exempt_namespaces: [research]\n")
+    adopted.write_text(adopted.read_text().replace("cluster: {", "cluster: {adopt_namespaces: [gpu-bootstrap-admission], "))
+    result, document = cli("up", adopted, tmp_path, "--dry-run")
+    assert result.exit_code == 0, result.output

@@ -147,3 +147,27 @@ def test_the_mutating_policy_voids_containers_given_no_gpu_and_ephemeral_contain
     assert added.status == 200, added
     [debug] = added.json["spec"]["ephemeralContainers"]
     assert debug.get("env") == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}], debug
+
+
+def test_with_engine_vap_opas_namespace_is_no_hiding_place(emu, api):  # noqa: F811
+    """Namespace squatting: with engine vap no OPA runs, so its namespace is not exempt; whoever may create namespaces
+    and makes one by that name gets no unsteered GPU pods there (nor pods that choose devices). On the emulator and
+    the real server; the namespace is made as a squatter would, before gpu-bootstrap ever ran."""
+    config = cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}], "admission": {"engine": "vap",
+                                                                                    "mode": "enforce"}})
+    policy = policy_render.of(config)
+    assert config.admission.opa.namespace not in policy.exempt_namespaces
+    for obj in render.validating_policy(config, policy) + render.device_access_policies(config, None, policy):
+        path = "validatingadmissionpolicies" if obj["kind"] == "ValidatingAdmissionPolicy" else \
+            "validatingadmissionpolicybindings"
+        assert api.post(f"{GROUP}/{path}", obj).status == 201
+    squatted = config.admission.opa.namespace
+    made = api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": squatted}})
+    assert made.status in (201, 409), made
+    gpu = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "squat", "namespace": squatted},
+           "spec": {"containers": [{"name": "c", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    deadline = time.monotonic() + 120
+    while (found := api.post(f"/api/v1/namespaces/{squatted}/pods?dryRun=All", gpu)).status == 201:
+        assert time.monotonic() < deadline, "the policies did not take effect within 120 s"
+        time.sleep(0.5)
+    assert found.status == 403 and "spec.schedulerName" in found.json["message"], found

@@ -237,7 +237,14 @@ def test_no_planted_secret_reaches_any_format_and_each_says_where_it_comes_back_
     expected = {"grafana.adminPassword", "grafana.env.GF_DATABASE_PASSWORD",
                 "grafana.grafana\\.ini.database.password", "alertmanager.config.receivers[0].webhook_configs[0].url",
                 "alertmanager.config.receivers[0].webhook_configs[1].url", "prometheusOperator.extraArgs[0]",
-                "notes.a", "notes.b", "notes.c", "notes.d", "notes.e"}
+                "notes.a", "notes.b", "notes.c", "notes.d", "notes.e",
+                # the second review's (issue 54): Alertmanager's own secret fields whatever the value looks like,
+                # Grafana's secureJsonData, an --auth= flag, a DSN's password, curl -u, a Vault token
+                "alertmanager.config.receivers[0].webhook_configs[2].url",
+                "alertmanager.config.receivers[0].slack_configs[0].api_url",
+                "alertmanager.config.receivers[0].pagerduty_configs[0].routing_key",
+                "grafana.additionalDataSources[0].secureJsonData.password", "prometheusOperator.extraArgs[1]",
+                "notes.f", "notes.g", "notes.h"}
     for engine, local in (("argocd", False), ("flux", False), ("helmfile", False), ("manifests", True)):
         result, out = export(tmp_path, engine, fleet_config(tmp_path, local), "1.33", report)
         assert result.exit_code == 0, result.output

@@ -322,7 +322,8 @@ def test_a_client_side_plan_with_the_plan_role_reads_only_and_reports_what_it_ca
     # ConfigMaps (the plan role reads ConfigMaps only where it plans: it lists them there instead, and says so)
     assert {(r.access.resource, r.access.namespace or "*") for r in cluster.emu.requests.all()
             if r.status == 403 and r.access is not None} \
-        <= {("secrets", "gpu-bootstrap-admission"), ("secrets", "gpu-bootstrap"), ("configmaps", "*")}
+        <= {("secrets", "gpu-bootstrap-admission"), ("secrets", "gpu-bootstrap"), ("configmaps", "*"),
+            ("configmaps", "kube-system")}  # the scheduler's own ConfigMap is read by name; no list of kube-system's
     assert any(r.access is not None and (r.access.resource, r.access.namespace, r.status) ==
                ("configmaps", "monitoring", 200) for r in cluster.emu.requests.all())
     statuses = {s["id"]: s["status"] for s in document["steps"]}

@@ -344,5 +344,13 @@ def test_a_render_dirs_values_hide_what_an_export_leaves_out_and_keep_the_rest()
     assert shown["grafana"]["grafana.ini"]["database"] == {"type": "postgres", "password": "<redacted>"}
     assert shown["alertmanager"]["config"]["receivers"][0]["webhook_configs"][0]["url"] == \
         "https://alerts.example.com/hooks/<redacted>"
+    # schema first: the webhook whose secret segment is short, Slack's api_url, PagerDuty's routing_key, whatever
+    # their values look like (Alertmanager types them secrets); the screen's partial hiding where it has one
+    receiver = shown["alertmanager"]["config"]["receivers"][0]
+    assert receiver["webhook_configs"][2]["url"] == "<redacted>"
+    assert receiver["slack_configs"][0] == {"api_url": "https://hooks.slack.com/services/<redacted>", "channel": "#gpu"}
+    assert receiver["pagerduty_configs"][0]["routing_key"] == "<redacted>"
+    assert shown["grafana"]["additionalDataSources"][0]["secureJsonData"] == {"password": "<redacted>"}
+    assert shown["grafana"]["additionalDataSources"][0]["url"] == "db.example.com:5432"  # not a secret: kept
     _kept, paths, _skeleton = secret_values.split(values)
-    assert len(paths) == 11
+    assert len(paths) == 19, paths  # the first review's 11 and the second's 8 (tests/planted.py)

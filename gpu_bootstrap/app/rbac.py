@@ -189,10 +189,13 @@ ROLE_WARNINGS = {
         "Reads only: this cluster serves no ValidatingAdmissionPolicy (1.30+), which would keep the admission "
         "checks' dry-run pod creates dry, so those checks are left out (doctor says they could not be made)."],
     "probe": lambda prometheus, policies: [
-        "NODE-ROOT-EQUIVALENT: doctor's role plus the in-cluster node probe, privileged pods that run a script "
-        "as root in every GPU node's own shell. Its policy below lets it write for real only the probe's own "
-        "namespaces (gpu-bootstrap-probe-*), their ConfigMap and pods, and nothing else but dry runs. "
-        "For trusted use only; SSH (preflight.via: ssh) or --preflight-report need no such identity."],
+        "ROOT ON THE CONFIGURED GPU NODES: doctor's role plus the in-cluster node probe, privileged pods that run "
+        "a script as root in every GPU node's own shell. Its policy below lets it write for real only the probe's "
+        "own namespaces (gpu-bootstrap-probe-*, with exactly the probe's labels), their ConfigMap holding this "
+        "gpu-bootstrap version's probe script, and the probe's pods (on the configured GPU nodes, its image and "
+        "commands, the host's / read-only, no host namespace), and nothing else but dry runs: regenerate it with "
+        "the version that runs the probe. For trusted use only; SSH (preflight.via: ssh) or --preflight-report "
+        "need no such identity."],
 }
 
 

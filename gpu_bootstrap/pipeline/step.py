@@ -106,12 +106,14 @@ class Step:
         return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()[:16]
 
     def public_fingerprint(self, ctx: "Context", inputs: Any = None) -> str:
-        """SHA-256 of the inputs with every secret value redacted (redact.tree): what a role that may not read the
-        key (the plan role) compares; it cannot confirm a secret, since none is in it."""
-        from gpu_bootstrap.security import redact
+        """SHA-256 of the inputs with every value that is or may be secret hidden, by the rules that keep values out
+        of Git (security/secret_values.py: wider than the screen's, schema-first): what a role that may not read
+        the key (the plan role) compares. Anyone who reads the record could confirm a guess of a value these rules
+        miss (docs/security.md); the keyed fingerprint beside it confirms nothing to them."""
+        from gpu_bootstrap.security import secret_values
+        plain = json.loads(json.dumps(self.inputs(ctx) if inputs is None else inputs, default=str))
         payload = json.dumps({"step": self.id, "revision": self.revision,
-                              "inputs": redact.tree(json.loads(json.dumps(
-                                  self.inputs(ctx) if inputs is None else inputs, default=str)))},
+                              "inputs": secret_values.hidden(plain) if isinstance(plain, dict) else plain},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 

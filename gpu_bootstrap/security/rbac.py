@@ -14,8 +14,10 @@ attacks each was put to on the real API server):
            (webhook configurations, admission policies and their bindings), so it holds no write on those: they
            are judged client-side, as the plan role judges them.
   probe    doctor plus the in-cluster node probe: privileged pods that run a script as root on every GPU
-           node, so NODE-ROOT-EQUIVALENT, for trusted use; its policy lets it write for real only the probe's own
-           namespaces (gpu-bootstrap-probe-*), their ConfigMap and pods.
+           node, so ROOT ON THE CONFIGURED GPU NODES, for trusted use; its policy lets it write for real only the
+           probe's own namespaces (gpu-bootstrap-probe-*, exactly the probe's labels), their ConfigMap (this
+           version's probe script) and the probe's pods (on the configured GPU nodes, its image and commands, the
+           host's / read-only, no host namespaces). No role but up's reads Secret values in our namespaces.
   up       `up` itself: everything. It installs privileged node agents (the gpu-operator's driver and toolkit
            DaemonSets) and binds the charts' roles, so it is CLUSTER-ADMIN-EQUIVALENT: give it to an admin or a
            protected deploy job, as a short-lived token.
@@ -242,6 +244,8 @@ def _steps(config) -> dict[str, dict[str, list[Need]]]:
             # check reads the pods and the leader Lease once nothing drifts (found on a real cluster: a dry run
             # of an up-to-date cluster was refused `list pods` in kube-system)
             READ: [need("", "serviceaccounts configmaps", "get list", "scheduler"),
+                   need("", "configmaps", "get", "scheduler", (f"{config.scheduler.name}-config",),
+                        why="binpack-scheduler: its own config (the plan role reads it by name only)"),
                    need("", "pods", "list", "scheduler"), need("coordination.k8s.io", "leases", "get", "scheduler"),
                    need("apps", "deployments", "get list", "scheduler"),
                    need("policy", "poddisruptionbudgets", "get list", "scheduler"),
@@ -496,6 +500,12 @@ def _read_only(needs_: list[Need], config) -> list[Need]:
         verbs = tuple(v for v in item.verbs if v in PLAN_VERBS)
         if not (resources and verbs):
             continue
+        if "configmaps" in resources and item.scope == "scheduler" and not item.names:
+            # the scheduler's namespace is kube-system by default, where aws-auth and kubeadm-config live: the plan
+            # reads the scheduler's own ConfigMap by name, and says it could not look for leftovers there
+            resources = tuple(r for r in resources if r != "configmaps")
+            if not resources:
+                continue
         if "configmaps" in resources and item.scope is CLUSTER:
             out += [Need("", ("configmaps",), verbs, where, item.names, item.why + " (in the namespaces it plans)")
                     for where in PLANNED_CONFIGMAPS]
@@ -506,7 +516,8 @@ def _read_only(needs_: list[Need], config) -> list[Need]:
     return out
 
 
-PLANNED_CONFIGMAPS = ("state", "monitoring", "scheduler", "opa")  # namespace keys where our ConfigMaps live
+PLANNED_CONFIGMAPS = ("state", "monitoring", "opa")  # namespace keys where our ConfigMaps live (the scheduler's: by
+# name, see _read_only)
 
 
 @dataclass(frozen=True)

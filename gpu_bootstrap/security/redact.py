@@ -45,9 +45,16 @@ _VALUE_PATTERNS = [  # (pattern, replacement): each keeps what identifies the th
     (re.compile(r"(?<![\w-])(--?(?![\w.-]*(?:file|path|dir|name|ttl|mode)=)[A-Za-z0-9][\w.-]*?"
                 r"(?:password|passwd|secret|token|api[-_.]?key|apikey|credentials?|private[-_.]?key|access[-_.]?key|"
                 r"auth[-_.]?key|client[-_.]?key)[\w.-]*=)([^\s'\",]+)", re.IGNORECASE), "\\1" + REDACTED),
+    # a flag named for auth itself (--auth=x, --basic-auth=x; not --authorization-mode=RBAC)
+    (re.compile(r"(?<![\w-])(--?(?:[\w.-]*[-_.])?auth=)([^\s'\",]+)", re.IGNORECASE), "\\1" + REDACTED),
     (re.compile(r"\b(xox[abposr]-|gh[pousr]_|github_pat_|glpat-|nvapi-|sk-|hf_)[A-Za-z0-9_-]{10,}"),
      "\\1" + REDACTED),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "AKIA" + REDACTED),
+    (re.compile(r"\b(hv[sbr]\.)[A-Za-z0-9_-]{12,}"), "\\1" + REDACTED),  # Vault tokens
+    # curl -u user:password (and --user): the user stays
+    (re.compile(r"(?<![\w-])((?:-u|--user)\s+[^\s:'\"]+:)[^\s'\"]+"), "\\1" + REDACTED),
+    # a connection string's password after harmless key=value pairs (host=db user=g password=x)
+    (re.compile(r"((?:^|\s)(?:password|passwd|pwd)=)[^\s'\";]+", re.IGNORECASE), "\\1" + REDACTED),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
 ]
 # `password: x`, `api_key = x`, `"apiKey": "x"` inside an embedded file (a ConfigMap's config, an ini, JSON)

@@ -28,6 +28,39 @@ _DIGEST = re.compile(r"sha(256|384|512):[0-9a-f]{32,}")
 _NAME_VALUE = re.compile(r"^(record|alert|expr|name|kind|role|verb|group|resource|image|tag)$", re.IGNORECASE)
 
 
+# Schema first: where a configuration's own schema types a field as a secret, that decides, whatever the value looks
+# like (a short webhook path, a routing key). Alertmanager's config (prometheus/alertmanager's notifier configs:
+# fields of type Secret, SecretURL, SecretTemplateURL; prometheus/common's HTTP client config), found wherever a
+# values tree holds one (a map with `receivers` beside `route` or `global`: kube-prometheus-stack's
+# alertmanager.config, an AlertmanagerConfig's); Grafana's datasource secureJsonData, encrypted by Grafana whole.
+ALERTMANAGER_SECRETS = frozenset((
+    "alert_source_token", "api_key", "api_secret", "api_url", "app_token", "auth_password", "auth_secret",
+    "bot_token", "mattermost_webhook_url", "opsgenie_api_key", "rocketchat_token", "rocketchat_token_id",
+    "routing_key", "service_key", "slack_api_url", "slack_app_token", "smtp_auth_password", "smtp_auth_secret",
+    "telegram_bot_token", "token", "token_id", "url", "user_key", "victorops_api_key", "webhook_url",
+    "wechat_api_secret", "bearer_token", "client_secret", "credentials", "password", "key"))
+SECRET_SUBTREES = frozenset(("secureJsonData", "secure_json_data"))
+# strings that carry a secret whatever their key: a command line's auth flag, a connection string's password after
+# harmless key=value pairs, curl's -u user:password, a Vault token
+_GIT_SECRET_TEXT = re.compile(r"(?<![\w-])--?[\w.-]*(auth|token|secret|passw\w*|credential\w*|api[-_.]?key)[\w.-]*="
+                              r"[^\s'\",]+|(^|\s)(password|passwd|pwd)=\S+|(?<![\w-])(-u|--user)\s+[^\s:]+:\S+|"
+                              r"\b(hv[sbr]\.|s\.)[A-Za-z0-9_-]{12,}", re.IGNORECASE)
+
+
+def schema_of(key: Any, value: Any, parent: str | None) -> str | None:
+    """The schema a subtree follows: "alertmanager" inside an Alertmanager config, "secret" inside a subtree
+    whose schema makes every value secret, else the parent's."""
+    if isinstance(key, str) and key in SECRET_SUBTREES:
+        return "secret"
+    if isinstance(value, dict) and "receivers" in value and ("route" in value or "global" in value):
+        return "alertmanager"
+    return parent
+
+
+def _schema_secret(key: Any, schema: str | None) -> bool:
+    return schema == "secret" or (schema == "alertmanager" and isinstance(key, str) and key in ALERTMANAGER_SECRETS)
+
+
 def _words(key: str) -> str:
     """camelCase as separate words (adminPassword -> admin_Password), so the word rule sees them."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
@@ -51,6 +84,8 @@ def git_secret(key: Any, value: Any, siblings: dict | None = None) -> bool:
             named = False
         if named:
             return True
+    if isinstance(value, str) and _GIT_SECRET_TEXT.search(value):
+        return True
     return isinstance(value, str) and any(tokenish(part) for part in re.split(r"[\s,;:/@?&]+", _DIGEST.sub("", value)))
 
 
@@ -59,33 +94,35 @@ def split(values: dict) -> tuple[dict, list[str], dict]:
     values document that brings them back: each secret a placeholder naming its path). A list holding one is left
     out whole, as helm replaces lists."""
     paths: list[str] = []
-    kept, skeleton = _split(values, tree(values), None, {}, "", paths, False)
+    kept, skeleton = _split(values, tree(values), None, {}, "", paths, False, None)
     return kept, paths, skeleton or {}
 
 
 def hidden(values: dict) -> dict:
     """A copy of the values with every value that is or may be secret shown as <redacted> (a render dir's
     values.yaml: the structure stays reviewable)."""
-    return _hide(values, tree(values), None, {}, False)
+    return _hide(values, tree(values), None, {}, False, None)
 
 
 def _secret_map(key, siblings: dict, secret_parent: bool) -> bool:
     return secret_parent or (isinstance(key, str) and git_secret(key, "x", siblings))
 
 
-def _secret_leaf(value, hidden_value, key, siblings: dict, secret_parent: bool) -> bool:
+def _secret_leaf(value, hidden_value, key, siblings: dict, secret_parent: bool, schema: str | None = None) -> bool:
     return value != hidden_value or git_secret(key, value, siblings) or \
-        (secret_parent and value not in (None, "") and not isinstance(value, bool))
+        ((secret_parent or _schema_secret(key, schema)) and value not in (None, "") and not isinstance(value, bool))
 
 
-def _split(value, hidden_value, key, siblings: dict, path: str, paths: list[str], secret_parent: bool):
+def _split(value, hidden_value, key, siblings: dict, path: str, paths: list[str], secret_parent: bool,
+           schema: str | None):
     """(what stays, or _DROPPED; the skeleton of what went, or None)."""
     if isinstance(value, dict) and isinstance(hidden_value, dict):
-        inherited = _secret_map(key, siblings, secret_parent)
+        schema = schema_of(key, value, schema)
+        inherited = _secret_map(key, siblings, secret_parent) or schema == "secret"
         kept, skeleton = {}, {}
         for child, item in value.items():
             stays, went = _split(item, hidden_value.get(child), child, value, join_path(path, child), paths,
-                                 inherited and not reference(child))
+                                 inherited and not reference(child), schema)
             if stays is not _DROPPED:
                 kept[child] = stays
             if went is not None:
@@ -93,28 +130,29 @@ def _split(value, hidden_value, key, siblings: dict, path: str, paths: list[str]
         return kept, skeleton or None
     if isinstance(value, list) and isinstance(hidden_value, list) and len(value) == len(hidden_value):
         found = len(paths)
-        whole = [_split(item, other, key, siblings, f"{path}[{index}]", paths, secret_parent)
+        whole = [_split(item, other, key, siblings, f"{path}[{index}]", paths, secret_parent, schema)
                  for index, (item, other) in enumerate(zip(value, hidden_value))]
         if len(paths) == found:
             return value, None
         # the whole list goes: its secret items as placeholders, the others as they are
         return _DROPPED, [_rejoined(stays, went) for stays, went in whole]
-    if _secret_leaf(value, hidden_value, key, siblings, secret_parent):
+    if _secret_leaf(value, hidden_value, key, siblings, secret_parent, schema):
         paths.append(path)
         return _DROPPED, f"<secret: {path}>"
     return value, None
 
 
-def _hide(value, hidden_value, key, siblings: dict, secret_parent: bool):
+def _hide(value, hidden_value, key, siblings: dict, secret_parent: bool, schema: str | None):
     if isinstance(value, dict) and isinstance(hidden_value, dict):
-        inherited = _secret_map(key, siblings, secret_parent)
-        return {child: _hide(item, hidden_value.get(child), child, value, inherited and not reference(child))
+        schema = schema_of(key, value, schema)
+        inherited = _secret_map(key, siblings, secret_parent) or schema == "secret"
+        return {child: _hide(item, hidden_value.get(child), child, value, inherited and not reference(child), schema)
                 for child, item in value.items()}
     if isinstance(value, list) and isinstance(hidden_value, list) and len(value) == len(hidden_value):
-        return [_hide(item, other, key, siblings, secret_parent) for item, other in zip(value, hidden_value)]
+        return [_hide(item, other, key, siblings, secret_parent, schema) for item, other in zip(value, hidden_value)]
     if value != hidden_value:
         return hidden_value  # the screen's rules hid the secret part (a URL's token) and keep the rest
-    return REDACTED if _secret_leaf(value, hidden_value, key, siblings, secret_parent) else value
+    return REDACTED if _secret_leaf(value, hidden_value, key, siblings, secret_parent, schema) else value
 
 
 _DROPPED = object()

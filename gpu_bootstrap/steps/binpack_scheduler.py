@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from gpu_bootstrap.core import dra
-from gpu_bootstrap.core.errors import ConfigError
+from gpu_bootstrap.core.errors import ClusterError, ConfigError
 from gpu_bootstrap.core.catalogue import locate_pods, registry_inputs
 from gpu_bootstrap.core.objects import (differences, lease_fresh, parse_time, served, toleration_for, unschedulable,
                                         waiting)
@@ -132,7 +132,15 @@ class BinpackScheduler(Step):
         found = []
         for api_version, kind, namespaced in OWNED_KINDS:
             for namespace in sorted(namespaces) if namespaced else [None]:
-                for obj in ctx.kube.list(api_version, kind, namespace, label_selector=OWNED_SELECTOR):
+                try:
+                    items = ctx.kube.list(api_version, kind, namespace, label_selector=OWNED_SELECTOR)
+                except ClusterError as error:  # the plan role lists no ConfigMap in kube-system (aws-auth is there)
+                    if error.status != 403 or kind != "ConfigMap":
+                        raise
+                    ctx.reporter.note(f"leftover ConfigMaps of ours in {namespace} not looked for: this identity "
+                                      f"may not list ConfigMaps there")
+                    continue
+                for obj in items:
                     ref = Ref(api_version, kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
                     if ref not in exclude and ref not in found:
                         found.append(ref)

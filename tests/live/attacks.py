@@ -181,10 +181,59 @@ def every_configmap(kc: Path, subject, target) -> Outcome:
                    as_token(kc, "get", "configmap", ATTACK_NAME, "-n", VICTIM_NAMESPACE)])
 
 
+def kube_system_configmaps(kc: Path, subject, target) -> Outcome:
+    """kube-system's ConfigMaps: aws-auth (who is system:masters) and kubeadm-config, listed or by name."""
+    return _judge([as_token(kc, "get", "configmaps", "-n", "kube-system"),
+                   as_token(kc, "get", "configmap", AWS_AUTH[1], "-n", AWS_AUTH[0])])
+
+
 def read_secrets(kc: Path, subject, target) -> Outcome:
     """Secrets where users put them: across the cluster and a planted one in kube-system."""
     return _judge([as_token(kc, "get", "secrets", "-A"),
                    as_token(kc, "get", "secret", PLANTED_SECRET[1], "-n", PLANTED_SECRET[0])])
+
+
+def our_secrets(kc: Path, subject, target) -> Outcome:
+    """The Secrets in our own namespaces: helm's release records (every chart value, the secret ones too),
+    Grafana's admin password, the webhook's TLS key. The state record's fingerprint key is not among them."""
+    return _judge([as_token(kc, "get", "secrets", "-n", "monitoring", "-l", "owner=helm"),
+                   as_token(kc, "get", "secrets", "-n", OPERATOR_NS),
+                   as_token(kc, "get", "secret", "kube-prometheus-stack-grafana", "-n", "monitoring"),
+                   as_token(kc, "get", "secret", "opa-tls", "-n", "gpu-bootstrap-admission")])
+
+
+def probe_escape(kc: Path, subject, target) -> Outcome:
+    """What the probe identity's own namespaces could hold besides the probe: a namespace with a label of its own, a
+    pod that is not the probe's (another image and command, hostPID, the host's / writable) in one with exactly the
+    probe's labels, and a pod on a node that is not a configured GPU node."""
+    from gpu_bootstrap.core.objects import PROBE_COMPONENT
+    labels = {"app.kubernetes.io/managed-by": "gpu-bootstrap", **PROBE_COMPONENT,
+              "gpu-bootstrap.io/probe-run": "attack1",
+              **{f"pod-security.kubernetes.io/{m}": "privileged" for m in ("enforce", "audit", "warn")}}
+    extra = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-bootstrap-probe-attack2", "labels": {
+        **labels, "gpu-bootstrap.io/probe-run": "attack2", "team": "mine"}}}
+    exact = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-bootstrap-probe-attack1",
+                                                                   "labels": labels}}
+    made = as_token(kc, "create", "-f", "-", input=_doc(exact))
+    if made.returncode != 0:  # a role that may not make even the probe's namespace (RBAC): its pods are refused too
+        target.kubectl("create", "-f", "-", input=_doc(exact), check=False)
+    nodes = json.loads(target.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    other = next(n["metadata"]["name"] for n in nodes
+                 if "nvidia.com/gpu" not in (n["status"].get("capacity") or {}))
+    gpu = next(n["metadata"]["name"] for n in nodes if "nvidia.com/gpu" in (n["status"].get("capacity") or {}))
+
+    def pod(name, node, **spec):
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": exact["metadata"]["name"]},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "alpine:3.20",
+                                                           "command": ["sh", "-c", "cat /host/etc/shadow"],
+                                                           "volumeMounts": [{"name": "host", "mountPath": "/host"}]}],
+                         "volumes": [{"name": "host", "hostPath": {"path": "/"}}], **spec}}
+    results = [as_token(kc, "create", "-f", "-", input=_doc(extra)),
+               as_token(kc, "create", "-f", "-", input=_doc(pod("escape-1", gpu, hostPID=True))),
+               as_token(kc, "create", "-f", "-", input=_doc(pod("escape-2", other)))]
+    target.kubectl("delete", "namespace", exact["metadata"]["name"], "--ignore-not-found", "--wait=false",
+                   check=False)
+    return _judge(results)
 
 
 def foreign_namespaces(kc: Path, subject, target) -> Outcome:
@@ -227,7 +276,12 @@ ATTACKS = {  # name -> (what the docs call it, fn)
     "privileged-pods": ("privileged hostPath pods in default and the operator's namespace", privileged_pods),
     "service-proxy": ("a Service proxy outside the Prometheus it reads", service_proxy),
     "every-configmap": ("read every ConfigMap", every_configmap),
+    "kube-system-configmaps": ("read kube-system's ConfigMaps (aws-auth, kubeadm-config)", kube_system_configmaps),
     "read-secrets": ("read Secrets across the cluster and in kube-system", read_secrets),
+    "our-secrets": ("read the Secrets in our namespaces (helm's release records, Grafana's password, OPA's TLS key)",
+                    our_secrets),
+    "probe-escape": ("a probe namespace with a label of its own; pods in one that are not the probe's (hostPID, "
+                     "the host writable, another node)", probe_escape),
     "foreign-namespaces": ("create or delete namespaces that are not the node probe's", foreign_namespaces),
     "own-policy": ("rewrite, unbind or add an admission policy (admission does not run for them)", own_policy),
 }
@@ -236,10 +290,10 @@ ATTACKS = {  # name -> (what the docs call it, fn)
 # What a role may do by design, though an attack tries it: (attack, role) -> why. An attack listed here that is
 # refused after all is fine (the table says so); one not listed must be refused.
 BY_DESIGN = {
-    ("every-configmap", role): "allowed by design: with monitoring.mode auto or attach our dashboards go to the "
-                               "namespace your Grafana watches, so ConfigMaps are read cluster-wide "
-                               "(monitoring.mode: install narrows them to its namespace)"
-    for role in ("dry-run", "doctor", "probe")}
+    (attack, role): "allowed by design: with monitoring.mode auto or attach our dashboards go to the "
+                    "namespace your Grafana watches, so ConfigMaps are read cluster-wide "
+                    "(monitoring.mode: install narrows them to its namespace)"
+    for role in ("dry-run", "doctor", "probe") for attack in ("every-configmap", "kube-system-configmaps")}
 
 
 def run(kc: Path, subject: tuple[str, str], target, role: str) -> dict[str, Outcome]:
@@ -291,6 +345,7 @@ def clear_stage(target, saved: dict) -> dict:
             ("pod", ATTACK_NAME, "default"), ("pod", ATTACK_NAME, OPERATOR_NS),
             ("secret", PLANTED_SECRET[1], PLANTED_SECRET[0]), ("configmap", AWS_AUTH[1], AWS_AUTH[0]),
             ("namespace", ATTACK_NAME, None), ("namespace", "gpu-bootstrap-probe-fake", None),
+            ("namespace", "gpu-bootstrap-probe-attack1", None), ("namespace", "gpu-bootstrap-probe-attack2", None),
             ("validatingadmissionpolicybinding", ATTACK_NAME, None),
             ("namespace", VICTIM_NAMESPACE, None)]:
         where = ["-n", namespace] if namespace else []
