@@ -120,6 +120,8 @@ def ssh_fanout(farm: NodeFarm, folder: Path, names: list[str], runs: int) -> flo
                                  "--via", "ssh", "-o", "json"], capture_output=True, text=True,
                                 env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
         times.append(time.perf_counter() - started)
+        if not result.stdout.startswith("{"):
+            raise SystemExit(f"doctor over SSH ended {result.returncode}: {result.stderr[-2000:]}")
         nodes = json.loads(result.stdout)["nodes"]
         if sum(1 for n in nodes if n["checks"][0]["status"] == "pass") != len(names):
             raise SystemExit("the SSH fan-out did not read every node")

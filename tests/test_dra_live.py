@@ -28,6 +28,7 @@ STEPS = "node-prep,gpu-operator,binpack-scheduler,admission-opa,admission,valida
 RUN_TIMEOUT = 600
 SCHEDULER = "gpu-binpack-scheduler"
 TENANT = "dra-tenant"
+IMPLICIT = "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
 GPUS_PER_NODE = 4
 ONE_GPU_TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                     "metadata": {"name": "one-gpu", "namespace": TENANT},
@@ -42,12 +43,12 @@ ONE_NIC_TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTe
                         "deviceClassName": "nic.example.com", "count": 1}}]}}}}
 
 
-def user_pod(name: str, gpus: int = 0, template: str = "") -> dict:
+def user_pod(name: str, gpus: int = 0, template: str = "", resource: str = "nvidia.com/gpu") -> dict:
     """A pod as users write it: no scheduler name, no toleration for the GPU taint."""
     container = {"name": "main", "image": "registry.example.com/ml/train:1.0"}
     spec = {"containers": [container]}
     if gpus:
-        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        container["resources"] = {"limits": {resource: str(gpus)}}
     if template:
         container["resources"] = {"claims": [{"name": "gpu"}]}
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
@@ -114,6 +115,8 @@ def test_up_in_dra_mode_steers_and_counts_dra_gpu_pods_and_teardown_removes_only
     api.create(f"/api/v1/namespaces/{TENANT}/pods", user_pod("two-gpus", gpus=2))
     api.create(f"/api/v1/namespaces/{TENANT}/pods", user_pod("templated", template="one-gpu"))
     api.create(f"/api/v1/namespaces/{TENANT}/pods", user_pod("cpu-only"))
+    # KEP-5004's implicit name of the GPU class: a GPU pod by another name, held to our scheduler all the same (#54)
+    api.create(f"/api/v1/namespaces/{TENANT}/pods", user_pod("implicit", gpus=1, resource=IMPLICIT))
     # a claim of another driver's class is no GPU pod's: untouched (its devices do not exist, so it stays Pending)
     api.create("/apis/resource.k8s.io/v1/deviceclasses", NIC_CLASS)
     api.create(f"/apis/resource.k8s.io/v1/namespaces/{TENANT}/resourceclaimtemplates", ONE_NIC_TEMPLATE)
@@ -128,13 +131,14 @@ def test_up_in_dra_mode_steers_and_counts_dra_gpu_pods_and_teardown_removes_only
     wait_for(lambda: all(p["spec"].get("nodeName") for p in pods().values()), 180, "every tenant pod to be bound")
     found = pods()
     assert {n: p["spec"]["schedulerName"] for n, p in found.items()} == {
-        "two-gpus": SCHEDULER, "templated": SCHEDULER, "cpu-only": "default-scheduler"}
+        "two-gpus": SCHEDULER, "templated": SCHEDULER, "cpu-only": "default-scheduler", "implicit": SCHEDULER}
     assert any(t.get("key") == "nvidia.com/gpu" and t.get("value") == "present"
                for t in found["templated"]["spec"]["tolerations"]), found["templated"]["spec"]["tolerations"]
-    claims = {name: claim_of(api, found[name]) for name in ("two-gpus", "templated")}
+    claims = {name: claim_of(api, found[name]) for name in ("two-gpus", "templated", "implicit")}
     for name, claim in claims.items():
         results = claim["status"]["allocation"]["devices"]["results"]
-        assert [r["driver"] for r in results] == [dra.DRIVER] * {"two-gpus": 2, "templated": 1}[name], results
+        assert [r["driver"] for r in results] == [dra.DRIVER] * {"two-gpus": 2, "templated": 1,
+                                                                   "implicit": 1}[name], results
         assert {r["pool"] for r in results} == {found[name]["spec"]["nodeName"]}, results
     status = UpRun(["status", "--kubeconfig", str(cluster.kubeconfig)], folder).wait(120)
     assert status.code == 0, status.output[-3000:]
@@ -142,11 +146,12 @@ def test_up_in_dra_mode_steers_and_counts_dra_gpu_pods_and_teardown_removes_only
     expected = {"gpu-1": 0, "gpu-2": 0}
     expected[found["two-gpus"]["spec"]["nodeName"]] += 2
     expected[found["templated"]["spec"]["nodeName"]] += 1
+    expected[found["implicit"]["spec"]["nodeName"]] += 1
     assert {n["name"]: n["gpus"]["requested"] for n in document["nodes"] if n["name"] in expected} == expected
     assert {n["name"]: n["gpus"]["allocatable"] for n in document["nodes"] if n["name"] in expected} == {
         "gpu-1": GPUS_PER_NODE, "gpu-2": GPUS_PER_NODE}
     namespace = next(n for n in document["namespaces"] if n["name"] == TENANT)
-    assert (namespace["gpu_pods"], namespace["gpus"]) == (2, 3)
+    assert (namespace["gpu_pods"], namespace["gpus"]) == (3, 4)
     # teardown: ours goes (the driver's release with its DeviceClass); the slices, written here by the admin as the
     # plugin would, and the tenant's objects stay
     api.request("DELETE", f"/api/v1/namespaces/{TENANT}/pods", {"gracePeriodSeconds": 0})

@@ -109,9 +109,9 @@ def test_a_network_policy_blocks_opa_only_when_none_admits_its_port(policies, bl
 def test_a_namespace_that_is_not_ours_is_never_relabelled_and_the_plan_says_what_it_needs(cluster, tmp_path):
     cluster.kubectl("create", "namespace", "gpu-operator")
     cluster.kubectl("label", "namespace", "gpu-operator", f"{ENFORCE}=baseline")
-    config = tmp_path / "gpu-bootstrap.yaml"
-    config.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}}}\nnodes: [{{name: gpu-1}}]\n"
-                      f"gpu_operator: {{chart: {chart('gpu-operator-v26.7.0.tgz')}}}\n")
+    config = tmp_path / "gpu-bootstrap.yaml"  # the admin's own namespace, adopted: `up` may install into it
+    config.write_text(f"cluster: {{kubeconfig: {cluster.kubeconfig}, adopt_namespaces: [gpu-operator]}}\n"
+                      f"nodes: [{{name: gpu-1}}]\ngpu_operator: {{chart: {chart('gpu-operator-v26.7.0.tgz')}}}\n")
     out = tmp_path / "plan"
     report = write_report(tmp_path / "report.json", ["gpu-1"])
     result = runner.invoke(app, ["up", "--dry-run", "-c", str(config), "--only", "gpu-operator", "--render-dir",

@@ -335,6 +335,29 @@ def test_a_client_side_plan_with_the_plan_role_reads_only_and_reports_what_it_ca
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("allocation", ["device-plugin", "dra"])
+def test_no_role_but_ups_reads_secret_values(tmp_path, allocation):
+    """helm's release records hold every chart value (the secret ones too), Grafana's Secret its password, OPA's its
+    key: the dry-run, doctor and probe roles read no Secret at all but the state record's fingerprint key, by name;
+    the plan role none; up's reads them (it installs them)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"nodes: [{{name: node5}}]\ngpu_operator: {{allocation: {allocation}}}\n")
+    config = load(path)
+    steps = rbac_module.enabled_steps(config, list(load_playbook("default").steps))
+    for command in ("plan", "dry-run", "doctor", "probe", "up"):
+        found = rbac_module.rules(command, config, steps)
+        secret_rules = [(ns, rule) for ns, rules in [(None, found.cluster), *found.namespaced.items()]
+                        for rule in rules if "secrets" in rule["resources"]]
+        if command == "up":
+            assert secret_rules
+        elif command == "plan":
+            assert secret_rules == [], secret_rules
+        else:
+            assert [(ns, rule["resourceNames"], rule["verbs"]) for ns, rule in secret_rules] == [
+                ("gpu-bootstrap", ["gpu-bootstrap-state-key"], ["get"])], (command, secret_rules)
+
+
+@pytest.mark.unit
 def test_the_pipeline_roles_from_least_to_most(tmp_path):
     """plan: get/list/watch, no Secrets; dry-run: bind/escalate only by name, no delete, deletecollection or
     impersonate; up: no `*` (checked for all above)."""

@@ -122,7 +122,8 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
     else:
         _driver(facts, section, derived, labels, warnings)
         _toolkit(facts, section, operator_version, derived, warnings)
-    _device_access(section, operator_version, derived, warnings)
+    if not unknown:  # unknown facts: the running release's toolkit and cdi are kept whole
+        _device_access(section, operator_version, derived, warnings)
     _placement(config, base, playbook_steps, derived, no_room)
     _sharing(facts, config, derived, labels, warnings)
     _pool_operands(config, playbook_steps, derived, warnings)
