@@ -152,6 +152,18 @@ def test_up_in_dra_mode_steers_and_counts_dra_gpu_pods_and_teardown_removes_only
         "gpu-1": GPUS_PER_NODE, "gpu-2": GPUS_PER_NODE}
     namespace = next(n for n in document["namespaces"] if n["name"] == TENANT)
     assert (namespace["gpu_pods"], namespace["gpus"]) == (3, 4)
+    # a tenant after GPUs it was not given, in DRA mode too (#54; tests/live/tenant_attacks.py): every way refused,
+    # voided or steered, as on the device-plugin stack
+    from tests.live import tenant_attacks
+    from tests.live.conftest import Target
+    target = Target(cluster.kubeconfig, folder / "tenant-home", folder, cluster=cluster)
+    try:
+        attacked = tenant_attacks.run(tenant_attacks.set_stage(target, folder), target)
+    finally:
+        tenant_attacks.clear_stage(target)
+    allowed = [f"{attack}: {outcome.by} ({'; '.join(outcome.said)[:300]})" for attack, outcome in attacked.items()
+               if not outcome.refused]
+    assert not allowed, "\n".join(allowed)
     # teardown: ours goes (the driver's release with its DeviceClass); the slices, written here by the admin as the
     # plugin would, and the tenant's objects stay
     api.request("DELETE", f"/api/v1/namespaces/{TENANT}/pods", {"gracePeriodSeconds": 0})
