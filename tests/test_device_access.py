@@ -21,7 +21,7 @@ from gpu_bootstrap.render import admission_policy as policy_render
 from gpu_bootstrap.render import device_access
 from tests.kubeapi import cel, rego
 from tests.kubeapi.patches import json_patch
-from tests.tools import missing
+from tests.test_admission_policy import engines  # noqa: F401 - the real Rego and CEL engines, or a skip
 
 pytestmark = pytest.mark.unit
 
@@ -31,14 +31,6 @@ KUBELET = {"username": "system:node:gpu-1", "groups": ["system:nodes", "system:a
 DS_CONTROLLER = {"username": "system:serviceaccount:kube-system:daemon-set-controller", "groups": []}
 GPU = {"limits": {"nvidia.com/gpu": 1}}
 TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-
-
-@pytest.fixture(autouse=True)
-def engines():
-    if not rego.available():
-        missing("the Rego engine (pip package gordon-to-regorus) is not installed")
-    if not cel.available():
-        missing("the CEL runtime (pip package cel-expr-python) is not installed")
 
 
 def container(name="main", env=None, resources=None, privileged=False, caps=None, image="nvcr.io/nvidia/cuda:12"):

@@ -15,26 +15,14 @@ import pytest
 from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import admission_policy as policy_render
-from tests.kubeapi import cel
 from tests.localcluster.facade import RealEmu
+from tests.test_claim_policies_api import emulator_options, engine  # noqa: F401 - 1.37, the real CEL runtime
 from tests.test_kubeapi_api import api, emu  # noqa: F401 - the fixtures: emulator and real backends
 
 PODS = "/api/v1/namespaces/default/pods"
 GROUP = "/apis/admissionregistration.k8s.io/v1"
 MAP_API = "admissionregistration.k8s.io/v1"
 TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-
-
-@pytest.fixture
-def emulator_options():
-    return {"kube_version": "1.37.0", "cpu_nodes": ["cpu-1"]}
-
-
-@pytest.fixture(autouse=True)
-def engine():
-    from tests.tools import missing
-    if not cel.available():
-        missing("the CEL runtime (pip package cel-expr-python) is not installed")
 
 
 def pod(name: str, env=None, runtime: str = "", tolerations=None, extra_container: bool = False) -> dict:

@@ -44,9 +44,14 @@ def _refusal(result) -> str | None:
     text = result.stderr
     if "ValidatingAdmissionPolicy" in text:
         return "admission policy"
+    if "admission webhook" in text:
+        return "admission webhook"
     if "forbidden" in text.lower():
         return "RBAC"
     return f"failed otherwise: {text.strip()[:200]}"
+
+
+REFUSERS = ("RBAC", "admission policy", "admission webhook")
 
 
 def _judge(results: list, after_ok: bool = True, what_stayed: str = "") -> Outcome:
@@ -59,7 +64,7 @@ def _judge(results: list, after_ok: bool = True, what_stayed: str = "") -> Outco
         return Outcome(False, f"went through: {'; '.join(through)}", said)
     if not after_ok:
         return Outcome(False, what_stayed, said)
-    other = [b for b in by if b not in ("RBAC", "admission policy")]
+    other = [b for b in by if b not in REFUSERS]
     if other:
         return Outcome(False, other[0], said)
     return Outcome(True, " and ".join(sorted(set(by))), said)

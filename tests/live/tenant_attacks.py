@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.live import attacks
 from tests.live.attacks import Outcome
 from tests.live.identities import LIVE_LABEL, as_token, kubeconfig
 
@@ -22,32 +23,13 @@ SCHEDULER = "gpu-binpack-scheduler"
 RUNNING = "tenant-running"  # a pod of the tenant's, for kubectl debug
 
 
-def _refusal(result) -> str | None:
-    if result.returncode == 0:
-        return None
-    text = result.stderr
-    if "ValidatingAdmissionPolicy" in text:
-        return "admission policy"
-    if "admission webhook" in text:
-        return "admission webhook"
-    if "forbidden" in text.lower():
-        return "RBAC"
-    return f"failed otherwise: {text.strip()[:200]}"
-
-
 def _judge(results: list, field: str) -> Outcome:
-    """Refused when every request was refused by admission (or RBAC) and each refusal names `field`."""
-    said = [r.stderr.strip()[:300] for r in results]
-    by = [_refusal(r) for r in results]
-    if None in by:
-        return Outcome(False, "went through", said)
-    other = [b for b in by if b not in ("admission policy", "admission webhook", "RBAC")]
-    if other:
-        return Outcome(False, other[0], said)
+    """Refused (attacks._judge: every request refused by admission or RBAC), and each refusal names `field`."""
+    outcome = attacks._judge(results)
     unnamed = [r.stderr.strip()[:300] for r in results if field not in r.stderr]
-    if unnamed:
-        return Outcome(False, f"refused without naming {field}: {unnamed[0][:160]}", said)
-    return Outcome(True, " and ".join(sorted(set(by))), said)
+    if outcome.refused and unnamed:
+        return Outcome(False, f"refused without naming {field}: {unnamed[0][:160]}", outcome.said)
+    return outcome
 
 
 def pod(name: str, containers: list[dict], gpus: int = 0, **spec) -> dict:
@@ -137,7 +119,7 @@ def implicit_name(kc, target) -> Outcome:
     del asked["spec"]["tolerations"]
     result = as_token(kc, "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(asked))
     if result.returncode != 0:
-        refusal = _refusal(result)
+        refusal = attacks._refusal(result)
         if refusal in ("admission policy", "admission webhook") and "spec.schedulerName" in result.stderr:
             return Outcome(True, f"refused ({refusal}): not on {SCHEDULER}", [result.stderr])
         return Outcome(False, refusal or "failed", [result.stderr])
