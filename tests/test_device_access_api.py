@@ -118,6 +118,14 @@ def test_the_mutating_policy_voids_containers_given_no_gpu_and_ephemeral_contain
             break
         assert time.monotonic() < deadline, f"the mutating policy did not take effect within 120 s: {values}"
         time.sleep(0.5)
+    gpu_pod = pod("gpu", tolerations=TOLERATE)
+    gpu_pod["spec"]["schedulerName"] = "gpu-binpack-scheduler"
+    gpu_pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    gpu_pod["spec"]["initContainers"] = [{"name": "init", "image": "registry.k8s.io/pause:3.10"}]
+    made = answer(api, gpu_pod)  # its GPU container kept as written, its init container voided
+    assert made.status == 201, made
+    assert [c.get("env") for c in made.json["spec"]["containers"]] == [None], made.json["spec"]["containers"]
+    assert made.json["spec"]["initContainers"][0]["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     plain = answer(api, pod("plain"))  # cannot land on a GPU node: left as it is
     assert plain.status == 201 and "env" not in plain.json["spec"]["containers"][0], plain
     running = api.post(PODS, pod("running", tolerations=TOLERATE))
