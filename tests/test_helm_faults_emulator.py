@@ -11,6 +11,7 @@ import pytest
 from gpu_bootstrap.adapters import helm as helm_module
 from gpu_bootstrap.adapters.helm import Chart, Helm
 from gpu_bootstrap.core.errors import ClusterError
+from gpu_bootstrap.core.refs import Ref
 from tests.conftest import chart
 from tests.tools import tool
 
@@ -105,3 +106,34 @@ def test_an_uninstall_that_could_not_delete_the_record_stays_ours_and_is_finishe
     assert helm.labelled("gpu-operator", NS, "app.kubernetes.io/managed-by=gpu-bootstrap")
     assert helm.recover("gpu-operator", NS, "60s") == "finished the interrupted uninstall"
     assert helm.status("gpu-operator", NS) is None
+
+
+def test_an_install_that_stopped_before_its_hooks_account_uninstalls_without_the_hooks(cluster, helm, operator_chart,
+                                                                                       caplog):
+    """The CI run that found it: kube-apiserver restarted while helm installed the gpu-operator chart, helm gave up
+    on the ServiceAccount, and the teardown that followed waited 300 s on the chart's pre-delete hook Job, whose pods
+    the ServiceAccount admission plugin refused. With the hook's account missing the uninstall skips the hooks (they
+    could not run) and says so; with it present they run."""
+    from gpu_bootstrap.adapters.kube import Kube
+    kube = Kube(cluster.kubeconfig)
+    with_kube = Helm(cluster.kubeconfig, executable=tool("helm"), kube=kube)
+    account = Ref("v1", "ServiceAccount", "gpu-operator", NS)
+
+    helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
+    kube.delete(account)
+    assert with_kube.uninstall("gpu-operator", NS, timeout="60s")
+    assert helm.status("gpu-operator", NS) is None
+    assert "uninstalling without the hooks" in caplog.text and f"{NS}/gpu-operator" in caplog.text
+    assert not hook_jobs_created(cluster.emu)
+
+    caplog.clear()
+    helm.upgrade("gpu-operator", operator_chart, VALUES, NS, wait=False, timeout="120s")
+    assert with_kube.uninstall("gpu-operator", NS, timeout="120s")
+    assert "uninstalling without the hooks" not in caplog.text
+    assert hook_jobs_created(cluster.emu)
+
+
+def hook_jobs_created(emu) -> bool:
+    """helm 4 makes a hook by server-side apply (PATCH), helm 3 by POST."""
+    return any(r.method in ("POST", "PATCH") and r.path.startswith(f"/apis/batch/v1/namespaces/{NS}/jobs")
+               for r in emu.requests.all())

@@ -230,16 +230,89 @@ def silent_server():
     server.close()
 
 
-def test_a_server_that_accepts_but_never_answers_fails_within_the_timeout(cluster, silent_server):
+def test_a_server_that_accepts_but_never_answers_fails_within_the_deadline(cluster, silent_server):
+    """Handshakes that never end are repeated until the deadline (a starting API server looks the same, see the
+    next test), then named."""
     kubeconfig = cluster.kubeconfig.with_name("silent")
     kubeconfig.write_text(cluster.kubeconfig.read_text().replace(cluster.emu.address, f"127.0.0.1:{silent_server}"))
-    kube = Kube(kubeconfig, request_timeout=1.5)
+    kube = Kube(kubeconfig, request_timeout=1.5, connect_timeout=1.0, deadline=4.0)
     started = time.monotonic()
     with pytest.raises(Unreachable) as caught:
         kube.version()
     took = time.monotonic() - started
-    assert took < 2 * 1.5 + 3  # two attempts at most (a server that hung twice is not coming back), plus backoff
-    assert f"127.0.0.1:{silent_server}: timed out after 1.5 s" in caught.value.message
+    assert took < 4.0 + 1.0 + 3  # the deadline, one last handshake's timeout, slack
+    assert f"127.0.0.1:{silent_server}: timed out after 1 s connecting (TCP/TLS handshake)" in caught.value.message
+    assert kube.requests >= 2
+
+
+@pytest.fixture
+def late_server(cluster):
+    """Like a kube-apiserver that was just restarted: its port accepts connections at once, but no TLS handshake
+    is answered until `opens` is set (it serves only once started); from then on it relays to the emulator."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    host, port = cluster.emu.address.rsplit(":", 1)
+    opens, stop, kept = threading.Event(), threading.Event(), []
+
+    def pump(source, target):
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, target):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def serve(client):
+        opens.wait()
+        if stop.is_set():
+            return
+        upstream = socket.create_connection((host, int(port)))
+        kept.append(upstream)
+        threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
+        pump(upstream, client)
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                client = server.accept()[0]
+            except OSError:
+                continue
+            kept.append(client)
+            threading.Thread(target=serve, args=(client,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], opens
+    stop.set()
+    opens.set()
+    thread.join()
+    for connection in kept:
+        connection.close()
+    server.close()
+
+
+def test_an_api_server_that_answers_handshakes_only_after_a_while_is_waited_for(cluster, late_server, quick_backoff):
+    """A CI run of the fault tests: kube-apiserver restarted mid-`up`, its port open and its handshakes unanswered
+    for tens of seconds; two connect timeouts in a row ended the request well inside its deadline, and the run.
+    Connect timeouts are bounded by the deadline only."""
+    port, opens = late_server
+    kubeconfig = cluster.kubeconfig.with_name("late")
+    kubeconfig.write_text(cluster.kubeconfig.read_text().replace(cluster.emu.address, f"127.0.0.1:{port}"))
+    kube = Kube(kubeconfig, request_timeout=2.0, connect_timeout=0.5, deadline=30.0)
+    timer = threading.Timer(2.5, opens.set)  # several handshakes time out first
+    timer.start()
+    try:
+        assert kube.version()["major"]
+    finally:
+        timer.cancel()
+    assert kube.requests >= 3
 
 
 def test_an_api_that_never_answers_a_request_fails_within_the_timeout(cluster, emu):

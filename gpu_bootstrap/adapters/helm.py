@@ -130,8 +130,9 @@ class ChartDigestMismatch(GpuBootstrapError):
 class Helm:
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, executable: str | None = None,
                  timeout: str = "10m", read_deadline: float = READ_DEADLINE,
-                 read_attempt_timeout: float = READ_ATTEMPT_TIMEOUT, relay=None):
+                 read_attempt_timeout: float = READ_ATTEMPT_TIMEOUT, relay=None, kube=None):
         self.kubeconfig = kubeconfig
+        self.kube = kube  # adapters/kube.Kube: what helm cannot tell (does a delete hook's ServiceAccount exist?)
         self.relay = relay  # adapters/relay.Relay: helm's requests go through it (our retry rule), else direct
         self.context = context
         self.executable = executable
@@ -374,6 +375,29 @@ class Helm:
         return json.loads(self._run(["get", "values", release, "--namespace", namespace, "--output", "json"],
                                     what="helm get values", retry="read")) or {}
 
+    def hooks(self, release: str, namespace: str) -> str:
+        return self._run(["get", "hooks", release, "--namespace", namespace], what="helm get hooks", retry="read")
+
+    def _missing_hook_accounts(self, release: str, namespace: str) -> set[tuple[str, str]]:
+        """The delete hooks' ServiceAccounts that certainly do not exist (one that could not be read is not
+        missing: the hooks then run, as helm would run them)."""
+        if self.kube is None:
+            return set()
+        from gpu_bootstrap.render.helm_hooks import delete_hook_accounts
+        try:
+            accounts = delete_hook_accounts(self.hooks(release, namespace), namespace)
+        except ReleaseNotFound:
+            return set()
+        missing = set()
+        for account_namespace, name in accounts:
+            try:
+                if self.kube.get("v1", "ServiceAccount", name, account_namespace) is None:
+                    missing.add((account_namespace, name))
+            except ClusterError as error:
+                log.info("helm uninstall %s: ServiceAccount %s/%s unreadable (%s); its hooks run", release,
+                         account_namespace, name, error.message)
+        return missing
+
     def manifest(self, release: str, namespace: str) -> str:
         return self._run(["get", "manifest", release, "--namespace", namespace], what="helm get manifest",
                          retry="read")
@@ -470,7 +494,16 @@ class Helm:
 
     def uninstall(self, release: str, namespace: str, wait: bool = True, timeout: str | None = None,
                   dry_run: bool = False, no_hooks: bool = False) -> bool:
-        """Returns False when there was no such release."""
+        """Returns False when there was no such release. The chart's delete hooks run unless `no_hooks`, or unless
+        they cannot start (render/helm_hooks.py: the ServiceAccount they run as is missing)."""
+        if not no_hooks and not dry_run:
+            missing = self._missing_hook_accounts(release, namespace)
+            if missing:
+                log.warning("helm uninstall %s: its delete hooks run as ServiceAccount %s, which does not exist (the "
+                            "release's install stopped before making it), so their pods would be refused and the "
+                            "uninstall would wait its whole timeout: uninstalling without the hooks", release,
+                            ", ".join(f"{ns}/{name}" for ns, name in sorted(missing)))
+                no_hooks = True
         args = ["uninstall", release, "--namespace", namespace, "--timeout", timeout or self.timeout]
         if no_hooks:
             args.append("--no-hooks")

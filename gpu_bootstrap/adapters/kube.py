@@ -27,7 +27,10 @@ DEADLINE = 60.0  # seconds one request may take, all attempts and waits included
 # those waits have a budget of their own, as client-go's ten retries after the server's Retry-After do
 OVERLOAD_DEADLINE = 300.0
 MAX_ATTEMPTS = 20
-MAX_TIMEOUTS = 2  # attempts that may time out: a server that hung twice in a row is not coming back in time
+MAX_TIMEOUTS = 2  # attempts that may time out waiting for an answer: a server that hung twice is not coming back in
+# time. A connect that times out (TCP or TLS handshake) is not counted: a kube-apiserver that restarts binds its port
+# long before it serves, so for its first seconds (tens on a busy control plane) a handshake waits unanswered; only
+# the deadline bounds those (a CI run saw two in a row, 20 s, and gave up on a server back 10 s later)
 BACKOFF_BASE = 0.25  # seconds before the 2nd attempt; doubles each time ...
 BACKOFF_CAP = 4.0  # ... up to this; each wait is drawn from [half, all] of it (jitter)
 REPEATABLE_PATCHES = ("application/apply-patch+yaml", "application/merge-patch+json",
@@ -156,11 +159,11 @@ class Kube:
 
     Every attempt has a timeout (`request_timeout`, connect `connect_timeout`); a request that is safe to repeat
     (GET, server-side apply, merge patch, PUT with a resourceVersion, DELETE, any dry run, the create of a named
-    object) is retried on 429 (after its Retry-After), 5xx, resets and timeouts (twice at most) with exponential
-    backoff and jitter until `deadline` seconds have passed; any request is retried when the server certainly did
-    not see it (429 or a 5xx with Retry-After, connection refused, connect timeout). Waits a 429 asked for do not
-    count against `deadline`: they have OVERLOAD_DEADLINE of their own. After SIGINT/SIGTERM the deadline shrinks to
-    what the shutdown leaves (gpu_bootstrap.core.interrupts)."""
+    object) is retried on 429 (after its Retry-After), 5xx, resets and timeouts with exponential backoff and jitter
+    until `deadline` seconds have passed (sooner after two answers that never came: a hung server); any request is
+    retried when the server certainly did not see it (429 or a 5xx with Retry-After, connection refused, connect
+    timeout). Waits a 429 asked for do not count against `deadline`: they have OVERLOAD_DEADLINE of their own.
+    After SIGINT/SIGTERM the deadline shrinks to what the shutdown leaves (gpu_bootstrap.core.interrupts)."""
 
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, field_manager: str = FIELD_MANAGER,
                  timeout: float | None = None, attempts: int = MAX_ATTEMPTS, *,
@@ -271,7 +274,7 @@ class Kube:
                                                                 preload_content=True)
             except TRANSPORT_ERRORS() as error:
                 last = classify(error, read_timeout, connect_timeout)
-                timeouts += last.cause.startswith("timed out")
+                timeouts += last.cause.startswith("timed out") and not last.unsent
                 log.debug("%s %s -> no answer (%r) after %.0f ms", method, path, error,
                           (time.monotonic() - sent_at) * 1000)
                 if last.transient and (repeatable or last.unsent) and attempt < self.attempts and \

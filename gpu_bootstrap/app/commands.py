@@ -115,7 +115,7 @@ def _cluster_adapters(options: Options, config, secretless: bool = False):
     from gpu_bootstrap.adapters.relay import Relay
     kube = Kube(kubeconfig, config.cluster.context)
     relayed = Kube(kubeconfig, config.cluster.context, pool_size=RELAY_POOL)  # helm's own, many at once
-    helm = Helm(kubeconfig, config.cluster.context, relay=Relay(relayed))
+    helm = Helm(kubeconfig, config.cluster.context, relay=Relay(relayed), kube=kube)
     if mode == gate_module.RECORD or secretless:  # the plan, dry-run and doctor roles read no Secret of ours, so
         # no helm release record either (docs/security.md: what they cannot show)
         from gpu_bootstrap.adapters.secretless import SecretlessHelm, SecretlessKube
