@@ -340,3 +340,37 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("=", f"host-free tests without the unit marker: {len(_host_free_unmarked)}")
         for nodeid in sorted(_host_free_unmarked):
             terminalreporter.write_line(nodeid)
+
+
+# GPU_BOOTSTRAP_TOY_STEP_AT=first|middle|last: every test runs with a toy step (tests/toy_step.py) inserted there in
+# the default playbook, as a contributor's new step would be. No test of another step may notice (#55): folders,
+# units and expectations go by step id, never by place.
+_TOY_AT = os.environ.get("GPU_BOOTSTRAP_TOY_STEP_AT")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _toy_step_inserted(tmp_path_factory):
+    if not _TOY_AT:
+        yield
+        return
+    import shutil
+    import yaml
+    from gpu_bootstrap import steps
+    from gpu_bootstrap.app import playbook as playbook_module
+    from gpu_bootstrap.core.paths import data_path
+    from tests.toy_step import TOY
+    folder = tmp_path_factory.mktemp("toy-playbooks") / "playbooks"
+    shutil.copytree(data_path("playbooks"), folder)
+    document = yaml.safe_load((folder / "default.yaml").read_text())
+    order = document["steps"]
+    order.insert({"first": 0, "middle": len(order) // 2, "last": len(order)}[_TOY_AT], TOY)
+    (folder / "default.yaml").write_text(yaml.safe_dump(document))
+    steps.REGISTRY[TOY] = "tests.toy_step:Toy"
+    original = playbook_module.data_path
+    playbook_module.data_path = lambda *parts: folder.joinpath(*parts[1:]) if parts[:1] == ("playbooks",) \
+        else original(*parts)
+    try:
+        yield
+    finally:
+        playbook_module.data_path = original
+        steps.REGISTRY.pop(TOY, None)

@@ -39,7 +39,7 @@ def argo_health() -> str:
 
 def application(status: dict | None) -> dict:
     app_ = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-            "metadata": {"name": "gpu-bootstrap-05b-gpu-operator", "namespace": "argocd"},
+            "metadata": {"name": "gpu-bootstrap-gpu-operator-gpu-operator", "namespace": "argocd"},
             "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc"}}}
     if status is not None:
         app_["status"] = status

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from gpu_bootstrap.cli.commands import app
 from tests.tools import tool_env
+from tests.toy_step import shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -30,7 +31,7 @@ def test_offline_dry_run_writes_the_node_prep_patches(example, kube, tmp_path):
     result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / example), "--render-dir", str(out), *kube,
                     tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
-    folder = out / "02-node-prep"
+    folder = out / "node-prep"
     patches = sorted(folder.glob("*-patch-node-*.yaml"))
     config = yaml.safe_load((EXAMPLES / example).read_text())
     assert [p.name.split("-patch-node-")[1][:-5] for p in patches] == [n["name"] for n in config["nodes"]]
@@ -58,13 +59,14 @@ def test_offline_json_document(tmp_path):
     assert result.exit_code == 0
     document = json.loads(result.stdout)
     assert document["ok"] is True and document["incomplete"] == json.loads(refused.stdout)["incomplete"]
-    assert [(s["id"], s["status"], s["changes"]) for s in document["steps"]] == [
+    assert [(s["id"], s["status"], s["changes"]) for s in document["steps"] if shipped([s["id"]])] == [
         ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-pools", "skipped", 0),
         ("monitoring", "planned", 8), ("gpu-operator", "incomplete", 4), ("binpack-scheduler", "planned", 9),
         ("admission-opa", "planned", 8), ("admission", "planned", 5), ("validate", "planned", 3)]
-    assert document["steps"][0]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
+    by_id = {s["id"]: s for s in document["steps"]}
+    assert by_id["preflight"]["message"] == ("no node facts in an offline run; pass --preflight-report FILE (a "
                                                "saved 'gpu-bootstrap doctor -o json') to plan with them")
-    assert document["steps"][1]["message"] == (
+    assert by_id["node-prep"]["message"] == (
         "2 of 2 GPU node(s) need taint/labels: gpu-node-1, gpu-node-2; GPU pods that do not tolerate "
         "nvidia.com/gpu=present:NoSchedule get the toleration from admission (mode mutate)")
 
@@ -72,23 +74,37 @@ def test_offline_json_document(tmp_path):
 @pytest.mark.unit
 def test_render_dir_is_refreshed_not_accumulated(tmp_path):
     out = tmp_path / "out"
-    (out / "07-old-step").mkdir(parents=True)
+    (out / "07-old-step").mkdir(parents=True)  # a numbered folder of an older version's render
     (out / "keep.txt").write_text("mine")
     for _ in range(2):
         invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
                tmp_path=tmp_path)
-    assert sorted(p.name for p in out.iterdir()) == ["02-node-prep", "04-monitoring", "05-gpu-operator",
-                                                    "06-binpack-scheduler", "07-admission-opa", "08-admission",
-                                                    "09-validate", "keep.txt"]
-    assert (out / "02-node-prep" / "plan.txt").read_text().count("\n") == 2
+    assert sorted(p.name for p in out.iterdir() if p.suffix or shipped([p.name])) == [
+        "admission", "admission-opa", "binpack-scheduler", "gpu-operator", "keep.txt", "monitoring", "node-prep",
+        "steps.txt", "validate"]
+    assert shipped((out / "steps.txt").read_text().split()) == ["preflight", "node-prep", "gpu-pools", "monitoring",
+                                                                "gpu-operator", "binpack-scheduler", "admission-opa",
+                                                                "admission", "validate"]
+    assert (out / "node-prep" / "plan.txt").read_text().count("\n") == 2
+
+
+@pytest.mark.unit
+def test_render_dir_refuses_a_folder_of_the_users_where_a_step_goes(tmp_path):
+    out = tmp_path / "out"
+    (out / "validate").mkdir(parents=True)
+    (out / "validate" / "mine.txt").write_text("mine")
+    result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"),
+                    "--render-dir", str(out), tmp_path=tmp_path)
+    assert result.exit_code == 2 and "holds validate, which no render of gpu-bootstrap wrote" in result.output
+    assert sorted(p.name for p in out.rglob("*")) == ["mine.txt", "validate"]
 
 
 @pytest.mark.unit
 def test_skip_leaves_a_step_out(tmp_path):
     result = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--skip", "node-prep",
                     "-o", "json", tmp_path=tmp_path)
-    assert json.loads(result.stdout)["steps"][1] == {"id": "node-prep", "status": "skipped", "changes": 0,
-                                                      "message": "left out (--skip)"}
+    steps = {s["id"]: s for s in json.loads(result.stdout)["steps"]}
+    assert steps["node-prep"] == {"id": "node-prep", "status": "skipped", "changes": 0, "message": "left out (--skip)"}
 
 
 @pytest.mark.unit
@@ -160,11 +176,11 @@ def test_validation_pods_use_the_binpack_scheduler_when_the_playbook_deploys_it(
     out = tmp_path / "out"
     invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
            tmp_path=tmp_path)
-    pod = yaml.safe_load((out / "09-validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
+    pod = yaml.safe_load((out / "validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
     assert pod["spec"]["schedulerName"] == "gpu-binpack-scheduler"
     invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
            "--playbook", str(ROOT / "tests" / "playbooks" / "no-scheduler.yaml"), tmp_path=tmp_path)
-    pod = yaml.safe_load((out / "04-validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
+    pod = yaml.safe_load((out / "validate" / "02-create-pod-gpu-bootstrap-validate-gpu-node-1.yaml").read_text())
     assert "schedulerName" not in pod["spec"]
 
 

@@ -180,7 +180,7 @@ def test_a_plan_says_its_kubernetes_first_repeats_nothing_warns_of_nothing_expec
     assert sum("dcgmExporter.serviceMonitor=" in line for line in lines) == 1
     verdict = next(line for line in lines if line.startswith("plan: "))
     assert re.match(r"plan: \d+ to create, \d+ to change, 0 to remove \(\d+ change\(s\) planned in node-prep,", verdict)
-    release = (tmp_path / "out" / "05-gpu-operator" / "release.yaml").read_text()
+    release = (tmp_path / "out" / "gpu-operator" / "release.yaml").read_text()
     assert "\\u2190" not in release and "←" in release
 
 

@@ -259,7 +259,7 @@ def test_default_config_plans_every_step_with_the_documented_versions(minor, dis
         "gpu-operator": "incomplete", "binpack-scheduler": "planned", "admission-opa": "planned", "admission": "planned", "validate": "planned"}, doc
     assert steps["gpu-operator"]["message"].startswith("planned, but gpu-operator manifests not rendered")
     assert steps["monitoring"]["message"].startswith("planned, but kube-prometheus-stack manifests not rendered")
-    monitoring = load(out / "04-monitoring" / "release.yaml")
+    monitoring = load(out / "monitoring" / "release.yaml")
     assert monitoring["chart_version"] == ("72.9.1" if minor == 24 else "88.5.3")  # 88.x needs Kubernetes >= 1.25
 
     # the facts preflight found are the distribution's
@@ -269,11 +269,11 @@ def test_default_config_plans_every_step_with_the_documented_versions(minor, dis
 
     # gpu-operator: the newest line NVIDIA validated, and the rule in the plan line
     expected = GPU_OPERATOR[minor]
-    release = load(out / "05-gpu-operator" / "release.yaml")
+    release = load(out / "gpu-operator" / "release.yaml")
     assert (release["chart"]["version"], release["chart_version"], release["kube_version"]) == (expected, expected,
                                                                                                 server)
     line = "v" + ".".join(expected.lstrip("v").split(".")[:2]) + ".x"
-    assert (out / "05-gpu-operator" / "plan.txt").read_text() == "".join(
+    assert (out / "gpu-operator" / "plan.txt").read_text() == "".join(
         f"patch Node {node}: update the gpu-bootstrap record  ← remember which operator labels the node has before "
         f"the first install (teardown keeps those)\n" for node in NODES) + (
         "apply Namespace gpu-operator: create  ← the release's namespace, labelled as ours so that teardown removes "
@@ -281,15 +281,15 @@ def test_default_config_plans_every_step_with_the_documented_versions(minor, dis
         "device-plugin and DCGM pods use the host (NVIDIA's advice)\n"
         f"helm-upgrade release gpu-operator/gpu-operator: install: gpu-operator {line} ({expected})  ← newest "
         f"release NVIDIA validated for Kubernetes 1.{minor} ({GPU_OPERATOR_RANGE[expected]})\n")
-    assert (out / "05-gpu-operator" / "manifests-not-rendered.txt").exists()
-    values = load(out / "05-gpu-operator" / "values.yaml")
+    assert (out / "gpu-operator" / "manifests-not-rendered.txt").exists()
+    values = load(out / "gpu-operator" / "values.yaml")
     assert values["driver"]["enabled"] is False  # pre-installed on every node of every distribution here
     toolkit = {"enabled": values["toolkit"]["enabled"], **{e["name"]: e["value"]
                                                            for e in values["toolkit"].get("env", [])}}
     assert {k: toolkit.get(k) for k in DISTRIBUTIONS[distribution][3]} == DISTRIBUTIONS[distribution][3]
 
     # binpack-scheduler: config apiVersion and image for this version
-    scheduler = [load(p) for p in sorted((out / "06-binpack-scheduler").glob("*.yaml"))]
+    scheduler = [load(p) for p in sorted((out / "binpack-scheduler").glob("*.yaml"))]
     assert len(scheduler) == 9
     configmap = next(d for d in scheduler if d["kind"] == "ConfigMap")
     embedded = yaml.load(configmap["data"]["config.yaml"], Loader=Loader)
@@ -300,15 +300,15 @@ def test_default_config_plans_every_step_with_the_documented_versions(minor, dis
         f"registry.k8s.io/kube-scheduler:v{server}"
 
     # every manifest validates against this version's schemas
-    patches = sorted((out / "02-node-prep").glob("*-patch-node-*.yaml"))
+    patches = sorted((out / "node-prep").glob("*-patch-node-*.yaml"))
     assert [p.name.split("-patch-node-")[1][:-5] for p in patches] == NODES
     for path in patches:
         name = path.name.split("-patch-node-")[1][:-5]
         validate(merge_patch(fresh_node(name), load(path)), minor)
-    validation = [load(p) for p in sorted((out / "09-validate").glob("*.yaml"))]
+    validation = [load(p) for p in sorted((out / "validate").glob("*.yaml"))]
     assert [d["kind"] for d in validation] == ["Namespace", "Pod", "Pod"]
     # admission: OPA and its webhook (the Secret's data is redacted in the render dir, so it is left out here)
-    admission = [load(p) for folder in ("07-admission-opa", "08-admission")
+    admission = [load(p) for folder in ("admission-opa", "admission")
                  for p in sorted((out / folder).glob("*.yaml"))]
     assert {"Deployment", "Service", "MutatingWebhookConfiguration"} <= {d["kind"] for d in admission}
     for manifest in scheduler + validation + [d for d in admission if d["kind"] != "Secret"]:
@@ -350,10 +350,10 @@ def test_operator_manifests_from_the_local_chart(minor, distribution, reports, v
     result, doc = plan(config, reports[distribution], kube_version(minor, distribution), out, tmp_path / "log")
     assert result.exit_code == 0, result.output
     assert {s["id"]: s["status"] for s in doc["steps"]}["gpu-operator"] == "planned", doc
-    assert (out / "05-gpu-operator" / "plan.txt").read_text().splitlines()[len(NODES) + 1].startswith(
+    assert (out / "gpu-operator" / "plan.txt").read_text().splitlines()[len(NODES) + 1].startswith(
         "helm-upgrade release gpu-operator/gpu-operator: install: gpu-operator v26.7.x (v26.7.0)  ← the local "
         f"chart {local} (gpu_operator.chart); v26.7.x: validated for 1.33-1.37")
-    manifests = [d for d in yaml.load_all((out / "05-gpu-operator" / "manifests.yaml").read_text(), Loader=Loader) if d]
+    manifests = [d for d in yaml.load_all((out / "gpu-operator" / "manifests.yaml").read_text(), Loader=Loader) if d]
     assert len(manifests) > 20
     custom = crd_schemas(local)
     for manifest in manifests:

@@ -30,8 +30,21 @@ def generator():
 @pytest.mark.unit
 def test_the_generated_pages_are_current():
     stale = [str(path.relative_to(ROOT)) for path, text in generator().pages().items()
-             if not path.exists() or path.read_text() != text]
+             if not path.exists() or _differs(path.read_text(), text)]
     assert stale == [], f"stale, run scripts/generate-docs: {stale}"
+
+
+def _differs(written: str, generated: str) -> bool:
+    """With a toy step inserted (GPU_BOOTSTRAP_TOY_STEP_AT, tests/conftest.py) the pages that list the steps gain
+    its lines, which a contributor adding a step writes with scripts/generate-docs: only those lines may differ."""
+    import difflib
+    import os
+    if written == generated or not os.environ.get("GPU_BOOTSTRAP_TOY_STEP_AT"):
+        return written != generated
+    from tests.toy_step import TOY
+    changed = [line for line in difflib.ndiff(written.splitlines(), generated.splitlines())
+               if line[:2] in ("- ", "+ ")]
+    return not all(line.startswith("+ ") and TOY in line for line in changed)
 
 
 # What belongs to the project's own history, not to a user's manual: our issue numbers, the shared folder the tests

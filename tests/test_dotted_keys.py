@@ -40,10 +40,10 @@ def test_a_dotted_key_plans_renders_and_exports(tmp_path):
     text = " ".join(planned.output.split())
     assert "grafana.grafana\\.ini.server.domain ← your monitoring.values (value not shown)" in text
     assert "daemonsets.labels.nvidia\\.com/team ← your gpu_operator.values (value not shown)" in text
-    values = yaml.safe_load((render / "04-monitoring" / "values.yaml").read_text())
+    values = yaml.safe_load((render / "monitoring" / "values.yaml").read_text())
     assert values["grafana"]["grafana.ini"]["server"]["domain"] == "grafana.example.com"
-    assert "domain = grafana.example.com" in (render / "04-monitoring" / "manifests.yaml").read_text()
-    operator = yaml.safe_load((render / "05-gpu-operator" / "values.yaml").read_text())
+    assert "domain = grafana.example.com" in (render / "monitoring" / "manifests.yaml").read_text()
+    operator = yaml.safe_load((render / "gpu-operator" / "values.yaml").read_text())
     assert operator["daemonsets"]["labels"] == {"nvidia.com/team": "ml"}
     exported = runner.invoke(app, ["export", "--format", "helmfile", "-o", str(tmp_path / "helmfile"), "-c",
                                    str(config(tmp_path)), "--offline", "--kube-version", "1.33", "--preflight-report",

@@ -22,6 +22,7 @@ from tests.conftest import chart
 from tests import planted
 from tests.nodes.reports import write_report
 from tests.tools import TOOLS_BIN, tool_env, missing, run, tool
+from tests.toy_step import shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -87,7 +88,7 @@ def built_units(folder: Path, engine: str, home: Path) -> dict[str, list[dict]]:
     """Each unit of our objects as the engine builds it: `kubectl kustomize` (Argo CD, Flux and `apply -k` run
     kustomize on the folder) or, for helmfile, `helm template` of the unit's local chart."""
     built = {}
-    for unit in sorted(p for p in folder.iterdir() if p.is_dir() and p.name[:2].isdigit()):
+    for unit in sorted(p for p in folder.iterdir() if p.is_dir() and step_of_unit(p.name)):
         if engine == "helmfile":
             if not (unit / "Chart.yaml").is_file():
                 continue
@@ -283,14 +284,19 @@ def test_a_rendered_export_holds_exactly_the_images_that_images_lists(tmp_path, 
     # the imperative steps' images (the in-cluster probe's, the validation pods') come with their commands
     wanted = {i["image"] for i in json.loads(listed.stdout)["images"]
               if not all(who.startswith(("gpu-bootstrap preflight", "gpu-bootstrap validate")) for who in i["pulled_by"])}
-    step_of = {"monitoring": "monitoring", "gpu-operator": "gpu-operator"}
     by_step: dict[str, list] = {}
     for path, doc in documents(out):
-        step = path.relative_to(out).parts[0].split("-", 1)[1] if len(path.relative_to(out).parts) > 1 else ""
-        by_step.setdefault(step_of.get(step, step), []).append((path.name, doc))
+        unit = path.relative_to(out).parts[0] if len(path.relative_to(out).parts) > 1 else ""
+        by_step.setdefault(step_of_unit(unit), []).append((path.name, doc))
     found = image_list.collect(by_step, load(report, ["gpu-a1", "gpu-a2"]), True, "auto", None, {})
     assert set(found.images) == wanted, sorted(set(found.images) ^ wanted)
     assert len(wanted) >= 15, wanted
+
+
+def step_of_unit(unit: str) -> str:
+    """The step a unit's folder belongs to (bundle.unit_id: the step's id, then the release or a number)."""
+    from gpu_bootstrap.steps import REGISTRY
+    return max((step for step in REGISTRY if unit == step or unit.startswith(step + "-")), key=len, default="")
 
 
 # --- refusals --------------------------------------------------------------------------------------------------------
@@ -359,14 +365,14 @@ def test_a_folder_of_other_files_is_refused_and_a_second_export_replaces_only_it
     result, _ = export(tmp_path, "flux", EXAMPLES / "fleet-gitops.yaml", "1.33", report, out=out)
     assert result.exit_code == 0, result.output
     (out / "notes.txt").write_text("mine, added after")
-    assert (out / "08-admission").is_dir()
+    assert (out / "admission").is_dir()
     result, _ = export(tmp_path, "flux", EXAMPLES / "fleet-gitops.yaml", "1.33", report, "--skip", "admission",
                        out=out)
     assert result.exit_code == 0, result.output
-    assert not (out / "08-admission").exists(), "the unit left out stayed"
+    assert not (out / "admission").exists(), "the unit left out stayed"
     assert (out / "notes.txt").read_text() == "mine, added after"
     kustomizations = yaml.safe_load_all((out / "flux" / "kustomizations.yaml").read_text())
-    assert "gpu-bootstrap-08-admission" not in {k["metadata"]["name"] for k in kustomizations}
+    assert "gpu-bootstrap-admission" not in {k["metadata"]["name"] for k in kustomizations}
 
 
 @pytest.mark.unit
@@ -376,21 +382,21 @@ def test_units_keep_the_playbook_order_and_charts_come_after_their_namespace(tmp
     assert result.exit_code == 0, result.output
     apps = {doc["metadata"]["name"]: doc for _p, doc in documents(out / "argocd" / "apps")}
     waves = sorted((int(a["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]), name)
-                   for name, a in apps.items())
+                   for name, a in apps.items() if shipped([step_of_unit(name.removeprefix("gpu-bootstrap-"))]))
     assert [name for _w, name in waves] == [
-        "gpu-bootstrap-04a-monitoring", "gpu-bootstrap-04b-monitoring", "gpu-bootstrap-04c-monitoring",
-        "gpu-bootstrap-05a-gpu-operator", "gpu-bootstrap-05b-gpu-operator", "gpu-bootstrap-06-binpack-scheduler",
-        "gpu-bootstrap-07-admission-opa", "gpu-bootstrap-08-admission"]
-    assert apps["gpu-bootstrap-04b-monitoring"]["spec"]["source"]["chart"] == "kube-prometheus-stack"
-    assert apps["gpu-bootstrap-06-binpack-scheduler"]["spec"]["source"]["path"] == "clusters/prod/gpu/06-binpack-scheduler"
-    operator = (out / "argocd" / "apps" / "05b-gpu-operator.yaml").read_text()
+        "gpu-bootstrap-monitoring", "gpu-bootstrap-monitoring-kube-prometheus-stack", "gpu-bootstrap-monitoring-2",
+        "gpu-bootstrap-gpu-operator", "gpu-bootstrap-gpu-operator-gpu-operator", "gpu-bootstrap-binpack-scheduler",
+        "gpu-bootstrap-admission-opa", "gpu-bootstrap-admission"]
+    assert apps["gpu-bootstrap-monitoring-kube-prometheus-stack"]["spec"]["source"]["chart"] == "kube-prometheus-stack"
+    assert apps["gpu-bootstrap-binpack-scheduler"]["spec"]["source"]["path"] == "clusters/prod/gpu/binpack-scheduler"
+    operator = (out / "argocd" / "apps" / "gpu-operator-gpu-operator.yaml").read_text()
     assert "#   driver.enabled=false  ← gpu-a1, gpu-a2: driver" in operator  # each derived value with its reason
-    webhook = yaml.safe_load((out / "08-admission" / "01-mutatingwebhookconfiguration-gpu-bootstrap-gpu-pods.yaml")
+    webhook = yaml.safe_load((out / "admission" / "01-mutatingwebhookconfiguration-gpu-bootstrap-gpu-pods.yaml")
                              .read_text())
     assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "gpu-bootstrap-admission/opa-serving"
     assert webhook["metadata"]["annotations"]["gpu-bootstrap.io/exported-to"] == "argocd"
     assert "caBundle" not in webhook["webhooks"][0]["clientConfig"]
-    kinds = [doc["kind"] for _p, doc in documents(out / "07-admission-opa")]
+    kinds = [doc["kind"] for _p, doc in documents(out / "admission-opa")]
     assert {"Issuer", "Certificate"} <= set(kinds) and "Secret" not in kinds
 
 
@@ -409,7 +415,7 @@ def test_every_unit_builds_into_exactly_the_objects_up_applies_with_the_policy_k
     for engine in ("argocd", "flux", "helmfile"):
         result, out = export(tmp_path, engine, config, "1.33", report)
         assert result.exit_code == 0, result.output
-        assert (out / "07-admission-opa" / ("files" if engine == "helmfile" else "") / "opa-policy" /
+        assert (out / "admission-opa" / ("files" if engine == "helmfile" else "") / "opa-policy" /
                 "gpu-pods.rego").read_text() == policy["gpu-pods.rego"]
         package = next(line for line in policy["gpu-pods.rego"].splitlines() if line.startswith("package "))
         assert package.startswith("package ") and package not in "".join(p.read_text() for p in out.rglob("*.yaml"))
@@ -437,7 +443,8 @@ def test_argocd_settings_reach_every_application_and_the_health_patch_comes_with
                          "gitops", "--argocd-project", "platform", "--no-auto-sync")
     assert result.exit_code == 0, result.output
     apps = [doc for _p, doc in documents(out / "argocd") if doc.get("kind") == "Application"]
-    assert len(apps) == 9
+    assert len([a for a in apps if shipped([step_of_unit(a["metadata"]["name"].removeprefix("gpu-bootstrap-"))])
+                or a["metadata"]["name"] == "gpu-bootstrap"]) == 9
     for app_ in apps:
         assert app_["metadata"]["namespace"] == "gitops" and app_["spec"]["project"] == "platform", app_
         assert "automated" not in app_["spec"]["syncPolicy"], app_
@@ -471,7 +478,7 @@ def test_argocd_settings_are_checked_before_anything_is_written(tmp_path, engine
 
 @pytest.mark.unit
 @pytest.mark.parametrize("engine, needs", [
-    ("argocd", ["Argo CD 2.8 or later", "cert-manager (its CRDs and its CA injector), before unit 07-admission-opa"]),
+    ("argocd", ["Argo CD 2.8 or later", "cert-manager (its CRDs and its CA injector), before unit admission-opa"]),
     ("flux", ["Flux 2.3 or later", "GitRepository `flux-system/flux-system`", "cert-manager"]),
     ("helmfile", ["helm-diff plugin", "cert-manager"]),
 ])
@@ -591,7 +598,45 @@ def test_an_online_export_of_karpenter_pools_reads_the_cluster_and_takes_pool_no
     assert result.exit_code == 0, result.output
     assert cluster.emu.requests.writes(include_dry_run=True) == []
     assert "Kubernetes 1.33.4" in (out / "README.md").read_text()
-    pools = {doc["kind"]: doc for _p, doc in documents(out / "03-gpu-pools")}
+    pools = {doc["kind"]: doc for _p, doc in documents(out / "gpu-pools")}
     assert {"NodePool", "EC2NodeClass"} <= set(pools), sorted(pools)
-    operator = (out / "05b-gpu-operator" / "helmrelease.yaml").read_text()
+    operator = (out / "gpu-operator-gpu-operator" / "helmrelease.yaml").read_text()
     assert "driver.enabled=true  ← every GPU node (gpu-1, gpu-2) is a pool node" in operator, operator[:1500]
+
+
+def engine_names(out: Path) -> set[str]:
+    """Every Application, Kustomization and HelmRelease an export holds, by kind and name."""
+    names = set()
+    for _path, doc in documents(out):
+        if doc.get("kind") in ("Application", "Kustomization", "HelmRelease") and \
+                doc.get("apiVersion", "").split("/")[0] in ("argoproj.io", "kustomize.toolkit.fluxcd.io",
+                                                            "helm.toolkit.fluxcd.io"):
+            names.add((doc["kind"], doc["metadata"]["name"]))
+    return names
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("position", [0, 4, -1], ids=["first", "middle", "last"])
+def test_a_step_inserted_in_the_playbook_renames_no_unit_and_prunes_nothing(tmp_path, monkeypatch, position):
+    """Units were named by their place (`05b-gpu-operator`): a version that inserted a step renamed every later
+    Application, and Argo CD's resources finalizer made the next sync's prune a cascading delete of the
+    gpu-operator and the monitoring stack. Names now come from the step and release alone."""
+    from tests.toy_step import TOY, inserted, playbook_with_toy
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    with inserted(monkeypatch):
+        toy_playbook, plain = playbook_with_toy(tmp_path, position), playbook_with_toy(tmp_path, None)
+        for engine in ("argocd", "flux"):
+            result, out = export(tmp_path, engine, EXAMPLES / "fleet-gitops.yaml", "1.33", report, "--playbook",
+                                 str(plain))
+            assert result.exit_code == 0, result.output
+            before = engine_names(out)
+            result, _ = export(tmp_path, engine, EXAMPLES / "fleet-gitops.yaml", "1.33", report,
+                               "--playbook", str(toy_playbook), out=out)
+            assert result.exit_code == 0, result.output
+            after = engine_names(out)
+            assert before < after and {name for _kind, name in after - before} == {f"gpu-bootstrap-{TOY}"}, \
+                (engine, sorted(before ^ after))
+            assert "units of the export this one replaced are gone" not in result.output
+            result, _ = export(tmp_path, engine, EXAMPLES / "fleet-gitops.yaml", "1.33", report, "--playbook",
+                               str(plain), out=out)
+            assert f"units of the export this one replaced are gone: {TOY}" in result.output, result.output

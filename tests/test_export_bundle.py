@@ -28,9 +28,6 @@ def release(name: str, values: dict, derived=()) -> Change:
     return Change(Verb.HELM_UPGRADE, Ref.release(name, "ns"), "install", body=body)
 
 
-ORDER = ["preflight", "node-prep", "monitoring", "gpu-operator", "validate"]
-
-
 def test_a_step_with_objects_around_a_chart_becomes_three_units_in_order():
     submitted = [("node-prep", Change(Verb.PATCH, Ref.node("n1"), "taint", body={"spec": {"taints": []}})),
                  ("monitoring", apply(obj("Namespace", "monitoring"))),
@@ -42,9 +39,9 @@ def test_a_step_with_objects_around_a_chart_becomes_three_units_in_order():
                  ("gpu-operator", release("gpu-operator", {})),
                  ("validate", apply(obj("Namespace", "gpu-bootstrap"))),
                  ("validate", Change(Verb.CREATE, Ref("v1", "Pod", "p", "gpu-bootstrap"), "run", body={}))]
-    made = bundle.build(submitted, ORDER, "1.33.0", "flux")
-    assert [(u.id, u.wave) for u in made.units] == [("03a-monitoring", 0), ("03b-monitoring", 1),
-                                                    ("03c-monitoring", 2), ("04-gpu-operator", 3)]
+    made = bundle.build(submitted, "1.33.0", "flux")
+    assert [(u.id, u.wave) for u in made.units] == [("monitoring", 0), ("monitoring-kps", 1),
+                                                    ("monitoring-2", 2), ("gpu-operator-gpu-operator", 3)]
     assert [o["kind"] for o in made.units[2].objects] == ["CustomResourceDefinition", "ConfigMap"]  # CRDs first
     assert made.units[2].objects[1]["metadata"]["annotations"]["gpu-bootstrap.io/exported-to"] == "flux"
     assert list(made.imperative) == ["node-prep", "validate"]  # the operator's node record is up's bookkeeping
@@ -105,7 +102,7 @@ def test_the_skeleton_brings_back_every_secret_and_whole_lists_without_a_value()
 def test_a_value_decided_without_node_facts_is_named():
     made = bundle.build([("gpu-operator", release("gpu-operator", {}, [
         "driver.enabled=true  ← no node facts (offline without --preflight-report): the chart's default",
-        "toolkit.enabled=false  ← n1: toolkit 1.17 with nvidia as the default runtime"]))], ORDER, "1.33.0", "flux")
+        "toolkit.enabled=false  ← n1: toolkit 1.17 with nvidia as the default runtime"]))], "1.33.0", "flux")
     assert bundle.values_without_facts(made) == ["gpu-operator: driver.enabled"]
 
 

@@ -183,7 +183,7 @@ def test_an_offline_plan_renders_the_drivers_chart_with_each_derived_value_and_i
                                  "-o", "json", "--log-file", str(tmp_path / "log")])
     assert result.exit_code == 0, result.output
     assert step(json.loads(result.stdout))["status"] == "planned"
-    folder = next(out.glob("*-gpu-operator"))
+    folder = out / "gpu-operator"
     release = yaml.safe_load((folder / "dra-driver-nvidia-gpu-release.yaml").read_text())
     assert (release["release"], release["chart_version"], release["kube_version"]) == \
         ("dra-driver-nvidia-gpu", "0.5.0", "1.37.1")  # --kube-version 1.37: its newest patch gpu-bootstrap knows

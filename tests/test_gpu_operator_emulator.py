@@ -312,7 +312,7 @@ def test_an_operator_upgrade_applies_the_new_crds_first_and_keeps_a_value_using_
     new = write_config(tmp_path, cluster, extra="  values: {validator: {hostNetwork: true}}\n")
     dry, document = up(new, tmp_path, *ONLY, "--dry-run", "--render-dir", str(tmp_path / "plan"))
     assert dry.exit_code == 0, dry.output
-    lines = next((tmp_path / "plan").glob("*-gpu-operator")).joinpath("plan.txt").read_text().splitlines()
+    lines = (tmp_path / "plan" / "gpu-operator" / "plan.txt").read_text().splitlines()
     crd_lines = [i for i, line in enumerate(lines) if "CustomResourceDefinition" in line]
     helm_line = next(i for i, line in enumerate(lines) if line.startswith("helm-upgrade"))
     assert len(crd_lines) == 5 and max(crd_lines) < helm_line, lines  # 2 upgraded, 3 new; NFD's are unchanged

@@ -31,7 +31,7 @@ def plan(tmp_path: Path, kube: str, extra: str = "", report: bool = True):
     if report:
         args += ["--preflight-report", str(write_report(tmp_path / "report.json", ["node5", "node6"]))]
     result = runner.invoke(app, args)
-    return result, tmp_path / "out" / "05-gpu-operator"
+    return result, tmp_path / "out" / "gpu-operator"
 
 
 def crd_schemas(tmp_path: Path) -> dict[tuple[str, str], dict]:
@@ -90,7 +90,7 @@ def test_a_repository_chart_without_network_still_plans_values(tmp_path):
     # the plan says it is incomplete and exits 1 (a CI gate must not pass it), and still writes the values
     assert result.exit_code == 1 and "the plan is incomplete: " in result.output, result.output
     assert "gpu-operator manifests not rendered" in result.output and "--allow-incomplete" in result.output
-    folder = tmp_path / "out" / "05-gpu-operator"
+    folder = tmp_path / "out" / "gpu-operator"
     assert (folder / "values.yaml").exists() and (folder / "release.yaml").exists()
     note = folder / "manifests-not-rendered.txt"  # unless this machine can reach NVIDIA's chart repository
     assert (folder / "manifests.yaml").exists() or "set gpu_operator.chart to a local .tgz" in note.read_text()

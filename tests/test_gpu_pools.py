@@ -66,7 +66,7 @@ def render(tmp_path: Path, body: str = POOLS) -> list[dict]:
                               "--only", "node-prep,gpu-pools", "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     assert step(document, "gpu-pools")["status"] == "planned"
-    return [yaml.safe_load(p.read_text()) for p in sorted((out / "03-gpu-pools").glob("*-apply-*.yaml"))]
+    return [yaml.safe_load(p.read_text()) for p in sorted((out / "gpu-pools").glob("*-apply-*.yaml"))]
 
 
 @pytest.mark.unit
@@ -125,7 +125,7 @@ def test_node_templates_carry_exactly_what_node_prep_applies(tmp_path):
     body = POOLS + "node_prep:\n  taint: {key: example.com/gpu, value: 'yes', effect: NoExecute}\n" \
                    "  labels: {team: ml}\n"
     documents = render(tmp_path, body)
-    patch = yaml.safe_load(next((tmp_path / "out" / "02-node-prep").glob("*-patch-node-gpu-1.yaml")).read_text())
+    patch = yaml.safe_load(next((tmp_path / "out" / "node-prep").glob("*-patch-node-gpu-1.yaml")).read_text())
     node_prep_taint = patch["spec"]["taints"]
     node_prep_labels = {k: v for k, v in patch["metadata"]["labels"].items()}
     pools = {d["metadata"]["name"]: d["spec"]["template"] for d in documents if d["kind"] == "NodePool"}
@@ -147,7 +147,7 @@ def test_disruption_never_consolidates_busy_gpu_nodes(tmp_path):
     assert pool["spec"]["limits"] == {"nvidia.com/gpu": "8"}
     assert pool["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpu-bootstrap",
                                           "app.kubernetes.io/component": "gpu-pools"}
-    text = (tmp_path / "out" / "03-gpu-pools" / "02-apply-nodepool-gpu.yaml").read_text()
+    text = (tmp_path / "out" / "gpu-pools" / "02-apply-nodepool-gpu.yaml").read_text()
     assert "#   disruption WhenEmpty after 30m  ← a node running GPU pods is never consolidated" in text
 
 
@@ -282,15 +282,15 @@ def test_bottlerocket_pools_keep_the_operators_driver_and_device_plugin_off_and_
     result, document = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(write_config(tmp_path, body)), "--only",
                               "gpu-pools,gpu-operator", "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
-    release = yaml.safe_load((out / "05-gpu-operator" / "release.yaml").read_text())
+    release = yaml.safe_load((out / "gpu-operator" / "release.yaml").read_text())
     derived = [line for line in release["derived_values"] if line.startswith("pools:gpu-bottlerocket:")]
-    template = yaml.safe_load((out / "03-gpu-pools" / "04-apply-nodepool-gpu-bottlerocket.yaml").read_text())
+    template = yaml.safe_load((out / "gpu-pools" / "04-apply-nodepool-gpu-bottlerocket.yaml").read_text())
     labels = template["spec"]["template"]["metadata"]["labels"]
     assert [line.split("=")[0] for line in derived] == [
         f"pools:gpu-bottlerocket:{key}" for key, value in labels.items() if key.startswith("nvidia.com/gpu.deploy.")]
     assert all(line.split("  ← ")[0].endswith('="false"') for line in derived)
     assert "bottlerocket #4309" in derived[0] and "operator skips that operand there" in derived[0]
-    values = yaml.safe_load((out / "05-gpu-operator" / "values.yaml").read_text())
+    values = yaml.safe_load((out / "gpu-operator" / "values.yaml").read_text())
     assert "pools:gpu-bottlerocket:nvidia.com/gpu.deploy.driver" not in json.dumps(values)  # labels, not values
     assert any("does not run on Bottlerocket pool(s) gpu-bottlerocket" in w for w in release["warnings"])
 
@@ -302,10 +302,10 @@ def test_al2023_pools_keep_only_the_operators_driver_and_toolkit_off(tmp_path):
     result, _ = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(write_config(tmp_path, body)), "--only",
                        "gpu-pools,gpu-operator", "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
-    release = yaml.safe_load((out / "05-gpu-operator" / "release.yaml").read_text())
+    release = yaml.safe_load((out / "gpu-operator" / "release.yaml").read_text())
     assert [line.split("  ← ")[0] for line in release["derived_values"] if line.startswith("pools:")] == [
         'pools:gpu:nvidia.com/gpu.deploy.driver="false"', 'pools:gpu:nvidia.com/gpu.deploy.container-toolkit="false"']
-    template = yaml.safe_load((out / "03-gpu-pools" / "02-apply-nodepool-gpu.yaml").read_text())
+    template = yaml.safe_load((out / "gpu-pools" / "02-apply-nodepool-gpu.yaml").read_text())
     assert "nvidia.com/gpu.deploy.device-plugin" not in template["spec"]["template"]["metadata"]["labels"]
 
 
@@ -416,5 +416,5 @@ def test_without_node_prep_labels_nfd_follows_an_equality_selector(tmp_path):
     result, _ = invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(config), "--only", "node-prep,gpu-operator",
                        "--render-dir", str(out), tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
-    values = yaml.safe_load((out / "05-gpu-operator" / "values.yaml").read_text())
+    values = yaml.safe_load((out / "gpu-operator" / "values.yaml").read_text())
     assert values["node-feature-discovery"]["worker"]["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}

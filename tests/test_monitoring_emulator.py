@@ -242,7 +242,7 @@ def test_attach_mode_labels_our_objects_for_the_prometheus_found_and_changes_not
     result, document = cli("up", "-c", str(config), "--dry-run", "--only", "monitoring", "--render-dir", str(out),
                            tmp_path=tmp_path)  # (the gpu-operator chart cannot be dry-run before its CRDs exist)
     assert result.exit_code == 0, result.output
-    plan = (out / "04-monitoring" / "01-apply-prometheusrule-gpu-bootstrap-gpu-alerts.yaml").read_text()
+    plan = (out / "monitoring" / "01-apply-prometheusrule-gpu-bootstrap-gpu-alerts.yaml").read_text()
     for line in ("monitoring.mode: auto: the cluster runs the Prometheus Operator; attaching to Prometheus "
                  "observability/main (it is not changed)",
                  "serviceMonitorSelector team=gpu → the DCGM ServiceMonitor gets team=gpu",

@@ -95,7 +95,7 @@ def test_the_offline_render_validates(minor, tmp_path, monkeypatch):
                                  str(tmp_path / "log")])
     assert result.exit_code == 0, result.output
     step = json.loads(result.stdout)["steps"][0]
-    folder = out / "04-monitoring"
+    folder = out / "monitoring"
     release = yaml.safe_load((folder / "release.yaml").read_text())
     assert release["chart_version"] == ("72.9.1" if minor == 24 else "88.5.3")
     ours = [d for f in sorted(folder.glob("0*-apply-*.yaml")) for d in documents(f)]

@@ -40,14 +40,14 @@ def plan(tmp_path: Path, render: Path):
                                str(tmp_path / "log")])
 
 
-@pytest.mark.parametrize("planted", ["02-node-prep/plan.txt", "02-node-prep", "notes-link"])
+@pytest.mark.parametrize("planted", ["node-prep/plan.txt", "node-prep", "notes-link"])
 def test_a_render_dir_holding_a_planted_link_is_refused_and_the_victim_is_untouched(tmp_path, victim, planted):
     render = tmp_path / "render"
-    (render / "02-node-prep").mkdir(parents=True)
+    (render / "node-prep").mkdir(parents=True)
     link = render / planted
     if link.is_dir():
         link.rmdir()
-    link.symlink_to(victim if planted != "02-node-prep" else victim.parent)
+    link.symlink_to(victim if planted != "node-prep" else victim.parent)
     result = plan(tmp_path, render)
     assert result.exit_code == 2, result.output
     assert "symbolic link" in result.output and "--render-dir" in result.output, result.output
@@ -56,8 +56,8 @@ def test_a_render_dir_holding_a_planted_link_is_refused_and_the_victim_is_untouc
 
 def test_a_render_dir_holding_a_hard_link_is_refused(tmp_path, victim):
     render = tmp_path / "render"
-    (render / "02-node-prep").mkdir(parents=True)
-    os.link(victim, render / "02-node-prep" / "plan.txt")
+    (render / "node-prep").mkdir(parents=True)
+    os.link(victim, render / "node-prep" / "plan.txt")
     result = plan(tmp_path, render)
     assert result.exit_code == 2 and "hard link" in result.output, result.output
     assert untouched(victim)
@@ -78,7 +78,7 @@ def test_links_elsewhere_in_a_render_dir_do_not_matter_and_a_clean_one_is_writte
     (render / "node_modules" / ".bin" / "tool").symlink_to(victim)
     result = plan(tmp_path, render)
     assert result.exit_code == 0, result.output
-    assert (render / "02-node-prep" / "plan.txt").stat().st_mode & 0o777 == 0o600
+    assert (render / "node-prep" / "plan.txt").stat().st_mode & 0o777 == 0o600
     assert untouched(victim)
 
 

@@ -274,7 +274,7 @@ def test_with_a_mirror_no_image_reference_leaves_it(kube, tmp_path, helm_on_path
     outside = [(where, ref) for where, ref in found if not ref.startswith(f"{mirror}/")]
     assert outside == []
     files = {where.split("/")[0] for where, _ref in found}
-    assert {"06-binpack-scheduler", "07-admission-opa", "09-validate"} <= files
+    assert {"binpack-scheduler", "admission-opa", "validate"} <= files
     if kube != "1.24":  # the charts were rendered: their hooks and the operator's operands are in the walk
         assert any("manifests.yaml" in w and "kube-webhook-certgen" in r for w, r in found)
         assert any("manifests.yaml" in w and "/nvidia/driver:" in r for w, r in found)  # ClusterPolicy

@@ -254,8 +254,8 @@ def test_a_kubernetes_minor_upgrade_moves_the_scheduler_image_and_config_and_doc
 
 
 @pytest.mark.parametrize("mark", [
-    ("annotate", "argocd.argoproj.io/tracking-id=gpu-bootstrap-06-binpack-scheduler:/ConfigMap:kube-system/x"),
-    ("label", "kustomize.toolkit.fluxcd.io/name=gpu-bootstrap-06-binpack-scheduler"),
+    ("annotate", "argocd.argoproj.io/tracking-id=gpu-bootstrap-binpack-scheduler:/ConfigMap:kube-system/x"),
+    ("label", "kustomize.toolkit.fluxcd.io/name=gpu-bootstrap-binpack-scheduler"),
     ("annotate", "gpu-bootstrap.io/exported-to=helmfile")])
 def test_teardown_refuses_what_a_gitops_engine_owns_and_removes_nothing(cluster, tmp_path, mark):
     """Objects of ours that an engine applies (from `gpu-bootstrap export`): Argo CD's tracking annotation, Flux's

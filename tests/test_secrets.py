@@ -85,9 +85,9 @@ def test_no_planted_secret_in_any_output_of_a_dry_run(tmp_path):
     # the plans did render the secrets' homes: otherwise 0 hits would prove nothing
     assert "grafana.adminPassword  ← your monitoring.values (value not shown)" in verbose.stdout
     assert "ngc.apiKey  ← your gpu_operator.values (value not shown)" in verbose.stdout
-    manifests = (work / "rendered" / "04-monitoring" / "manifests.yaml").read_text()
+    manifests = (work / "rendered" / "monitoring" / "manifests.yaml").read_text()
     assert "admin-password: <redacted>" in manifests and "alertmanager.yaml: <redacted>" in manifests
-    values = yaml.safe_load((work / "rendered" / "04-monitoring" / "values.yaml").read_text())
+    values = yaml.safe_load((work / "rendered" / "monitoring" / "values.yaml").read_text())
     assert values["alertmanager"]["config"]["receivers"][0]["slack_configs"][0] == {
         "api_url": "https://hooks.slack.com/services/<redacted>", "channel": "#gpu"}
     outputs = {"ci stdout": ci.stdout, "ci stderr": ci.stderr, "stdout": verbose.stdout, "stderr": verbose.stderr,
@@ -228,7 +228,7 @@ def test_render_dir_is_private_and_redacts_values_and_release(tmp_path):
     old = os.umask(0o022)
     try:
         root = tmp_path / "render"
-        prepare(root)
+        prepare(root, ["monitoring"])
         render = RenderDir(root, ["monitoring"], helm=None)
         body = {"release": "r", "namespace": "n", "chart": {"ref": "/nonexistent.tgz"}, "chart_version": "1",
                 "kube_version": "1.31.0", "values": {"grafana": {"adminPassword": "pw-1"}},
@@ -237,7 +237,7 @@ def test_render_dir_is_private_and_redacts_values_and_release(tmp_path):
                                           body=body))
     finally:
         os.umask(old)
-    folder = root / "01-monitoring"
+    folder = root / "monitoring"
     assert stat.S_IMODE(root.stat().st_mode) == 0o700 and stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {
         name: 0o600 for name in ("01-helm-upgrade-release-r.yaml", "plan.txt", "values.yaml", "release.yaml",
@@ -294,7 +294,7 @@ def test_no_planted_secret_of_any_kind_in_a_plan_its_log_or_its_render_dir(tmp_p
         outputs.update({f"{output} stdout": run.stdout, f"{output} stderr": run.stderr,
                         f"{output} log": (tmp_path / f"{output}.log").read_text()})
     assert "grafana.grafana\\.ini.database.password  ← your monitoring.values (value not shown)" in outputs["text stdout"]
-    manifests = (tmp_path / "text" / "04-monitoring" / "manifests.yaml").read_text()
+    manifests = (tmp_path / "text" / "monitoring" / "manifests.yaml").read_text()
     assert "GF_DATABASE_PASSWORD" in manifests and "--x-password=<redacted>" in manifests  # rendered, then redacted
     assert {name: planted.leaked(text) for name, text in outputs.items() if planted.leaked(text)} == {}
     assert planted.files_with_secrets(tmp_path / "text") == planted.files_with_secrets(tmp_path / "json") == {}

@@ -185,7 +185,7 @@ def test_a_node_its_kubelet_updates_under_a_plan_is_read_again_and_planned_again
     result = cli(*command, "-c", str(config), "-o", "json", *render, tmp_path=tmp_path)
     assert result.exit_code == 0, result.output
     if render:  # the plan that passed, rendered once
-        folder = next((tmp_path / "render").glob("*-node-prep"))
+        folder = tmp_path / "render" / "node-prep"
         assert len(list(folder.glob("*-patch-node-*.yaml"))) == 3, sorted(p.name for p in folder.iterdir())
         assert len((folder / "plan.txt").read_text().splitlines()) == 3
     conflicts = [r for r in emu.requests.all() if r.path.endswith("/nodes/node5") and r.status == 409]
@@ -210,7 +210,7 @@ def test_online_dry_run_uses_server_side_dry_run_and_renders(emu, config, tmp_pa
     assert {r.path for r in dry_writes} == {f"/api/v1/nodes/{n}" for n in NODES}
     assert all(r.query.get("dryRun") == "All" for r in dry_writes)
     assert not node_view(emu, "node5")["taints"]
-    rendered = sorted(p.name for p in (tmp_path / "out" / "02-node-prep").iterdir())
+    rendered = sorted(p.name for p in (tmp_path / "out" / "node-prep").iterdir())
     assert rendered == ["01-patch-node-node5.yaml", "02-patch-node-node6.yaml", "03-patch-node-node7.yaml",
                         "plan.txt"]
 

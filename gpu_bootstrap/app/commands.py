@@ -74,7 +74,7 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None, confi
     render_dir = None
     if options.render_dir is not None:
         from gpu_bootstrap.pipeline.render_dir import RenderDir, prepare
-        prepare(options.render_dir)
+        prepare(options.render_dir, list(playbook.steps))
         render_dir = RenderDir(options.render_dir, list(playbook.steps), helm)
     ctx = Context(config=config, kube=kube, helm=helm, node_facts=node_facts,
                   gate=gate_module.Gate(mode, kube, helm, render_dir), reporter=reporter,
@@ -379,10 +379,10 @@ def _saved_facts(version: str, reports: dict, report_path: Path) -> dict:
 def _rendered_documents(render: Path) -> tuple[dict, dict]:
     """step id -> [(file name, document)] of a render dir, and step id -> why its chart was not rendered."""
     import yaml
+    from gpu_bootstrap.pipeline.render_dir import step_folders
     documents: dict[str, list] = {}
     not_rendered: dict[str, str] = {}
-    for folder in sorted(p for p in render.iterdir() if p.is_dir()):
-        step = folder.name.split("-", 1)[1]
+    for step, folder in step_folders(render):
         for path in sorted(folder.glob("*.yaml")):
             if path.name in ("values.yaml", "release.yaml"):
                 continue

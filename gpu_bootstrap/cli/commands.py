@@ -96,7 +96,7 @@ def up(common, dry_run: Annotated[Optional[DryRun], Option("--dry-run", metavar=
        preflight_report: Annotated[Optional[Path], Option("--preflight-report", metavar="FILE", help=(
            "Node facts from a saved 'gpu-bootstrap doctor -o json' instead of SSH."))] = None,
        render_dir: Annotated[Optional[Path], Option("--render-dir", metavar="DIR", help=(
-           "Write each step's exact manifests and patches to DIR/NN-STEP/."))] = None,
+           "Write each step's exact manifests and patches to DIR/STEP/ (DIR/steps.txt: their order)."))] = None,
        allow_operand_restart: Annotated[bool, Option("--allow-operand-restart", help=(
            "Let a plan change the driver, toolkit or runtime values of a running gpu-operator (it restarts the "
            "operands on every GPU node)."))] = False,
@@ -323,6 +323,10 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
                        f"{','.join(done.bundle.imperative)}")
         for release, paths in done.secrets.items():
             typer.echo(f"secret values left out of {release}: {', '.join(paths)} (see {out}/README.md)")
+        if done.gone:
+            typer.echo(f"warning: units of the export this one replaced are gone: {', '.join(done.gone)}. Your "
+                       f"engine prunes them, and with them what they deployed, unless you release them first: see "
+                       f"docs/upgrading.md, \"Exports: units renamed once\"", err=True)
 
     run("export", common, body)
 

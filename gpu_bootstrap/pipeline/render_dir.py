@@ -1,5 +1,7 @@
-"""--render-dir: each step's changes written to DIR/<NN>-<step-id>/ as the exact documents sent to the cluster, and a
+"""--render-dir: each step's changes written to DIR/<step-id>/ as the exact documents sent to the cluster, and a
 Helm release as its values, its reasons and (when the chart can be read) the manifests `helm template` renders.
+DIR/steps.txt lists the steps in the playbook's order. A folder is named by its step alone, so a step inserted in
+the playbook changes no other step's folder (renders are diffed across versions).
 
 Secrets stay in the cluster: everything written here passes through security/redact.py (a Secret's data, values
 under secret-looking keys, webhook URLs, URL passwords, private keys), and the folders are 0700, the files 0600, so
@@ -14,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from gpu_bootstrap.security import outdir, redact, secret_values
+from gpu_bootstrap.core.errors import UsageError
 from gpu_bootstrap.core.refs import Chart, Verb
 from gpu_bootstrap.pipeline.step import Change
 
@@ -34,17 +37,45 @@ def dump(obj) -> str:
     return yaml.dump(obj, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True)
 
 
-STEP_FOLDER = re.compile(r"\d\d-[a-z0-9-]+")
+NUMBERED_FOLDER = re.compile(r"\d\d-[a-z0-9-]+")  # the <NN>-<step> folders of renders before 0.x (removed)
+STEP_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
+INDEX = "steps.txt"
 
 
-def prepare(folder: Path) -> None:
-    """Start from a clean render: remove the NN-step folders a previous render left, keep anything else. A folder
-    with a link planted where we write (its top, the step folders) is refused (security/outdir.py)."""
-    outdir.refuse_planted(folder, "--render-dir", descend=STEP_FOLDER.fullmatch)
+def prepare(folder: Path, steps: list[str]) -> None:
+    """Start from a clean render: remove the step folders a previous render left (those its steps.txt lists, the
+    `steps` about to be written when they hold a plan.txt, and numbered folders of older versions), keep anything
+    else. A folder with a link planted where we write (its top, the step folders) is refused (security/outdir.py)."""
+    ours = set(_listed(folder)) | set(steps)
+    outdir.refuse_planted(folder, "--render-dir", descend=lambda name: name in ours or NUMBERED_FOLDER.fullmatch(name))
     outdir.make_folder(folder)
-    for child in folder.iterdir():
-        if child.is_dir() and STEP_FOLDER.fullmatch(child.name):
-            shutil.rmtree(child)
+    listed = set(_listed(folder))
+    removed = [child for child in folder.iterdir() if child.is_dir() and (
+        child.name in listed or NUMBERED_FOLDER.fullmatch(child.name) or
+        (child.name in steps and (child / "plan.txt").is_file()))]
+    foreign = [child.name for child in folder.iterdir() if child.is_dir() and child.name in steps and
+               child not in removed and any(child.iterdir())]
+    if foreign:  # a folder of the user's where a step's would go: never mixed with a render, never removed
+        raise UsageError(f"--render-dir {folder} holds {', '.join(sorted(foreign))}, which no render of gpu-bootstrap "
+                         f"wrote (no steps.txt names it, no plan.txt in it), where a step's folder goes",
+                         "move it, or give another --render-dir")
+    for child in removed:
+        shutil.rmtree(child)
+    outdir.write(folder, INDEX, "".join(f"{step}\n" for step in steps))
+
+
+def step_folders(root: Path) -> list[tuple[str, Path]]:
+    """(step id, its folder) of a render, in the playbook's order (steps.txt), for the steps that wrote one."""
+    return [(step, root / RenderDir.folder(step)) for step in _listed(root) if (root / RenderDir.folder(step)).is_dir()]
+
+
+def _listed(folder: Path) -> list[str]:
+    """The step folders steps.txt names (the render that wrote it): valid step ids only, never a path."""
+    index = folder / INDEX
+    if not index.is_file() or index.is_symlink():
+        return []
+    return [line.strip() for line in index.read_text(errors="replace").splitlines()
+            if STEP_ID.fullmatch(line.strip())]
 
 
 class RenderDir:
@@ -57,10 +88,10 @@ class RenderDir:
         self._counts: dict[str, int] = {}
         self._releases: dict[str, list[str]] = {}  # step -> the releases written for it, in order
 
-    def folder(self, step_id: str) -> str:
-        """The step's folder, relative to the root."""
-        index = self.order.index(step_id) + 1 if step_id in self.order else 0
-        return f"{index:02d}-{step_id}"
+    @staticmethod
+    def folder(step_id: str) -> str:
+        """The step's folder, relative to the root: its id alone (steps.txt holds the order)."""
+        return step_id
 
     def write(self, step_id: str, change: Change) -> str | None:
         """Write one change; returns a problem to report when part of it could not be rendered."""

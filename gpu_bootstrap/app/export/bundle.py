@@ -4,6 +4,8 @@ The input is what the gate recorded in an offline run of the playbook: (step id,
 object changes of a step form one unit of plain manifests; each Helm release is a unit of its own; so a step such
 as monitoring (its namespace, then the kube-prometheus-stack chart, then our alert rules and dashboards, which need
 the chart's CRDs) becomes three units, and the engine applies them in that order (sync waves, dependsOn, needs).
+A unit is named by its step and release alone (unit_id), never by a place in the playbook: users keep these names
+(Argo CD Applications, Flux Kustomizations), and an engine prunes a name that disappears, with its resources.
 What is not declarative (node taints and labels, the validation pods, the tool's own bookkeeping) is kept as the
 lines of the plan that name it, for the export's README.
 """
@@ -38,7 +40,7 @@ class Release:
 
 @dataclass
 class Unit:
-    id: str  # "04b-monitoring": the step's place in the playbook, a letter when it has several units
+    id: str  # unit_id(): "monitoring", "monitoring-kube-prometheus-stack", "monitoring-2"
     step: str
     wave: int  # 0, 1, 2, ... in playbook order
     objects: list[dict] = field(default_factory=list)
@@ -70,7 +72,7 @@ KIND_ORDER = {"CustomResourceDefinition": 0, "Namespace": 1}
 RUN_STEPS = {"validate"}
 
 
-def build(submitted: list[tuple[str, Any]], order: list[str], kube_version: str, engine: str) -> Bundle:
+def build(submitted: list[tuple[str, Any]], kube_version: str, engine: str) -> Bundle:
     """Group the recorded changes into units; `engine` is written on each object of ours (GITOPS_ANNOTATION), so
     that teardown knows a GitOps engine owns it."""
     groups: list[tuple[str, str, list]] = []  # (step, "objects" | "release", changes)
@@ -90,10 +92,8 @@ def build(submitted: list[tuple[str, Any]], order: list[str], kube_version: str,
             imperative.setdefault(step, []).append(change.describe())
     units, redacted = [], []
     for wave, (step, kind, changes) in enumerate(groups):
-        number = order.index(step) + 1 if step in order else 0
-        siblings = [g for g in groups if g[0] == step]
-        letter = "abcdefghij"[siblings.index((step, kind, changes))] if len(siblings) > 1 else ""
-        unit = Unit(f"{number:02d}{letter}-{step}", step, wave)
+        earlier = sum(1 for g in groups[:wave] if g[0] == step and g[1] == "objects")
+        unit = Unit(unit_id(step, changes[0].body["release"] if kind == "release" else None, earlier), step, wave)
         if kind == "release":
             unit.release = _release(changes[0].body)
         else:
@@ -106,6 +106,15 @@ def build(submitted: list[tuple[str, Any]], order: list[str], kube_version: str,
             unit.objects.sort(key=lambda o: KIND_ORDER.get(o["kind"], 2))  # stable: CRDs, namespaces, the rest
         units.append(unit)
     return Bundle(units, imperative, redacted, kube_version)
+
+
+def unit_id(step: str, release: str | None = None, earlier_object_units: int = 0) -> str:
+    """A unit's name, from what it is and never from where it stands: a step's objects are `<step>` (a later group
+    of them, after one of its releases, `<step>-2`, ...); a release is `<step>-<release>`. Inserting a step in the
+    playbook, or a version that adds one, renames no other unit; only the sync waves move."""
+    if release is not None:
+        return f"{step}-{release}"
+    return step if earlier_object_units == 0 else f"{step}-{earlier_object_units + 1}"
 
 
 def _bookkeeping(change) -> bool:

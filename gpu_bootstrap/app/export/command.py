@@ -28,6 +28,7 @@ class Exported:
     files: list[str]
     bundle: bundle_module.Bundle
     secrets: dict[str, list[str]]  # release -> secret value paths left out
+    gone: list[str] = dataclasses.field(default_factory=list)  # units the export before had and this one has not
 
 
 def export(options, engine: str, folder: Path, target: Target) -> Exported:
@@ -48,14 +49,14 @@ def export(options, engine: str, folder: Path, target: Target) -> Exported:
         if not options.offline:  # the cluster's version and its nodes' facts, read once; the plan itself is offline
             facts, config = cluster_facts(options, config, Path(scratch) / "facts.json")
             offline = dataclasses.replace(offline, **facts)
-        ctx, runner, playbook = app.build(offline, app.LogReporter(), config=config)
+        ctx, runner, _playbook = app.build(offline, app.LogReporter(), config=config)
         try:
             results = runner.up()
             failed = [r for r in results if r.status == "failed"]
             if failed:
                 raise GpuBootstrapError(f"the plan the export is made from failed at {failed[0].id}: "
                                         f"{failed[0].message}", "gpu-bootstrap up --dry-run shows the same plan")
-            made = bundle_module.build(ctx.gate.submitted, list(playbook.steps), ctx.server_version(), engine)
+            made = bundle_module.build(ctx.gate.submitted, ctx.server_version(), engine)
             _refuse_unknown_facts(made)
             _refuse_local_charts(made, engine)
             rendered = _render_charts(ctx, made) if engine == "manifests" else None
@@ -64,8 +65,35 @@ def export(options, engine: str, folder: Path, target: Target) -> Exported:
     files = formats.render(made, engine, target, rendered)
     secrets = {u.release.name: u.release.secret_paths for u in made.units if u.release and u.release.secret_paths}
     files["README.md"] = readme(made, engine, target, options)
+    before = _units_of(_previous_files(folder))
     written = write(folder, files)
-    return Exported(folder, engine, written, made, secrets)
+    return Exported(folder, engine, written, made, secrets, sorted(before - _units_of(written)))
+
+
+NOT_UNITS = {"argocd", "flux", "values"}  # the folders of an export that are not units
+
+
+def _previous_files(folder: Path) -> list[str]:
+    marker = folder / MARKER
+    if not marker.is_file():
+        return []
+    try:
+        return list(json.loads(marker.read_text()).get("files", []))
+    except (ValueError, AttributeError):
+        return []
+
+
+def _units_of(files: list[str]) -> set[str]:
+    """The unit names an export's files make: its unit folders, and argocd's Applications (a chart's has no
+    folder)."""
+    units = set()
+    for name in files:
+        parts = Path(name).parts
+        if len(parts) > 1 and parts[0] not in NOT_UNITS:
+            units.add(parts[0])
+        elif parts[:2] == ("argocd", "apps") and len(parts) == 3:
+            units.add(Path(parts[2]).stem)
+    return units
 
 
 def check_target(engine: str, target: Target) -> None:
