@@ -15,6 +15,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpu_bootstrap.security import rbac as rbac_module
+from gpu_bootstrap.security import rbac_rules
 from gpu_bootstrap.cli.commands import app
 from gpu_bootstrap.core.config import load
 from gpu_bootstrap.app.playbook import load_playbook
@@ -266,7 +267,7 @@ CHART_SETTINGS = {"dra-driver": ["--set", "gpuResourcesEnabledOverride=true"]}  
                                            ("gpu-operator", "gpu-operator-v25.10.1.tgz"),
                                            ("monitoring", "kube-prometheus-stack-88.5.3.tgz"), DRA_CHART])
 def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
-    """The charts' objects are granted by kind (rbac.CHART_KINDS): every kind the chart renders (hooks and CRDs
+    """The charts' objects are granted by kind (rbac_rules.CHART_KINDS): every kind the chart renders (hooks and CRDs
     included), and whether it is namespaced, must be there."""
     from tests.tools import tool, tool_env
     helm = tool("helm")
@@ -280,7 +281,7 @@ def test_every_kind_a_chart_renders_is_in_the_table(step, archive):
             group = doc["apiVersion"].rpartition("/")[0]
             found.add((group, _plural(doc["kind"]), bool(doc["metadata"].get("namespace"))
                        or doc["kind"] in ("ServiceAccount", "ConfigMap", "Secret", "Service", "Job")))
-    assert found - set(rbac_module.CHART_KINDS[step]) == set()
+    assert found - set(rbac_rules.CHART_KINDS[step]) == set()
 
 
 @pytest.mark.unit
@@ -389,7 +390,7 @@ def test_the_pipeline_roles_from_least_to_most(tmp_path):
                                            ("gpu-operator", "gpu-operator-v25.10.1.tgz"),
                                            ("monitoring", "kube-prometheus-stack-88.5.3.tgz"), DRA_CHART])
 def test_the_roles_a_chart_creates_and_binds_are_the_ones_named(step, archive, release):
-    """rbac.chart_roles follows each chart's naming rules; the chart rendered with that release name agrees (the
+    """rbac_rules.chart_roles follows each chart's naming rules; the chart rendered with that release name agrees (the
     dry-run and up roles may bind and escalate exactly these)."""
     from tests.tools import tool, tool_env
     import subprocess
@@ -403,7 +404,7 @@ def test_the_roles_a_chart_creates_and_binds_are_the_ones_named(step, archive, r
         if isinstance(doc, dict) and doc.get("kind") in ("ClusterRoleBinding", "RoleBinding"):
             ref = doc["roleRef"]
             (cluster_roles if ref["kind"] == "ClusterRole" else roles).add(ref["name"])
-    assert (cluster_roles, roles) == tuple(rbac_module.chart_roles(step, release))
+    assert (cluster_roles, roles) == tuple(rbac_rules.chart_roles(step, release))
 
 
 # --- the roles after the attacks (#41): what each may not do, as data (the live suite attacks them for real) ----------

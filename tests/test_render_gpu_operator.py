@@ -9,6 +9,7 @@ import yaml
 from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.render import gpu_operator_values as gov
 from gpu_bootstrap.core import versions
+from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.render.gpu_operator_values import NodeFacts, Refusal
 
 pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
@@ -251,7 +252,7 @@ def test_max_unavailable_is_a_number_or_a_percentage(value):
 
 @pytest.mark.parametrize("value", ["a quarter", "101%", "-1"])
 def test_a_max_unavailable_that_is_neither_is_refused_naming_the_field(value):
-    with pytest.raises(cfg.ConfigError, match="max_unavailable"):
+    with pytest.raises(ConfigError, match="max_unavailable"):
         config(driver_upgrade={"max_unavailable": value})
 
 

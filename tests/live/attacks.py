@@ -369,7 +369,7 @@ DRA_GPU_CLASS = "gpu.nvidia.com"
 
 
 def _dra_roles() -> list[str]:
-    from gpu_bootstrap.security.rbac import chart_roles
+    from gpu_bootstrap.security.rbac_rules import chart_roles
     return sorted(chart_roles("dra-driver", "dra-driver-nvidia-gpu")[0]) + [DCGM_DRA_READER]
 
 

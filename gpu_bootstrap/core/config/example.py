@@ -1,17 +1,9 @@
 """The config's JSON Schema (for editors and docs/) and the commented example `init` writes."""
 from __future__ import annotations
 
-import ipaddress
-import os
-import re
-from pathlib import Path
-from typing import Any, Literal
-
-import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
-
-from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.core.config.model import Config
+
+__all__ = ["EXAMPLE", "SCHEMA_FILE", "SCHEMA_ID", "json_schema"]
 
 
 SCHEMA_FILE = "gpu-bootstrap.schema.json"

@@ -3,20 +3,19 @@ label-selector parsing, and the catalogue's default images."""
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
-from pathlib import Path
-from typing import Any, Literal
 
-import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict
 
-from gpu_bootstrap.core.errors import ConfigError
+__all__ = [
+    "DEFAULT_CONFIG", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "DURATION", "ENV_OVERRIDES", "HOSTNAME", "LABEL_NAME",
+    "LABEL_VALUE", "POSIX_USER", "QUANTITY", "SCHEDULER_RESOURCE", "SELECTOR_TERM", "Section", "check_address",
+    "check_dns_label", "check_dns_subdomain", "check_label_key", "check_label_value", "check_node_name",
+    "selector_equalities", "selector_problem"]
 
 
 DEFAULT_CONFIG = "gpu-bootstrap.yaml"
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
 POSIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")

@@ -2,20 +2,24 @@
 name the field and the file line."""
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpu_bootstrap.core.errors import ConfigError
-from gpu_bootstrap.core.config.fields import *  # noqa: F403
+from gpu_bootstrap.core.config.fields import DEFAULT_CONFIG, ENV_OVERRIDES
 from gpu_bootstrap.core.config.model import Config
-from gpu_bootstrap.core.config.pools import *  # noqa: F403
-from gpu_bootstrap.core.config.sections import *  # noqa: F403
+from gpu_bootstrap.core.config.monitoring import MonitoringConfig
+from gpu_bootstrap.core.config.scheduling import SchedulerConfig
+from gpu_bootstrap.core.config.sections import ClusterConfig, NodePrepConfig
+from gpu_bootstrap.core.errors import ConfigError
+
+__all__ = [
+    "Source", "apply_env", "describe_loc", "load", "load_node_free_sections", "load_sections", "parse_yaml",
+    "validate"]
 
 
 # --- loading --------------------------------------------------------------------------------------------------------

@@ -1,19 +1,17 @@
 """The whole config: every section, and the GPU nodes as a list or a label selector."""
 from __future__ import annotations
 
-import ipaddress
-import os
-import re
-from pathlib import Path
-from typing import Any, Literal
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from gpu_bootstrap.core.config.fields import Section, selector_problem
+from gpu_bootstrap.core.config.monitoring import MonitoringConfig
+from gpu_bootstrap.core.config.operator import GpuOperatorConfig
+from gpu_bootstrap.core.config.pools import KARPENTER_DOMAINS, PoolConfig, RegistryConfig
+from gpu_bootstrap.core.config.scheduling import AdmissionConfig, SchedulerConfig
+from gpu_bootstrap.core.config.sections import (ClusterConfig, NodeConfig, NodePrepConfig, PreflightConfig, SshConfig,
+                                               ValidateConfig)
 
-from gpu_bootstrap.core.errors import ConfigError
-from gpu_bootstrap.core.config.fields import *  # noqa: F403
-from gpu_bootstrap.core.config.pools import *  # noqa: F403
-from gpu_bootstrap.core.config.sections import *  # noqa: F403
+__all__ = ["Config"]
 
 
 class Config(Section):

@@ -1,18 +1,16 @@
 """The config's autoscaled GPU pools (Karpenter NodePools) and the registry mirror."""
 from __future__ import annotations
 
-import ipaddress
-import os
 import re
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from gpu_bootstrap.core.errors import ConfigError
-from gpu_bootstrap.core.config.fields import *  # noqa: F403
-from gpu_bootstrap.core.config.fields import _catalogued
+from gpu_bootstrap.core.config.fields import DNS1123_SUBDOMAIN, QUANTITY, SCHEDULER_RESOURCE, Section
+
+__all__ = [
+    "AWS_NAME", "BUDGET_DURATION", "BUDGET_NODES", "KARPENTER_DOMAINS", "KARPENTER_DURATION", "PoolBudget",
+    "PoolConfig", "PoolDisruption", "PoolRequirements", "RegistryConfig", "check_karpenter_duration"]
 
 
 KARPENTER_DURATION = re.compile(r"([0-9]+(s|m|h))+|Never")  # Karpenter's own pattern for expireAfter/consolidateAfter
