@@ -423,7 +423,7 @@ def test_a_refused_service_proxy_route_does_not_fail_a_running_prometheus(cluste
     could not verify and how to check it, instead of waiting the full wait_timeout and failing."""
     import socket
 
-    from gpu_bootstrap.steps.monitoring import ROUTE_CONFIRMATIONS
+    from gpu_bootstrap.steps.monitoring_prometheus import ROUTE_CONFIRMATIONS
     preload_prometheus_operator(cluster)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

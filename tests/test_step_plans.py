@@ -34,7 +34,7 @@ from gpu_bootstrap.steps.validate import Validate, ValidateFacts
 
 PLAYBOOK = ("preflight", "node-prep", "gpu-pools", "monitoring", "gpu-operator", "binpack-scheduler", "admission-opa",
             "admission", "validate")
-RECORD = "gpu-bootstrap.io/node-prep"
+NODE_PREP_RECORD = "gpu-bootstrap.io/node-prep"
 
 
 def config(**sections) -> cfg.Config:
@@ -83,7 +83,7 @@ def test_preflight_judges_the_reports_and_plans_nothing(reports, source, status,
 def test_node_prep_taints_labels_and_pins_what_it_read():
     nodes = {"node5": node("node5", version="7"), "node6": node("node6", labels={"nvidia.com/gpu.present": "true"},
                                                                 taints=[GPU_TAINT],
-                                                                annotations={RECORD: json.dumps({
+                                                                annotations={NODE_PREP_RECORD: json.dumps({
                                                                     "labels": {"nvidia.com/gpu.present": {
                                                                         "set": "true", "prev": None}},
                                                                     "taint": GPU_TAINT, "replaced": None},
@@ -95,7 +95,7 @@ def test_node_prep_taints_labels_and_pins_what_it_read():
                                "label nvidia.com/gpu.present=true, taints [nvidia.com/gpu=present:NoSchedule]",
                                "the node lacks the wanted GPU taint/labels",
                                {"metadata": {"labels": {"nvidia.com/gpu.present": "true"},
-                                             "annotations": {RECORD: json.dumps(record, sort_keys=True,
+                                             "annotations": {NODE_PREP_RECORD: json.dumps(record, sort_keys=True,
                                                                                 separators=(",", ":"))},
                                              "resourceVersion": "7"},
                                 "spec": {"taints": [GPU_TAINT]}})]
@@ -113,11 +113,11 @@ def test_node_prep_keeps_a_users_taint_beside_ours():
 def test_node_prep_with_the_taint_turned_off_removes_only_ours():
     record = json.dumps({"labels": {}, "taint": GPU_TAINT, "replaced": None}, sort_keys=True, separators=(",", ":"))
     user = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
-    tainted = node("node5", taints=[user, GPU_TAINT], annotations={RECORD: record})
+    tainted = node("node5", taints=[user, GPU_TAINT], annotations={NODE_PREP_RECORD: record})
     changes = NodePrep().plan(context(config(node_prep={"taint": None, "gpu_present_label": False})),
                               check_of(NodePrepFacts({"node5": tainted})))
     assert [(c.summary, c.body["spec"]["taints"], c.body["metadata"]["annotations"]) for c in changes] == [
-        ("taints [dedicated=ml:NoSchedule]", [user], {RECORD: None})]
+        ("taints [dedicated=ml:NoSchedule]", [user], {NODE_PREP_RECORD: None})]
 
 
 @pytest.mark.unit

@@ -83,9 +83,9 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None, confi
                                      allow_allocation_change=options.allow_allocation_change),
                   ssh=getattr(node_facts, "ssh", None), kube_version=kube_version)
     from gpu_bootstrap.pipeline.runner import Runner
-    listed = [s for s in skipped if s in options.skip]  # --only hides what it leaves out; --skip shows it
-    runner = Runner(ctx, [load_step(step_id) for step_id in selected], skipped, list(playbook.steps), listed,
-                    left_out=[load_step(step_id) for step_id in skipped])
+    shown = [s for s in skipped if s in options.skip]  # --only hides what it leaves out; --skip shows it
+    runner = Runner(ctx, [load_step(step_id) for step_id in selected], skipped, list(playbook.steps), shown,
+                    unselected_steps=[load_step(step_id) for step_id in skipped])
     return ctx, runner, playbook
 
 
@@ -103,7 +103,7 @@ def _cluster_adapters(options: Options, config, secretless: bool = False):
             version = normalize_kube_version(control_plane_version(given))
         except ValueError as error:
             raise UsageError(f"--kube-version: {error}", "use e.g. 1.31 or 1.31.2") from None
-        return OfflineKube([n.name for n in config.nodes], version), OfflineHelm(), gate_module.RECORD, version
+        return OfflineKube([n.name for n in config.nodes], version), OfflineHelm(), gate_module.RECORD_ONLY, version
     from gpu_bootstrap.adapters.helm import Helm
     from gpu_bootstrap.adapters.kube import Kube
     kubeconfig = config.cluster.kubeconfig
@@ -111,12 +111,12 @@ def _cluster_adapters(options: Options, config, secretless: bool = False):
         kubeconfig = check_kubeconfig(kubeconfig, config.cluster.context)
     mode = gate_module.APPLY
     if options.dry_run:
-        mode = gate_module.RECORD if options.dry_run_mode == "client" else gate_module.SERVER_DRY_RUN
+        mode = gate_module.RECORD_ONLY if options.dry_run_mode == "client" else gate_module.SERVER_DRY_RUN
     from gpu_bootstrap.adapters.relay import Relay
     kube = Kube(kubeconfig, config.cluster.context)
     relayed = Kube(kubeconfig, config.cluster.context, pool_size=RELAY_POOL)  # helm's own, many at once
     helm = Helm(kubeconfig, config.cluster.context, relay=Relay(relayed), kube=kube)
-    if mode == gate_module.RECORD or secretless:  # the plan, dry-run and doctor roles read no Secret of ours, so
+    if mode == gate_module.RECORD_ONLY or secretless:  # the plan, dry-run and doctor roles read no Secret of ours, so
         # no helm release record either (docs/security.md: what they cannot show)
         from gpu_bootstrap.adapters.secretless import SecretlessHelm, SecretlessKube
         from gpu_bootstrap.pipeline import checkpoint

@@ -9,14 +9,14 @@ from gpu_bootstrap.core.refs import Chart, Verb
 from gpu_bootstrap.pipeline.step import Change
 
 log = logging.getLogger("gpu_bootstrap.gate")
-APPLY, SERVER_DRY_RUN, RECORD = "apply", "server-dry-run", "record"
+APPLY, SERVER_DRY_RUN, RECORD_ONLY = "apply", "server-dry-run", "record"
 JUDGED_CLIENT_SIDE = ("judged client-side, not sent: admission does not run for admission configuration, so no "
                       "policy could keep a dry-run identity's write of it dry (rbac --for dry-run holds none)")
 
 
 class Gate:
     """APPLY makes changes real; SERVER_DRY_RUN sends them with dryRun=All (the API server validates and admits them
-    but stores nothing); RECORD only records them (offline). A render dir, when given, sees every change."""
+    but stores nothing); RECORD_ONLY only records them (offline, and `up --dry-run=client`). A render dir, when given, sees every change."""
 
     def __init__(self, mode: str, kube, helm, render_dir=None):
         self.mode = mode
@@ -61,7 +61,7 @@ class Gate:
             if problem:
                 self.problems.setdefault(step_id, []).append(problem)
         log.info("%s %s", "would" if self.dry_run else "do", change.describe())
-        if self.mode == RECORD:
+        if self.mode == RECORD_ONLY:
             return None
         if self.mode == SERVER_DRY_RUN:
             return self._dry_run(step_id, change)

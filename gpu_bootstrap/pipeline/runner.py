@@ -39,14 +39,15 @@ def refused_secret(error: GpuBootstrapError) -> bool:
 
 
 class Runner:
-    def __init__(self, ctx, steps: list[Step], skipped: list[str] = (), order: list[str] | None = None,
-                 listed_skips: list[str] = (), left_out: list[Step] = ()):
+    def __init__(self, ctx, steps: list[Step], unselected: list[str] = (), order: list[str] | None = None,
+                 shown_as_skipped: list[str] = (), unselected_steps: list[Step] = ()):
         self.ctx = ctx
         self.steps = steps
-        self.skipped = list(skipped)  # not selected (--only/--skip): a teardown of them keeps the tool's state ...
-        self.left_out = list(left_out)  # ... unless these, their steps, have nothing left to undo (_last_of_ours)
-        self.listed_skips = list(listed_skips)  # the ones the summary shows (--skip; --only hides the others)
-        self.order = list(order or [s.id for s in steps] + self.skipped)
+        # the playbook's steps --only/--skip left out, by id: a teardown of the others keeps the tool's state ...
+        self.unselected = list(unselected)
+        self.unselected_steps = list(unselected_steps)  # ... unless these, loaded, have nothing left to undo
+        self.shown_as_skipped = list(shown_as_skipped)  # of them, those the summary shows (--skip; --only hides)
+        self.order = list(order or [s.id for s in steps] + self.unselected)
         self.results: list[StepResult] = []
         self.checkpoint = cp.Checkpoint(ctx.kube)
 
@@ -344,14 +345,14 @@ class Runner:
         checkpoint or anything to undo in the cluster (`up --only a,b` then `teardown --only a,b`). A step whose
         undo cannot be read keeps the namespace (an error is raised, never taken for "nothing left"). `planned`: a
         dry run's plans, where the selected steps' records are still there (a real teardown has forgotten them)."""
-        if not self.skipped:
+        if not self.unselected:
             return True
-        if len(self.left_out) != len(self.skipped):
+        if len(self.unselected_steps) != len(self.unselected):
             return False  # not told which steps were left out (a runner built without them): keep the state
         undone = {step.id for step, _changes in planned or []}
         if set(self.checkpoint.load()) - undone:
             return False
-        for step in self.left_out:
+        for step in self.unselected_steps:
             try:
                 if step.undo_plan(self.ctx):
                     return False
@@ -392,7 +393,7 @@ class Runner:
         for step in self.steps:
             if step not in active:
                 self._finish(StepResult(step.id, "skipped", 0, "disabled in the config"))
-        for step_id in self.listed_skips:
+        for step_id in self.shown_as_skipped:
             self._finish(StepResult(step_id, "skipped", 0, "left out (--skip)"))
 
     def _finish(self, result: StepResult) -> None:

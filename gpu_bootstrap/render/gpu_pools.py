@@ -1,6 +1,6 @@
 """Karpenter v1 NodePool and EC2NodeClass per configured GPU pool. Pure: config in, manifests out.
 
-The node template carries exactly the taint and labels node-prep puts on GPU nodes (`node_prep.wanted`, the one
+The node template carries exactly the taint and labels node-prep puts on GPU nodes (`node_prep.labels_and_taint`, the one
 source of both), so a node Karpenter launches arrives prepared, before any pod can land on it, with no SSH.
 Disruption never consolidates a node that runs pods: only empty nodes go (WhenEmpty, after consolidateAfter), and
 budgets cap how many go at once.
@@ -41,7 +41,7 @@ def kinds(api_version: str = API_VERSION) -> tuple[tuple[str, str], tuple[str, s
 
 def template_labels(pool, node_prep_section) -> dict[str, str]:
     """The labels a node launched from `pool` starts with: node-prep's, and the operands its image makes redundant."""
-    labels, _ = node_prep.wanted(node_prep_section)
+    labels, _ = node_prep.labels_and_taint(node_prep_section)
     return {**labels, **IMAGE_OPERAND_LABELS[pool.ami_family]}
 
 
@@ -82,7 +82,7 @@ def requirements(pool) -> list[dict]:
 
 
 def node_pool(pool, node_prep_section) -> dict:
-    _, taint = node_prep.wanted(node_prep_section)
+    _, taint = node_prep.labels_and_taint(node_prep_section)
     template_spec = {
         "nodeClassRef": {"group": NODECLASS_GROUP, "kind": "EC2NodeClass", "name": pool.name},
         "requirements": requirements(pool),
@@ -113,7 +113,7 @@ def manifests(config) -> list[dict]:
 def explain(pool, node_prep_section) -> list[str]:
     """One line per choice the plan shows under a pool's NodePool."""
     labels = template_labels(pool, node_prep_section)
-    _, taint = node_prep.wanted(node_prep_section)
+    _, taint = node_prep.labels_and_taint(node_prep_section)
     lines = [f"template labels {', '.join(f'{k}={v}' for k, v in labels.items())}  ← node-prep's labels, and the "
              f"gpu-operator operands the image makes redundant",
              f"template taint {node_prep.describe_taint(taint)}  ← node-prep's taint: ordinary pods stay off",

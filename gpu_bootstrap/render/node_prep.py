@@ -14,7 +14,7 @@ import json
 ANNOTATION = "gpu-bootstrap.io/node-prep"
 
 
-def wanted(section) -> tuple[dict[str, str], dict | None]:
+def labels_and_taint(section) -> tuple[dict[str, str], dict | None]:
     """The labels and taint node-prep gives every GPU node (`section`: the config's node_prep). The one source for
     node-prep's patches and the gpu-pools node templates, so pool nodes arrive exactly as node-prep leaves others."""
     if not section.enabled:

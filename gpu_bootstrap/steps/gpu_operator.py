@@ -7,21 +7,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import yaml
-
 from gpu_bootstrap.core import versions
-from gpu_bootstrap.core.versions import downgrade_refusal, version_change
+from gpu_bootstrap.core.versions import downgrade_refusal
 from gpu_bootstrap.core.catalogue import registry_inputs
 from gpu_bootstrap.adapters import charts
-from gpu_bootstrap.core.objects import pin_resource_version, pod_ready, pod_state
+from gpu_bootstrap.core.objects import pin_resource_version
 from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from gpu_bootstrap.core.refs import Chart
 from gpu_bootstrap.render import dra_driver as dra_render
 from gpu_bootstrap.render import gpu_operator_values as values_render
-from gpu_bootstrap.render import live_diff
 from gpu_bootstrap.render import node_prep as labels_render
 from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.steps import gpu_operator_dra as dra_release
+from gpu_bootstrap.steps.gpu_operator_release import release_state
+from gpu_bootstrap.steps.gpu_operator_health import (UPGRADE_STATE, driver_upgrade_problems, gpu_resources,
+                                                     operand_problems)
 from gpu_bootstrap.steps.node_prep import no_room_warning
 from gpu_bootstrap.steps.preflight import facts_digest
 
@@ -30,132 +30,6 @@ BEFORE_ANNOTATION = "gpu-bootstrap.io/labels-before-gpu-operator"  # operator/NF
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}  # on the release's metadata and on its namespace
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap"
 PRIVILEGED_WHY = "the operator's driver, container-toolkit, device-plugin and DCGM pods use the host (NVIDIA's advice)"
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
-OPERAND_FIXES = {
-    "nvidia-driver-daemonset": "if the driver is already on the host set gpu_operator.driver_management: host "
-                               "(NVIDIA/gpu-operator#126); if it cannot build against the kernel, install the kernel "
-                               "headers or use precompiled drivers (#85); logs: -c nvidia-driver-ctr",
-    "nvidia-container-toolkit-daemonset": "the toolkit cannot configure the runtime: check toolkit.env "
-                                          "CONTAINERD_CONFIG / CONTAINERD_SOCKET against `gpu-bootstrap doctor` (#473); "
-                                          "logs: -c nvidia-container-toolkit-ctr",
-    "nvidia-operator-validator": "it waits for the driver and the toolkit: fix those pods first (#280); logs: "
-                                 "-c driver-validation, -c toolkit-validation",
-    "nvidia-device-plugin-daemonset": "usually waiting for the toolkit ('no runtime for \"nvidia\" is configured', "
-                                      "#432): check the toolkit pod and the runtime config",
-    "gpu-feature-discovery": "it waits for the device plugin",
-    "nvidia-dcgm-exporter": "it needs a working driver; check the driver pod",
-    "nvidia-mig-manager": "some GPUs need a reboot to change MIG mode (#668); logs: -c nvidia-mig-manager",
-}
-
-
-def gpu_resources(node: dict) -> int:
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    total = 0
-    for name, amount in allocatable.items():
-        if name.startswith(GPU_RESOURCE_PREFIXES):
-            try:
-                total += int(str(amount))
-            except ValueError:
-                continue
-    return total
-
-
-def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, dict | None],
-                     namespace: str, dra: bool = False) -> list[str]:
-    """Pure: what keeps the operator's operands from being ready on the GPU nodes (empty when all is well). `dra`:
-    allocation dra, where no device plugin runs and the GPUs are not node capacity (the DRA driver's own check
-    follows)."""
-    problems = []
-    marker = "nvidia-operator-validator" if dra else "nvidia-device-plugin"
-    if not any(ds["metadata"]["name"].startswith(marker) for ds in daemonsets):
-        problems.append(f"the operator has not created its operands yet (no {marker} DaemonSet): check "
-                        f"the gpu-operator pod in {namespace} and its ClusterPolicy")
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node not in nodes or pod_ready(pod):
-            continue
-        operand = _operand_of(pod)
-        fix = OPERAND_FIXES.get(operand, "kubectl describe pod for the reason")
-        problems.append(f"{operand} on {node} is {pod_state(pod)}: {fix} "
-                        f"(kubectl -n {namespace} logs {pod['metadata']['name']})")
-    for ds in daemonsets:
-        status = ds.get("status") or {}
-        name = ds["metadata"]["name"]
-        desired = status.get("desiredNumberScheduled", 0)
-        if desired < len(nodes) and name.startswith("nvidia-device-plugin"):
-            problems.append(f"{name} is scheduled on {desired} of {len(nodes)} GPU nodes: do its "
-                            f"tolerations cover the node taint (daemonsets.tolerations), and are the nodes labelled?")
-        # Pods that were never created are in no pod list: only the DaemonSet's own counts show them (the real API
-        # server refused every pod of an operand whose ServiceAccount was missing, while the nodes already
-        # advertised GPUs from an earlier device plugin, and this check passed).
-        ready, current = status.get("numberReady", 0), status.get("currentNumberScheduled", 0)
-        if ready < desired and current < desired:
-            problems.append(f"{name} has {current} of {desired} pod(s): the DaemonSet cannot create the rest "
-                            f"(kubectl -n {namespace} describe daemonset {name} shows why, e.g. FailedCreate)")
-    for name, node in sorted(nodes.items()):
-        if node is None:
-            problems.append(f"{name} is not a node of the cluster")
-        elif not dra and not gpu_resources(node):
-            problems.append(f"{name} advertises no nvidia.com/gpu yet: the device plugin is not running there")
-    return problems
-
-
-UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
-UPGRADE_STARTED = {  # states the upgrade controller stamps with their start time (unix seconds)
-    "validation-required": "nvidia.com/gpu-driver-upgrade-validation-start-time",
-    "wait-for-jobs-required": "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time",
-}
-VALIDATION_TIMEOUT = 600  # the upgrade controller fails validation after 10 minutes (hard-coded upstream)
-SLACK = 120  # the controller's own reconcile interval on top of each timeout
-
-
-def driver_upgrade_problems(nodes: dict[str, dict | None], events: list[dict], policy, namespace: str,
-                            now: float) -> list[str]:
-    """Pure: nodes whose driver upgrade failed, or that have stayed in one state longer than its timeout allows
-    (from the controller's start-time annotation, else from its latest GPUDriverUpgrade event on the node; a state
-    whose start is unknown is not called stuck)."""
-    limits = {"validation-required": VALIDATION_TIMEOUT,
-              "wait-for-jobs-required": policy.wait_for_jobs_timeout,
-              "pod-deletion-required": policy.gpu_pod_deletion_timeout,
-              "drain-required": policy.drain_timeout if policy.drain else 0}
-    problems = []
-    for name, node in sorted(nodes.items()):
-        meta = (node or {}).get("metadata") or {}
-        state = (meta.get("labels") or {}).get(UPGRADE_STATE)
-        if state == "upgrade-failed":
-            problems.append(f"the driver upgrade failed on {name}: read the nvidia-driver-daemonset pod's log there "
-                            f"and the nvidia-operator-validator's init containers (kubectl -n {namespace} get pods -o "
-                            f"wide --field-selector spec.nodeName={name}); once fixed, label the node "
-                            f"{UPGRADE_STATE}=upgrade-required to retry")
-            continue
-        limit = limits.get(state or "", 0)
-        since = _state_since(name, state, meta.get("annotations") or {}, events) if limit else None
-        if since is not None and now - since > limit + SLACK:
-            problems.append(f"{name} has been in driver upgrade state {state} for {int((now - since) // 60)} min, "
-                            f"longer than its {limit}s timeout: kubectl describe node {name} (events), and the "
-                            f"pods on it that the upgrade waits for (gpu_operator.driver_upgrade)")
-    return problems
-
-
-def _state_since(name: str, state: str, annotations: dict, events: list[dict]) -> float | None:
-    stamp = annotations.get(UPGRADE_STARTED.get(state, ""), "")
-    if stamp.isdigit():
-        return float(stamp)
-    from gpu_bootstrap.core.objects import parse_time
-    times = [parse_time(e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get(
-        "creationTimestamp")) for e in events
-        if (e.get("involvedObject") or {}).get("name") == name and f"[{state}]" in (e.get("message") or "")]
-    times = [t for t in times if t is not None]
-    return max(times).timestamp() if times else None
-
-
-def _operand_of(pod: dict) -> str:
-    for ref in pod["metadata"].get("ownerReferences") or []:
-        if ref.get("kind") == "DaemonSet":
-            return ref.get("name", "")
-    return pod["metadata"]["name"].rsplit("-", 1)[0]
-
-
 CRD_GROUPS = ("nvidia.com", "resource.nvidia.com", "nfd.k8s-sigs.io")  # the chart's CRDs (and NFD's)
 
 
@@ -308,7 +182,7 @@ class GpuOperator(Step):
             if dra_status is None and (refused := dra_release.foreign_driver_refusal(ctx)):
                 return Check(FAIL, refused)
             try:
-                dra_facts = self._dra_facts(ctx, plan, dra_status)
+                dra_facts = dra_release.facts(ctx, plan, dra_status)
             except ValueError as error:
                 return Check(FAIL, str(error))
             except values_render.Refusal as refusal:
@@ -322,7 +196,7 @@ class GpuOperator(Step):
             for name, node in nodes.items():
                 if node is not None and (before := labels_render.labels_before_patch(node, BEFORE_ANNOTATION)):
                     label_patches[name] = labels_render.deep_merge_patch(label_patches.get(name), before)
-        release = self._release_state(ctx, status, chart, version,
+        release = release_state(ctx, status, chart, version,
                                       plan.merged if ctx.node_facts.reports() else None)
         if not ours and release["up_to_date"]:  # adopt: one upgrade records that the release is now ours
             release = {**release, "up_to_date": False, "reason": "to adopt (gpu_operator.adopt: true)"}
@@ -369,48 +243,6 @@ class GpuOperator(Step):
         if crds.changes:
             todo += f"; {len(crds.changes)} CRD(s) to apply first"
         return Check(WARN, f"{section.release} {version}: {todo}", facts=facts, warnings=warnings, unknown=unknown)
-
-    def _dra_facts(self, ctx, plan: values_render.ValuesPlan, status: dict | None) -> dra_release.DraFacts:
-        chart, version = dra_release.chart(ctx)
-        values = dra_render.derive(plan, ctx.config, ctx.server_version(), list(ctx.options.playbook))
-        section = ctx.config.gpu_operator.dra_driver
-        release = self._release_state(ctx, status, chart, version, values.merged if ctx.node_facts.reports() else None,
-                                      section.release, section.namespace)
-        ns_plan = pod_security.decide(section.namespace, ctx.kube.get("v1", "Namespace", section.namespace),
-                                      pod_security.PRIVILEGED, dra_release.PRIVILEGED_WHY, "the DRA driver's namespace")
-        return dra_release.DraFacts(chart, version, values, release, ns_plan)
-
-    def _release_state(self, ctx, status: dict | None, chart: Chart, version: str, values: dict | None,
-                       name: str | None = None, namespace: str | None = None) -> dict:
-        """Is the deployed release (helm status) what we would deploy? values=None: no node facts (doctor
-        --no-nodes), so only the chart version can be compared. `name`/`namespace`: another release of the step
-        (the DRA driver's); default the operator's."""
-        section = ctx.config.gpu_operator
-        name, namespace = name or section.release, namespace or section.namespace
-        if status is None:
-            return {"up_to_date": False, "reason": "not installed", "installed": None}
-        deployed = ctx.helm.deployed_chart(name, namespace, version) or ""
-        installed = deployed.rsplit("-", 1)[-1] if "-" in deployed else deployed
-        state = (status.get("info") or {}).get("status")
-        if state and (state.startswith("pending") or state == "uninstalling"):
-            return {"up_to_date": False, "reason": f"release is {state} (an interrupted helm run)",
-                    "installed": installed, "pending": state}
-        if state != "deployed":
-            return {"up_to_date": False, "reason": f"release is {state}", "installed": installed}
-        if installed.lstrip("v") != version.lstrip("v"):
-            return version_change(installed, version)
-        if values is None:
-            return {"up_to_date": True, "reason": "deployed (values not compared without node facts)",
-                    "installed": installed}
-        if status.get("values_unknown"):
-            return live_diff.release_state(ctx.helm.live_differences(name, chart, values, namespace), installed)
-        if (status.get("config") or {}) != values:
-            return {"up_to_date": False, "reason": "values changed", "installed": installed}
-        if _documents(ctx.helm.dry_run_manifest(name, chart, values, namespace)) != \
-                _documents(status.get("manifest", "")):
-            return {"up_to_date": False, "reason": "the rendered manifest differs from the deployed one",
-                    "installed": installed}
-        return {"up_to_date": True, "reason": "up to date", "installed": installed}
 
     def plan(self, ctx, check: Check) -> list[Change]:
         facts: OperatorFacts = check.facts
@@ -591,10 +423,3 @@ class GpuOperator(Step):
 
 class ChartProblem(Exception):
     pass
-
-
-def _documents(manifest: str) -> list:
-    """A manifest as a sorted list of documents, so formatting and order do not count as a difference."""
-    docs = [doc for doc in yaml.safe_load_all(manifest or "") if doc]
-    return sorted(docs, key=lambda d: (d.get("kind", ""), (d.get("metadata") or {}).get("namespace", ""),
-                                       (d.get("metadata") or {}).get("name", "")))

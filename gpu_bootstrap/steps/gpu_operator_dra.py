@@ -14,6 +14,8 @@ from gpu_bootstrap.core.refs import Chart
 from gpu_bootstrap.pipeline.step import Change, Ref, Verb
 from gpu_bootstrap.render import dra_driver as render
 from gpu_bootstrap.render.values import ValuesPlan, get_path
+from gpu_bootstrap.security import pod_security
+from gpu_bootstrap.steps.gpu_operator_release import release_state
 
 CHART = "dra-driver-nvidia-gpu"
 SWITCH_FLAG = "--allow-allocation-change"
@@ -33,6 +35,18 @@ class DraFacts:
 
 
 PRIVILEGED_WHY = "the DRA driver's kubelet plugin prepares GPUs on the host (privileged, host paths)"
+
+
+def facts(ctx, plan: ValuesPlan, status: dict | None) -> DraFacts:
+    """What the DRA driver's release is and should be, from the operator's values `plan` and its helm `status`."""
+    found, version = chart(ctx)
+    values = render.derive(plan, ctx.config, ctx.server_version(), list(ctx.options.playbook))
+    section = ctx.config.gpu_operator.dra_driver
+    release = release_state(ctx, status, found, version, values.merged if ctx.node_facts.reports() else None,
+                            section.release, section.namespace)
+    ns_plan = pod_security.decide(section.namespace, ctx.kube.get("v1", "Namespace", section.namespace),
+                                  pod_security.PRIVILEGED, PRIVILEGED_WHY, "the DRA driver's namespace")
+    return DraFacts(found, version, values, release, ns_plan)
 
 
 def chart(ctx) -> tuple[Chart, str]:

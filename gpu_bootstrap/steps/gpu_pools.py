@@ -24,7 +24,7 @@ class GpuPools(Step):
 
     def inputs(self, ctx) -> dict:
         return {"pools": [p.model_dump(mode="json") for p in ctx.config.pools],
-                "template": node_render.wanted(ctx.config.node_prep)}
+                "template": node_render.labels_and_taint(ctx.config.node_prep)}
 
     # --- reading the cluster ------------------------------------------------------------------------------------------
     def karpenter(self, ctx) -> str | None:
@@ -132,7 +132,7 @@ class GpuPools(Step):
 
     def _pool_nodes(self, ctx) -> Check:
         """Every node launched from our pools carries node-prep's taint and labels."""
-        labels, taint = node_render.wanted(ctx.config.node_prep)
+        labels, taint = node_render.labels_and_taint(ctx.config.node_prep)
         count, wrong = 0, []
         for pool in ctx.config.pools:
             for node in ctx.kube.list("v1", "Node", label_selector=f"karpenter.sh/nodepool={pool.name}"):
@@ -154,7 +154,7 @@ class GpuPools(Step):
         """Karpenter provisions for pods a scheduler marked Unschedulable, whichever scheduler: a GPU pod pending on
         ours without that mark (our scheduler not running) or without the pools' toleration is never provisioned for."""
         scheduler = ctx.config.scheduler.name
-        _, taint = node_render.wanted(ctx.config.node_prep)
+        _, taint = node_render.labels_and_taint(ctx.config.node_prep)
         unseen, intolerant, waiting = [], [], 0
         for pod in ctx.kube.list("v1", "Pod", field_selector="status.phase=Pending"):
             spec = pod.get("spec") or {}

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from gpu_bootstrap.core import versions
 from gpu_bootstrap.core.catalogue import registry_inputs
 from gpu_bootstrap.adapters import charts
-from gpu_bootstrap.core.errors import ClusterError, GpuBootstrapError, Unreachable
-from gpu_bootstrap.core.objects import differences, pod_ready, toleration_for
+from gpu_bootstrap.core.errors import ClusterError, GpuBootstrapError
+from gpu_bootstrap.core.objects import differences, toleration_for
 from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
 from gpu_bootstrap.core.refs import Chart
 from gpu_bootstrap.render import monitoring as render
@@ -26,22 +26,17 @@ from gpu_bootstrap.render.monitoring import MonitoringProblem
 from gpu_bootstrap.steps import monitoring_kubelet as kubelet
 from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.render.gpu_operator_values import ValuesPlan
+from gpu_bootstrap.steps import monitoring_prometheus as prometheus
+from gpu_bootstrap.steps.monitoring_prometheus import DCGM_SERVICE, MONITORING_API, PROMETHEUS_CRD, crd_exists
 from gpu_bootstrap.steps.node_prep import gpu_taint, no_room_warning
 
-PROMETHEUS_CRD = "prometheuses.monitoring.coreos.com"
 RULE_CRD = "prometheusrules.monitoring.coreos.com"
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
-MONITORING_API = "monitoring.coreos.com/v1"
 CRD_GROUPS = ("monitoring.coreos.com",)  # the chart's CRDs (its crds subchart)
-DCGM_SERVICE = "nvidia-dcgm-exporter"
 PRIVILEGED_WHY = "kube-prometheus-stack's node-exporter uses the host's network, PID namespace and files"
 
 
 # --- deciding the mode (read-only; the gpu-operator step asks the same question) -------------------------------------------
-def _crd(ctx, name: str) -> bool:
-    return ctx.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) is not None
-
-
 def ours(ctx, prometheus: dict) -> bool:
     """Is this Prometheus object part of the kube-prometheus-stack release gpu-bootstrap installed?"""
     section = ctx.config.monitoring
@@ -60,7 +55,7 @@ def decide(ctx) -> render.Target:
     section = ctx.config.monitoring
     if section.mode == "install":
         return render.install_target(section, "monitoring.mode: install")
-    found = ctx.kube.list(MONITORING_API, "Prometheus") if _crd(ctx, PROMETHEUS_CRD) else None
+    found = ctx.kube.list(MONITORING_API, "Prometheus") if crd_exists(ctx, PROMETHEUS_CRD) else None
     theirs = [p for p in found or [] if not ours(ctx, p)]
     if section.mode == "auto" and not theirs:
         if found is None:
@@ -215,7 +210,7 @@ class Monitoring(Step):
         section = ctx.config.monitoring
         from gpu_bootstrap.render.gpu_alerts import settings_from
         desired = render.objects(target, settings_from(ctx.config))
-        rules_served = _crd(ctx, RULE_CRD)
+        rules_served = crd_exists(ctx, RULE_CRD)
         drift = {}
         for obj in desired:
             ref = Ref.of(obj)
@@ -355,8 +350,8 @@ class Monitoring(Step):
         blocked = 0  # answers in a row saying the service-proxy route fails while Prometheus' endpoints are ready
         while True:
             state = self.health(ctx)
-            blocked = blocked + 1 if isinstance(state.facts, RouteBlocked) else 0
-            if blocked >= ROUTE_CONFIRMATIONS:  # a private control plane: do not wait out the timeout on it
+            blocked = blocked + 1 if isinstance(state.facts, prometheus.RouteBlocked) else 0
+            if blocked >= prometheus.ROUTE_CONFIRMATIONS:  # a private control plane: do not wait out the timeout on it
                 ctx.reporter.warn(f"{self.id}: {state.facts.warning}")
                 return Check(PASS, f"{state.facts.verified}; not verified: {state.facts.warning}", done=True)
             if state.status == PASS or time.monotonic() >= deadline:
@@ -374,103 +369,26 @@ class Monitoring(Step):
         and, once the gpu-operator runs its DCGM exporter, a healthy DCGM target on every GPU node."""
         target = decide(ctx)
         if target.mode == "install":
-            if problems := self._workload_problems(ctx):
+            if problems := prometheus.workload_problems(ctx):
                 return Check(WARN, "; ".join(problems[:4]))
         proxy = None
         try:
-            proxy = self._prometheus_proxy(ctx, target)
+            proxy = prometheus.prometheus_proxy(ctx, target)
             if isinstance(proxy, str):
                 return Check(WARN, proxy)
-            answer = self._query(ctx, proxy, f'up{{job="{render.DCGM_JOB}"}}')
+            answer = prometheus.query(ctx, proxy, f'up{{job="{render.DCGM_JOB}"}}')
         except ClusterError as error:
             message = f"Prometheus does not answer through the API server's service proxy yet: {error.message}"
-            return Check(WARN, message, facts=self._route_blocked(ctx, target, proxy, error))
+            return Check(WARN, message, facts=prometheus.route_blocked(ctx, target, proxy, error))
         if ctx.kube.get("v1", "Service", DCGM_SERVICE, ctx.config.gpu_operator.namespace) is None:
             return Check(PASS, f"{target.mode} mode ({target.prometheus}): Prometheus answers; dashboards and "
                                f"alerts in place; the DCGM exporter is not deployed yet (the gpu-operator step "
                                f"deploys it; doctor then checks its targets)", done=True)
-        missing = self._missing_targets(ctx, answer)
+        missing = prometheus.missing_targets(ctx, answer)
         if missing:
             return Check(WARN, f"no healthy DCGM exporter target in Prometheus for {', '.join(missing)}")
         return Check(PASS, f"{target.mode} mode ({target.prometheus}): DCGM exporter scraped on "
                            f"{len(ctx.config.nodes)} GPU node(s); dashboards and alerts in place", done=True)
-
-    def _workload_problems(self, ctx) -> list[str]:
-        section = ctx.config.monitoring
-        problems = []
-        for kind in ("Deployment", "DaemonSet", "StatefulSet"):
-            for obj in ctx.kube.list("apps/v1", kind, section.namespace):
-                labels = obj["metadata"].get("labels") or {}
-                if section.release not in (labels.get("release"), labels.get("app.kubernetes.io/instance")):
-                    continue
-                status = obj.get("status") or {}
-                if kind == "DaemonSet":
-                    ready = status.get("numberReady", 0) >= status.get("desiredNumberScheduled", 0)
-                else:
-                    ready = status.get("readyReplicas", 0) >= (obj.get("spec") or {}).get("replicas", 1)
-                if not ready:
-                    problems.append(f"{kind} {section.namespace}/{obj['metadata']['name']} is not ready")
-        return problems
-
-    def _prometheus_proxy(self, ctx, target: render.Target) -> str | tuple[str, str, str]:
-        """(namespace, service, port) of the Service in front of the Prometheus, or why there is none yet."""
-        section = ctx.config.monitoring
-        if target.mode == "install":
-            found = [p for p in ctx.kube.list(MONITORING_API, "Prometheus", section.namespace)
-                     if (p["metadata"].get("labels") or {}).get("release") == section.release] \
-                if _crd(ctx, PROMETHEUS_CRD) else []
-            if not found:
-                return f"the chart's Prometheus object in {section.namespace} does not exist yet"
-            namespace, name = section.namespace, found[0]["metadata"]["name"]
-        else:
-            namespace, _, name = target.prometheus.partition("/")
-        services = ctx.kube.list("v1", "Service", namespace)
-        chosen = next((s for s in services if ((s.get("spec") or {}).get("selector") or {}).get(
-            "operator.prometheus.io/name") == name), None) or \
-            next((s for s in services if s["metadata"]["name"] == "prometheus-operated"), None)
-        if chosen is None:
-            return f"no Service in {namespace} selects the pods of Prometheus {name} yet"
-        ports = (chosen.get("spec") or {}).get("ports") or []
-        port = next((p for p in ports if p.get("name") in ("http-web", "web")), ports[0] if ports else {})
-        return namespace, chosen["metadata"]["name"], str(port.get("name") or port.get("port") or 9090)
-
-    def _route_blocked(self, ctx, target: render.Target, proxy, error: ClusterError) -> RouteBlocked | None:
-        """When the service-proxy route itself fails (refused, timed out, forbidden: a private control plane, a
-        firewall, RBAC) although Prometheus runs (its Service has ready endpoints, the stack's workloads are
-        ready), what was verified and what could not be, with how to check it by hand. None: Prometheus may just
-        not be up yet (no ready endpoint, or the proxy's own 'no endpoints available')."""
-        if not isinstance(proxy, tuple) or "no endpoints available" in error.message:
-            return None
-        if not (isinstance(error, Unreachable) or error.status in ROUTE_FAILURES):
-            return None
-        namespace, service, port = proxy
-        try:
-            if not _ready_endpoints(ctx, namespace, service):
-                return None
-            number = _service_port(ctx, namespace, service, port)
-        except ClusterError:  # the API itself does not answer now: verify asks again
-            return None
-        return RouteBlocked(
-            f"{target.mode} mode ({target.prometheus}): Prometheus runs (Service {namespace}/{service} has ready "
-            f"endpoints); dashboards and alerts in place",
-            f"Prometheus cannot be reached through the API server's service proxy ({error.message}; a private "
-            f"control plane or a firewall blocks this route), so whether it scrapes the DCGM exporter on every GPU "
-            f"node was not checked — check it by hand: kubectl -n {namespace} port-forward svc/{service} "
-            f"9090:{number}, then open http://localhost:9090/targets (job {render.DCGM_JOB})")
-
-    @staticmethod
-    def _query(ctx, proxy: tuple[str, str, str], promql: str) -> list[dict]:
-        namespace, service, port = proxy
-        path = f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/api/v1/query"
-        # One attempt: verify's own loop asks again, and a route that is refused must not be retried for a minute
-        answer = ctx.kube.request("GET", path, {"query": promql}, idempotent=False)
-        if answer.get("status") != "success":
-            raise ClusterError(f"Prometheus refused the query {promql}: {answer.get('error', answer)}")
-        return (answer.get("data") or {}).get("result") or []
-
-    def _missing_targets(self, ctx, up: list[dict]) -> list[str]:
-        healthy = {r["metric"].get("node") for r in up if r.get("value", [0, "0"])[1] == "1"}
-        return [n.name for n in ctx.config.nodes if n.name not in healthy]
 
     def doctor(self, ctx) -> list[Check]:
         try:
@@ -479,56 +397,7 @@ class Monitoring(Step):
             return [Check(FAIL, error.one_line().removeprefix(f"[{self.id}] "))]
         if check.status == FAIL:
             return [check]
-        return [check, self._scrape_report(ctx, check.facts.target)]
-
-    def _scrape_report(self, ctx, target: render.Target) -> Check:
-        """Missing DCGM targets, and DCGM series without namespace/pod labels while GPU pods run."""
-        proxy = None
-        try:
-            proxy = self._prometheus_proxy(ctx, target)
-            if isinstance(proxy, str):
-                return Check(WARN, proxy)
-            up = self._query(ctx, proxy, f'up{{job="{render.DCGM_JOB}"}}')
-            missing = self._missing_targets(ctx, up)
-            problems = [f"no healthy DCGM exporter target for {', '.join(missing)} (is the ServiceMonitor "
-                        f"{ctx.config.gpu_operator.namespace}/{DCGM_SERVICE} there and labelled "
-                        f"{render._labels_text(target.service_monitor_labels)}?)"] if missing else []
-            running = self._gpu_pods(ctx)
-            if running:
-                with_pod = self._query(ctx, proxy, 'count(DCGM_FI_DEV_GPU_UTIL{pod!=""})')
-                if not with_pod:
-                    exported = self._query(ctx, proxy, 'count(DCGM_FI_DEV_GPU_UTIL{exported_pod!=""})')
-                    problems.append(
-                        f"{len(running)} GPU pod(s) run ({', '.join(running[:3])}) but no DCGM series has a pod "
-                        "label" + (": they arrive as exported_pod/exported_namespace, so the ServiceMonitor has "
-                                   "honorLabels: false (gpu-bootstrap sets true: rerun up)" if exported else
-                                   ": the exporter does not map GPUs to pods (is DCGM_EXPORTER_KUBERNETES on and the "
-                                   "kubelet's pod-resources socket mounted?)"))
-        except ClusterError as error:
-            where = f" (check it by hand: kubectl -n {proxy[0]} port-forward svc/{proxy[1]} 9090:" \
-                    f"{_service_port(ctx, proxy[0], proxy[1], proxy[2])}, then http://localhost:9090/targets)" \
-                if isinstance(proxy, tuple) else ""
-            return Check(WARN, f"Prometheus could not be queried through the API server's service proxy: "
-                               f"{error.message}{where}")
-        if problems:
-            return Check(WARN, "; ".join(problems))
-        return Check(PASS, f"DCGM exporter scraped on every GPU node ({len(ctx.config.nodes)})" +
-                     (f"; series carry namespace/pod for the {len(running)} running GPU pod(s)" if running else ""))
-
-    @staticmethod
-    def _gpu_pods(ctx) -> list[str]:
-        """Running pods that hold GPUs: by their resources, and with allocation: dra also by a ResourceClaim (as
-        admission takes them: render/admission_policy.py)."""
-        claims = ctx.config.gpu_operator.allocation == "dra"
-        out = []
-        for pod in ctx.kube.list("v1", "Pod", field_selector="status.phase=Running"):
-            containers = (pod.get("spec") or {}).get("containers") or []
-            wants = any(str(name).startswith(("nvidia.com/gpu", "nvidia.com/mig-"))
-                        for c in containers for name in ((c.get("resources") or {}).get("limits") or {}))
-            wants = wants or (claims and bool((pod.get("spec") or {}).get("resourceClaims")))
-            if wants and pod_ready(pod):
-                out.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
-        return out
+        return [check, prometheus.scrape_report(ctx, check.facts.target)]
 
     # --- undo ---------------------------------------------------------------------------------------------------------------
     def made_while_running(self, ctx) -> list[dict]:
@@ -536,7 +405,7 @@ class Monitoring(Step):
 
     def undo_plan(self, ctx) -> list[Change]:
         section = ctx.config.monitoring
-        rules_served = _crd(ctx, RULE_CRD)
+        rules_served = crd_exists(ctx, RULE_CRD)
         changes = [Change(Verb.DELETE, ref, "remove", "teardown: made by gpu-bootstrap's monitoring step")
                    for ref in self._owned(ctx, rules_served)]
         status = ctx.helm.status(section.release, section.namespace)
@@ -557,28 +426,3 @@ class Monitoring(Step):
             changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", section.namespace), "remove",
                                   "the namespace gpu-bootstrap created for the stack"))
         return changes
-
-
-ROUTE_FAILURES = {403, 502, 503, 504}  # the proxy refused, or could not reach or wait for the pod
-ROUTE_CONFIRMATIONS = 3  # verify accepts a blocked route after this many answers in a row (2 s apart)
-
-
-@dataclass(frozen=True)
-class RouteBlocked:
-    verified: str  # what was verified
-    warning: str  # what could not be, and how to check it
-
-
-def _ready_endpoints(ctx, namespace: str, service: str) -> bool:
-    slices = ctx.kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace,
-                           label_selector=f"kubernetes.io/service-name={service}")
-    return any((e.get("conditions") or {}).get("ready") is not False
-               for found in slices for e in found.get("endpoints") or [])
-
-
-def _service_port(ctx, namespace: str, service: str, port: str) -> str:
-    """The number of the Service port the proxy was asked for by name (for kubectl port-forward)."""
-    found = ctx.kube.get("v1", "Service", service, namespace) or {}
-    ports = (found.get("spec") or {}).get("ports") or []
-    chosen = next((p for p in ports if port in (p.get("name"), str(p.get("port")))), ports[0] if ports else {})
-    return str(chosen.get("port", 9090))

@@ -51,15 +51,15 @@ class NodePrep(Step):
         return ctx.config.node_prep.enabled
 
     @staticmethod
-    def wanted(config) -> tuple[dict, dict | None]:
-        return render.wanted(config.node_prep)
+    def labels_and_taint(config) -> tuple[dict, dict | None]:
+        return render.labels_and_taint(config.node_prep)
 
     def inputs(self, ctx) -> dict:
-        labels, taint = self.wanted(ctx.config)
+        labels, taint = self.labels_and_taint(ctx.config)
         return {"nodes": sorted(n.name for n in ctx.config.nodes), "labels": labels, "taint": taint}
 
     def check(self, ctx) -> Check:
-        labels, taint = self.wanted(ctx.config)
+        labels, taint = self.labels_and_taint(ctx.config)
         nodes, missing, pending = {}, [], []
         for configured in ctx.config.nodes:
             node = ctx.kube.get("v1", "Node", configured.name)
@@ -88,7 +88,7 @@ class NodePrep(Step):
                      facts=facts, warnings=warnings)
 
     def plan(self, ctx, check: Check) -> list[Change]:
-        labels, taint = self.wanted(ctx.config)
+        labels, taint = self.labels_and_taint(ctx.config)
         changes = []
         for name, node in check.facts.nodes.items():
             patch = render.prepare_patch(node, labels, taint)

@@ -7,7 +7,7 @@ named after it, and made by the kustomization's configMapGenerator, so a pull re
 as an escaped string. helmfile gets each unit as a small local chart instead (helm reads the same files with
 .Files). They differ in how the charts are carried and how the order is kept:
 
-- manifests: the charts rendered with `helm template` into their unit's folder; the order is the folders' order.
+- manifests: the charts rendered with `helm template` into their unit's folder; the order is the README's list of units.
 - argocd: an app-of-apps: argocd/app-of-apps.yaml points at argocd/apps/, one Application per unit, its sync
   wave the unit's place; a chart's Application carries the chart, its pinned version and its values. The waves
   wait for the Applications before them only where Argo CD assesses an Application's health, which it stopped doing
