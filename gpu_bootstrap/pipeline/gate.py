@@ -16,7 +16,8 @@ JUDGED_CLIENT_SIDE = ("judged client-side, not sent: admission does not run for 
 
 class Gate:
     """APPLY makes changes real; SERVER_DRY_RUN sends them with dryRun=All (the API server validates and admits them
-    but stores nothing); RECORD_ONLY only records them (offline, and `up --dry-run=client`). A render dir, when given, sees every change."""
+    but stores nothing); RECORD_ONLY only records them (offline, and `up --dry-run=client`). A render dir, when
+    given, sees every change."""
 
     def __init__(self, mode: str, kube, helm, render_dir=None):
         self.mode = mode

@@ -37,7 +37,7 @@ def dump(obj) -> str:
     return yaml.dump(obj, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True)
 
 
-NUMBERED_FOLDER = re.compile(r"\d\d-[a-z0-9-]+")  # the <NN>-<step> folders of renders before 0.x (removed)
+NUMBERED_FOLDER = re.compile(r"\d\d-[a-z0-9-]+")  # earlier versions' <NN>-<step> folders (removed)
 STEP_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 INDEX = "steps.txt"
 
@@ -46,10 +46,11 @@ def prepare(folder: Path, steps: list[str]) -> None:
     """Start from a clean render: remove the step folders a previous render left (those its steps.txt lists, the
     `steps` about to be written when they hold a plan.txt, and numbered folders of older versions), keep anything
     else. A folder with a link planted where we write (its top, the step folders) is refused (security/outdir.py)."""
-    ours = set(_listed(folder)) | set(steps)
-    outdir.refuse_planted(folder, "--render-dir", descend=lambda name: name in ours or NUMBERED_FOLDER.fullmatch(name))
-    outdir.make_folder(folder)
     listed = set(_listed(folder))
+    ours = listed | set(steps)
+    outdir.refuse_planted(folder, "--render-dir",
+                          descend=lambda name: name in ours or NUMBERED_FOLDER.fullmatch(name))
+    outdir.make_folder(folder)
     removed = [child for child in folder.iterdir() if child.is_dir() and (
         child.name in listed or NUMBERED_FOLDER.fullmatch(child.name) or
         (child.name in steps and (child / "plan.txt").is_file()))]
@@ -66,7 +67,8 @@ def prepare(folder: Path, steps: list[str]) -> None:
 
 def step_folders(root: Path) -> list[tuple[str, Path]]:
     """(step id, its folder) of a render, in the playbook's order (steps.txt), for the steps that wrote one."""
-    return [(step, root / RenderDir.folder(step)) for step in _listed(root) if (root / RenderDir.folder(step)).is_dir()]
+    folders = [(step, root / RenderDir.folder(step)) for step in _listed(root)]
+    return [(step, folder) for step, folder in folders if folder.is_dir()]
 
 
 def _listed(folder: Path) -> list[str]:

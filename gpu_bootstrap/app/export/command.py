@@ -74,6 +74,7 @@ NOT_UNITS = {"argocd", "flux", "values"}  # the folders of an export that are no
 
 
 def _previous_files(folder: Path) -> list[str]:
+    """The files the export in `folder` wrote, as its marker lists them (none when there is no readable marker)."""
     marker = folder / MARKER
     if not marker.is_file():
         return []
@@ -227,9 +228,8 @@ def write(folder: Path, files: dict[str, str]) -> list[str]:
     """Remove what the last export wrote, then write these files: folders 0700, files 0600, never through a link
     (as --render-dir)."""
     outdir.refuse_planted(folder, "-o")  # again: the plan took a while, and the folder may have changed since
-    marker = folder / MARKER
-    if marker.is_file():
-        for name in json.loads(marker.read_text()).get("files", []):
+    if (folder / MARKER).is_file():
+        for name in _previous_files(folder):
             path = (folder / name).resolve()
             if folder.resolve() in path.parents and path.is_file():
                 path.unlink()
