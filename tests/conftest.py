@@ -365,7 +365,7 @@ def _toy_step_inserted(tmp_path_factory):
     order = document["steps"]
     order.insert({"first": 0, "middle": len(order) // 2, "last": len(order)}[_TOY_AT], TOY)
     (folder / "default.yaml").write_text(yaml.safe_dump(document))
-    steps.REGISTRY[TOY] = "tests.toy_step:Toy"
+    steps.ELSEWHERE[TOY] = "tests.toy_step"
     original = playbook_module.data_path
     playbook_module.data_path = lambda *parts: folder.joinpath(*parts[1:]) if parts[:1] == ("playbooks",) \
         else original(*parts)
@@ -373,4 +373,4 @@ def _toy_step_inserted(tmp_path_factory):
         yield
     finally:
         playbook_module.data_path = original
-        steps.REGISTRY.pop(TOY, None)
+        steps.ELSEWHERE.pop(TOY, None)

@@ -128,9 +128,10 @@ def identity(emu, api) -> tuple[str, dict]:  # noqa: F811 - api: the fixture's c
 
 def up_rules(config, without: str = "") -> list[dict]:
     """The cluster-wide rules `rbac --for up` grants for admission's writes in DRA mode, as ClusterRole rules."""
+    from gpu_bootstrap import steps as registry
     from gpu_bootstrap.security import rbac
     rules = []
-    for need in rbac.needs("up", config, ["admission"]):
+    for need in rbac.needs("up", config, registry.declarations(["admission"])):
         if need.scope is rbac.CLUSTER and need.group in ("admissionregistration.k8s.io", "resource.k8s.io") and \
                 need.group != without:
             rules.append({"apiGroups": [need.group], "resources": list(need.resources), "verbs": list(need.verbs),

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpu_bootstrap.cli.commands import app
 from tests.tools import tool_env
-from tests.toy_step import shipped
+from tests.toy_step import written_for
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -59,7 +59,7 @@ def test_offline_json_document(tmp_path):
     assert result.exit_code == 0
     document = json.loads(result.stdout)
     assert document["ok"] is True and document["incomplete"] == json.loads(refused.stdout)["incomplete"]
-    assert [(s["id"], s["status"], s["changes"]) for s in document["steps"] if shipped([s["id"]])] == [
+    assert [(s["id"], s["status"], s["changes"]) for s in document["steps"] if written_for([s["id"]])] == [
         ("preflight", "skipped", 0), ("node-prep", "planned", 2), ("gpu-pools", "skipped", 0),
         ("monitoring", "planned", 8), ("gpu-operator", "incomplete", 4), ("binpack-scheduler", "planned", 9),
         ("admission-opa", "planned", 8), ("admission", "planned", 5), ("validate", "planned", 3)]
@@ -79,10 +79,10 @@ def test_render_dir_is_refreshed_not_accumulated(tmp_path):
     for _ in range(2):
         invoke("up", "--dry-run", "--offline", "--allow-incomplete", "-c", str(EXAMPLES / "minimal.yaml"), "--render-dir", str(out),
                tmp_path=tmp_path)
-    assert sorted(p.name for p in out.iterdir() if p.suffix or shipped([p.name])) == [
+    assert sorted(p.name for p in out.iterdir() if p.suffix or written_for([p.name])) == [
         "admission", "admission-opa", "binpack-scheduler", "gpu-operator", "keep.txt", "monitoring", "node-prep",
         "steps.txt", "validate"]
-    assert shipped((out / "steps.txt").read_text().split()) == ["preflight", "node-prep", "gpu-pools", "monitoring",
+    assert written_for((out / "steps.txt").read_text().split()) == ["preflight", "node-prep", "gpu-pools", "monitoring",
                                                                 "gpu-operator", "binpack-scheduler", "admission-opa",
                                                                 "admission", "validate"]
     assert (out / "node-prep" / "plan.txt").read_text().count("\n") == 2

@@ -45,5 +45,7 @@ def test_init_writes_the_schema_beside_the_config_and_names_it(tmp_path):
     first = path.read_text().splitlines()[0]
     assert first == "# yaml-language-server: $schema=./gpu-bootstrap.schema.json"
     schema = json.loads((path.parent / "gpu-bootstrap.schema.json").read_text())
-    assert schema == json.loads(json.dumps(cfg.json_schema()))
-    cfg.load(path, environ={})  # still a valid config
+    from gpu_bootstrap.steps import config_model
+    model = config_model()  # the built-in sections and those the steps bring
+    assert schema == json.loads(json.dumps(cfg.json_schema(model)))
+    cfg.load(path, environ={}, model=model)  # still a valid config

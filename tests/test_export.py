@@ -22,7 +22,7 @@ from tests.conftest import chart
 from tests import planted
 from tests.nodes.reports import write_report
 from tests.tools import TOOLS_BIN, tool_env, missing, run, tool
-from tests.toy_step import shipped
+from tests.toy_step import written_for
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -295,8 +295,8 @@ def test_a_rendered_export_holds_exactly_the_images_that_images_lists(tmp_path, 
 
 def step_of_unit(unit: str) -> str:
     """The step a unit's folder belongs to (bundle.unit_id: the step's id, then the release or a number)."""
-    from gpu_bootstrap.steps import REGISTRY
-    return max((step for step in REGISTRY if unit == step or unit.startswith(step + "-")), key=len, default="")
+    from gpu_bootstrap.steps import known
+    return max((step for step in known() if unit == step or unit.startswith(step + "-")), key=len, default="")
 
 
 # --- refusals --------------------------------------------------------------------------------------------------------
@@ -382,7 +382,7 @@ def test_units_keep_the_playbook_order_and_charts_come_after_their_namespace(tmp
     assert result.exit_code == 0, result.output
     apps = {doc["metadata"]["name"]: doc for _p, doc in documents(out / "argocd" / "apps")}
     waves = sorted((int(a["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]), name)
-                   for name, a in apps.items() if shipped([step_of_unit(name.removeprefix("gpu-bootstrap-"))]))
+                   for name, a in apps.items() if written_for([step_of_unit(name.removeprefix("gpu-bootstrap-"))]))
     assert [name for _w, name in waves] == [
         "gpu-bootstrap-monitoring", "gpu-bootstrap-monitoring-kube-prometheus-stack", "gpu-bootstrap-monitoring-2",
         "gpu-bootstrap-gpu-operator", "gpu-bootstrap-gpu-operator-gpu-operator", "gpu-bootstrap-binpack-scheduler",
@@ -443,7 +443,7 @@ def test_argocd_settings_reach_every_application_and_the_health_patch_comes_with
                          "gitops", "--argocd-project", "platform", "--no-auto-sync")
     assert result.exit_code == 0, result.output
     apps = [doc for _p, doc in documents(out / "argocd") if doc.get("kind") == "Application"]
-    assert len([a for a in apps if shipped([step_of_unit(a["metadata"]["name"].removeprefix("gpu-bootstrap-"))])
+    assert len([a for a in apps if written_for([step_of_unit(a["metadata"]["name"].removeprefix("gpu-bootstrap-"))])
                 or a["metadata"]["name"] == "gpu-bootstrap"]) == 9
     for app_ in apps:
         assert app_["metadata"]["namespace"] == "gitops" and app_["spec"]["project"] == "platform", app_

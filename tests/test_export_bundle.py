@@ -39,7 +39,7 @@ def test_a_step_with_objects_around_a_chart_becomes_three_units_in_order():
                  ("gpu-operator", release("gpu-operator", {})),
                  ("validate", apply(obj("Namespace", "gpu-bootstrap"))),
                  ("validate", Change(Verb.CREATE, Ref("v1", "Pod", "p", "gpu-bootstrap"), "run", body={}))]
-    made = bundle.build(submitted, "1.33.0", "flux")
+    made = bundle.build(submitted, "1.33.0", "flux", run_steps={"validate"})
     assert [(u.id, u.wave) for u in made.units] == [("monitoring", 0), ("monitoring-kps", 1),
                                                     ("monitoring-2", 2), ("gpu-operator-gpu-operator", 3)]
     assert [o["kind"] for o in made.units[2].objects] == ["CustomResourceDefinition", "ConfigMap"]  # CRDs first

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from gpu_bootstrap import steps as registry
 from gpu_bootstrap.security import rbac as rbac_module
 from gpu_bootstrap.security import rbac_rules
 from gpu_bootstrap.cli.commands import app
@@ -53,7 +54,7 @@ def uncovered(requests, command: str, config_path: Path, both_allocations: bool 
     `both_allocations`: the role of `rbac --allow-allocation-change`."""
     from tests.kubeapi.rbac import _matches
     config = load(config_path)
-    found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)),
+    found = rbac_module.rules(command, config, registry.enabled(config, load_playbook("default").steps),
                               both_allocations=both_allocations)
     out = []
     for request in requests:
@@ -75,7 +76,7 @@ def test_no_generated_role_uses_a_wildcard(tmp_path, command, extra):
     path = tmp_path / "c.yaml"
     path.write_text("nodes: [{name: node5}]\n" + extra)
     config = load(path)
-    steps = rbac_module.enabled_steps(config, list(load_playbook("default").steps))
+    steps = registry.enabled(config, load_playbook("default").steps)
     found = rbac_module.rules(command, config, steps)
     every = found.cluster + [r for rules in found.namespaced.values() for r in rules]
     assert every
@@ -91,7 +92,7 @@ def test_the_roles_follow_the_configured_steps(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("nodes: [{name: node5}]\nadmission: {enabled: false}\nvalidation: {enabled: false}\n")
     config = load(path)
-    steps = rbac_module.enabled_steps(config, list(load_playbook("default").steps))
+    steps = registry.enabled(config, load_playbook("default").steps)
     assert "admission" not in steps and "validate" not in steps
     found = rbac_module.rules("dry-run", config, steps)
     assert not [r for r in found.cluster if r["apiGroups"] == ["admissionregistration.k8s.io"]
@@ -219,6 +220,24 @@ def test_up_dry_run_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp
 
 
 @pytest.mark.tools
+@pytest.mark.parametrize("command", ["dry-run", "up"])
+def test_without_pools_gpu_pools_may_look_for_pools_of_ours_it_no_longer_wants(cluster, tmp_path, command):
+    """With `pools` left out the gpu-pools step still runs: where Karpenter's CRDs are served it lists our NodePools
+    and EC2NodeClasses to remove those no longer configured. The roles once granted it nothing without `pools`, and
+    its run as them was refused."""
+    from tests.test_gpu_pools import install_crds
+    install_crds(cluster)
+    config = write_config(tmp_path)
+    user = grant(cluster, config, command, tmp_path)
+    cluster.emu.requests.clear()
+    result, document = run_as(user, config, tmp_path, "up", *(["--dry-run"] if command == "dry-run" else []),
+                              "--only", "gpu-pools")
+    assert result.exit_code == 0, result.output
+    assert refused(cluster) == []
+    assert [s["status"] for s in document["steps"] if s["id"] == "gpu-pools"] == ["skipped"], document
+
+
+@pytest.mark.tools
 @pytest.mark.slow
 @pytest.mark.usefixtures("helm_on_path")
 def test_doctor_succeeds_with_its_role_and_names_a_removed_rule(cluster, tmp_path):
@@ -294,7 +313,7 @@ def test_the_cluster_probe_is_granted_only_where_preflight_probes_through_the_cl
         path = tmp_path / "c.yaml"
         path.write_text(text)
         config = load(path)
-        found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
+        found = rbac_module.rules(command, config, registry.enabled(config, load_playbook("default").steps))
         return any("pods" in r["resources"] and "create" in r["verbs"] and r["apiGroups"] == [""]
                    for r in found.cluster)
     assert probe_pods("nodes: [{name: node5}]\n", "probe") and probe_pods("nodes: [{name: node5}]\n", "up")
@@ -344,7 +363,7 @@ def test_no_role_but_ups_reads_secret_values(tmp_path, allocation):
     path = tmp_path / "c.yaml"
     path.write_text(f"nodes: [{{name: node5}}]\ngpu_operator: {{allocation: {allocation}}}\n")
     config = load(path)
-    steps = rbac_module.enabled_steps(config, list(load_playbook("default").steps))
+    steps = registry.enabled(config, load_playbook("default").steps)
     for command in ("plan", "dry-run", "doctor", "probe", "up"):
         found = rbac_module.rules(command, config, steps)
         secret_rules = [(ns, rule) for ns, rules in [(None, found.cluster), *found.namespaced.items()]
@@ -365,7 +384,7 @@ def test_the_pipeline_roles_from_least_to_most(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("nodes: [{name: node5}]\n")
     config = load(path)
-    steps = rbac_module.enabled_steps(config, list(load_playbook("default").steps))
+    steps = registry.enabled(config, load_playbook("default").steps)
 
     def every(command):
         found = rbac_module.rules(command, config, steps)
@@ -415,7 +434,7 @@ def _config(tmp_path: Path, text: str = "nodes: [{name: node5}]\n"):
 
 
 def _every(command: str, config, **more) -> list[dict]:
-    found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)),
+    found = rbac_module.rules(command, config, registry.enabled(config, load_playbook("default").steps),
                               **more)
     return found.cluster + [r for rules in found.namespaced.values() for r in rules]
 
@@ -434,7 +453,7 @@ def test_a_kept_identity_holds_no_write_on_what_admission_does_not_see(tmp_path,
 def test_the_service_proxy_reaches_only_the_prometheus_it_reads(tmp_path):
     config = _config(tmp_path, "nodes: [{name: node5}]\nmonitoring: {release: prom, namespace: obs}\n")
     for command in ("status", "doctor", "probe"):
-        found = rbac_module.rules(command, config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
+        found = rbac_module.rules(command, config, registry.enabled(config, load_playbook("default").steps))
         proxies = [(ns, r) for ns, rules in [(None, found.cluster), *found.namespaced.items()] for r in rules
                    if "services/proxy" in r["resources"]]
         assert proxies == [("obs", {"apiGroups": [""], "resources": ["services/proxy"],
@@ -450,7 +469,7 @@ def test_the_service_proxy_reaches_only_the_prometheus_it_reads(tmp_path):
 @pytest.mark.unit
 def test_the_plan_role_reads_config_maps_only_where_it_plans(tmp_path):
     config = _config(tmp_path)
-    found = rbac_module.rules("plan", config, rbac_module.enabled_steps(config, list(load_playbook("default").steps)))
+    found = rbac_module.rules("plan", config, registry.enabled(config, load_playbook("default").steps))
     assert not [r for r in found.cluster if "configmaps" in r["resources"]]
     where = {ns for ns, rules in found.namespaced.items() for r in rules if "configmaps" in r["resources"]}
     assert where == {"gpu-bootstrap", "monitoring", "kube-system", "gpu-bootstrap-admission", "gpu-operator"}
@@ -460,8 +479,7 @@ def test_the_plan_role_reads_config_maps_only_where_it_plans(tmp_path):
 def test_doctor_runs_no_probe_and_without_admission_policies_no_dry_run_pod(tmp_path):
     config = _config(tmp_path)
     assert not [r for r in _every("doctor", config) if "daemonsets" in r["resources"] and "create" in r["verbs"]]
-    assert not [r for r in rbac_module.rules("doctor", config, rbac_module.enabled_steps(
-        config, list(load_playbook("default").steps))).cluster if "pods" in r["resources"] and "create" in r["verbs"]]
+    assert not [r for r in rbac_module.rules("doctor", config, registry.enabled(config, load_playbook("default").steps)).cluster if "pods" in r["resources"] and "create" in r["verbs"]]
     assert [r for r in _every("doctor", config) if r["resources"] == ["pods"] and "create" in r["verbs"]]
     assert not [r for r in _every("doctor", config, admission_policies=False)
                 if "pods" in r["resources"] and "create" in r["verbs"]]

@@ -28,12 +28,12 @@ from gpu_bootstrap.steps.binpack_scheduler import BinpackScheduler, SchedulerFac
 from gpu_bootstrap.steps.gpu_operator import GpuOperator, OperatorFacts
 from gpu_bootstrap.steps.monitoring import Monitoring, MonitoringFacts
 from gpu_bootstrap.render import monitoring as monitoring_render
+from gpu_bootstrap.steps import shipped
 from gpu_bootstrap.steps.node_prep import NodePrep, NodePrepFacts
 from gpu_bootstrap.steps.preflight import Preflight, judge
 from gpu_bootstrap.steps.validate import Validate, ValidateFacts
 
-PLAYBOOK = ("preflight", "node-prep", "gpu-pools", "monitoring", "gpu-operator", "binpack-scheduler", "admission-opa",
-            "admission", "validate")
+PLAYBOOK = shipped()  # the steps this version ships, in the default playbook's order
 NODE_PREP_RECORD = "gpu-bootstrap.io/node-prep"
 
 

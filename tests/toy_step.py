@@ -1,27 +1,41 @@
 """A toy step for tests that insert a step into the playbook: it applies one ConfigMap of ours in the tool's own
 namespace (a unit of plain manifests in an export, a folder in a render) and removes it on teardown. Registered
-for one test by `inserted()`, never shipped."""
+for one test by `inserted()` (or the session, GPU_BOOTSTRAP_TOY_STEP_AT), never shipped."""
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
 
 import yaml
+from pydantic import Field
+
+from gpu_bootstrap.core.config.fields import Section
 
 from gpu_bootstrap.core.objects import STATE_NAMESPACE
-from gpu_bootstrap.pipeline.step import PASS, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.pipeline.step import PASS, Change, Check, Ref, Step, Verb, declare
+from gpu_bootstrap.security.rbac_rules import APPLY, READ, RUN, WRITE, need
 
 TOY = "toy-labels"
 NAME = "gpu-bootstrap-toy"
 # the steps this version ships, in order (read from the file: GPU_BOOTSTRAP_TOY_STEP_AT changes what the tool loads)
 SHIPPED = tuple(yaml.safe_load((Path(__file__).resolve().parents[1] / "playbooks" / "default.yaml").read_text())
                 ["steps"])
+# The steps the tests that list a run's steps were written for. Such a test ignores any other step: one a contributor
+# adds (with tests of its own) or the toy, wherever it is inserted. Test data, not a product list: the product's
+# lists come from the steps' declarations (tests/test_step_declarations.py).
+WRITTEN_FOR = ("preflight", "node-prep", "gpu-pools", "monitoring", "gpu-operator", "binpack-scheduler",
+               "admission-opa", "admission", "validate")
 
 
-def shipped(ids):
-    """The items of `ids` (step ids) that name a step this version ships: a test of those steps ignores a step a
-    contributor inserted."""
-    return [i for i in ids if i in SHIPPED]
+def written_for(ids):
+    """The items of `ids` (step ids) that name a step these tests were written for (WRITTEN_FOR): a test of those
+    steps ignores a step added or inserted beside them."""
+    return [i for i in ids if i in WRITTEN_FOR]
+
+
+class ToyConfig(Section):
+    """The toy's own config section (`toy_labels:`), which the config gains from its declaration."""
+    note: str = Field("toy", description="what the toy ConfigMap says")
 
 
 class Toy(Step):
@@ -29,13 +43,13 @@ class Toy(Step):
     title = "A toy step (tests only)"
 
     def inputs(self, ctx) -> dict:
-        return {"nodes": sorted(n.name for n in ctx.config.nodes)}
+        return {"nodes": sorted(n.name for n in ctx.config.nodes), "note": DECLARATION.settings(ctx.config).note}
 
     def wanted(self, ctx) -> dict:
         return {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": NAME, "namespace": STATE_NAMESPACE,
                              "labels": {"app.kubernetes.io/managed-by": "gpu-bootstrap"}},
-                "data": {"nodes": ",".join(self.inputs(ctx)["nodes"])}}
+                "data": {"nodes": ",".join(self.inputs(ctx)["nodes"]), "note": self.inputs(ctx)["note"]}}
 
     def check(self, ctx) -> Check:
         live = ctx.kube.get("v1", "ConfigMap", NAME, STATE_NAMESPACE)
@@ -54,6 +68,12 @@ class Toy(Step):
         return [Change(Verb.DELETE, Ref("v1", "ConfigMap", NAME, STATE_NAMESPACE), "remove", "teardown")]
 
 
+DECLARATION = declare(Toy, summary="a toy step (tests only)", section="toy_labels", model=ToyConfig,
+                      needs=lambda config: {READ: [need("", "configmaps", "get", "state")],
+                                            WRITE: [need("", "configmaps", APPLY, "state")],
+                                            RUN: [need("", "configmaps", "delete", "state")]})
+
+
 def playbook_with_toy(folder: Path, position: int | None) -> Path:
     """The shipped default playbook with the toy step inserted at `position` (0: first; -1: last)."""
     steps = list(SHIPPED)
@@ -68,5 +88,5 @@ def playbook_with_toy(folder: Path, position: int | None) -> Path:
 def inserted(monkeypatch):
     """The toy step known to the step registry for the test's duration."""
     from gpu_bootstrap import steps
-    monkeypatch.setitem(steps.REGISTRY, TOY, "tests.toy_step:Toy")
+    monkeypatch.setitem(steps.ELSEWHERE, TOY, "tests.toy_step")
     yield

@@ -15,6 +15,7 @@ from gpu_bootstrap.core.errors import ConfigError, GpuBootstrapError, UsageError
 from gpu_bootstrap.pipeline import gate as gate_module
 from gpu_bootstrap.app.playbook import load_playbook, select
 from gpu_bootstrap.core.outcomes import FAIL, PASS, WARN
+from gpu_bootstrap import steps as step_registry
 from gpu_bootstrap.steps import load_step
 from gpu_bootstrap.core.versions import DEFAULT_KUBE_VERSION, control_plane_version, normalize_kube_version
 
@@ -50,7 +51,8 @@ class Options:
 def load_config(options: Options):
     overrides = {("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
                  ("cluster", "context"): options.context}
-    return config_module.load(options.config, overrides=overrides)
+    # the model with the sections steps bring themselves (core/config cannot know them)
+    return config_module.load(options.config, overrides=overrides, model=step_registry.config_model())
 
 
 def build(options: Options, reporter, mode_for_dry_run: str | None = None, config=None, world=None,
@@ -491,9 +493,15 @@ def write_example(path: Path, force: bool) -> Path:
         raise ConfigError(f"{path} already exists", "pass --force to overwrite it")
     import json
     schema = path.parent / config_module.SCHEMA_FILE
-    schema.write_text(json.dumps(config_module.json_schema(), indent=1) + "\n")
-    path.write_text(f"# yaml-language-server: $schema=./{config_module.SCHEMA_FILE}\n" + config_module.EXAMPLE)
+    schema.write_text(json.dumps(config_module.json_schema(step_registry.config_model()), indent=1) + "\n")
+    path.write_text(f"# yaml-language-server: $schema=./{config_module.SCHEMA_FILE}\n" + example_config())
     return path
+
+
+def example_config() -> str:
+    """`init`'s example: the built-in sections, then each section a step brings itself (as its declaration says)."""
+    return config_module.example([d.example or config_module.section_example(d.section, d.model, d.title)
+                                  for d in step_registry.declarations() if d.model is not None])
 
 
 def status(options: Options, status_options):

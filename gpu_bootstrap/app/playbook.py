@@ -8,7 +8,7 @@ import yaml
 
 from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.core.paths import data_path
-from gpu_bootstrap.steps import REGISTRY, implemented
+from gpu_bootstrap import steps as registry
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,8 @@ def load_playbook(name_or_path: str = "default") -> Playbook:
     if not isinstance(steps, list) or not steps or not all(isinstance(s, str) for s in steps):
         raise ConfigError(f"{path}: 'steps' must be a non-empty list of step ids")
     for step in steps:
-        if step not in REGISTRY:
-            raise ConfigError(f"{path}: unknown step {step!r}", f"known steps: {', '.join(REGISTRY)}")
-        if not REGISTRY[step]:
-            raise ConfigError(f"{path}: step {step!r} is not implemented in this version",
-                              f"implemented: {', '.join(implemented())}")
+        if not registry.is_step(step):
+            raise ConfigError(f"{path}: unknown step {step!r}", f"known steps: {', '.join(registry.known())}")
     if len(set(steps)) != len(steps):
         raise ConfigError(f"{path}: a step is listed twice")
     return Playbook(str(data.get("name", path.stem)), tuple(steps), str(path))
@@ -50,8 +47,8 @@ def select(playbook: Playbook, only: list[str], skip: list[str]) -> tuple[list[s
     """Returns (selected, skipped) step ids in playbook order. Unknown ids are errors."""
     for flag, ids in (("--only", only), ("--skip", skip)):
         for step in ids:
-            if step not in REGISTRY:
-                raise ConfigError(f"{flag}: unknown step {step!r}", f"known steps: {', '.join(REGISTRY)}")
+            if not registry.is_step(step):
+                raise ConfigError(f"{flag}: unknown step {step!r}", f"known steps: {', '.join(registry.known())}")
             if step not in playbook.steps:
                 raise ConfigError(f"{flag}: step {step!r} is not in playbook {playbook.name!r}",
                                   f"its steps: {', '.join(playbook.steps)}")

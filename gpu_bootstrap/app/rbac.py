@@ -22,6 +22,7 @@ def rbac(options: Options, command: str, service_account: str | None = None, pro
     import re
 
     from gpu_bootstrap.security import identity_policy
+    from gpu_bootstrap import steps as registry
     from gpu_bootstrap.security import rbac as rbac_module
     if service_account is not None and not re.fullmatch(SERVICE_ACCOUNT, service_account):
         raise UsageError(f"--service-account {service_account!r} is not NAMESPACE/NAME of a ServiceAccount",
@@ -39,7 +40,7 @@ def rbac(options: Options, command: str, service_account: str | None = None, pro
         config, steps = config_module.load_node_free_sections(options.config), []
     else:
         config = load_config(options)
-        steps = rbac_module.enabled_steps(config, list(load_playbook(options.playbook).steps))
+        steps = registry.enabled(config, load_playbook(options.playbook).steps)
     policies = identity_policy.served(_rbac_kube_version(options, command)) if held else True
     if not policies and command in ("dry-run", "probe"):
         raise UsageError(f"--for {command}: this cluster serves no ValidatingAdmissionPolicy (Kubernetes 1.30+), "
@@ -52,7 +53,8 @@ def rbac(options: Options, command: str, service_account: str | None = None, pro
     docs = identity_policy.manifests(command, service_account, pins) if held and policies else []
     docs += rbac_module.manifests(command, config, steps, service_account, target, policies,
                                   both_allocations=options.allow_allocation_change)
-    return _rbac_header(command, config, steps, docs, service_account, target, policies) + _yaml_with_reasons(docs)
+    return _rbac_header(command, config, [step.id for step in steps], docs, service_account, target, policies) \
+        + _yaml_with_reasons(docs)
 
 
 def probe_pins(config):

@@ -10,7 +10,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from gpu_bootstrap.core.refs import Ref, Verb
 from gpu_bootstrap.core.outcomes import FAIL, PASS, SKIP, WARN, Check
@@ -18,7 +18,8 @@ from gpu_bootstrap.core.outcomes import FAIL, PASS, SKIP, WARN, Check
 if TYPE_CHECKING:
     from gpu_bootstrap.pipeline.context import Context
 
-__all__ = ["FAIL", "PASS", "SKIP", "WARN", "Change", "Check", "ObjectsFacts", "Ref", "Step", "StepResult", "Verb"]
+__all__ = ["FAIL", "PASS", "SKIP", "WARN", "Change", "Check", "Declaration", "ObjectsFacts", "Ref", "Step",
+           "StepResult", "Verb", "declare"]
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,12 @@ class Step:
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
+    declaration: ClassVar["Declaration | None"] = None  # set by declare(), below the class in its module
+
     def enabled(self, ctx: "Context") -> bool:
-        return True
+        """The declaration's switch (a step with none always runs)."""
+        declaration = type(self).declaration
+        return declaration is None or declaration.enabled(ctx.config)
 
     def namespaces(self, ctx: "Context") -> list[str]:
         """The namespaces this step installs into, made by it when missing: `up` refuses to install into one that
@@ -155,3 +160,61 @@ class Step:
 
     def doctor(self, ctx: "Context") -> list[Check]:
         return [self.check(ctx)]
+
+
+def _always(config) -> bool:
+    return True
+
+
+def _no_needs(config) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a step is, declared once at the bottom of its module (`DECLARATION = declare(TheStep, ...)`). Everything
+    that lists steps is derived from these: the registry (steps/__init__.py), `rbac`'s roles, the config sections a
+    step adds, `init`'s example, README's step table, the docs' navigation and the config reference
+    (scripts/generate-docs). The order is not here: it lives in playbooks/*.yaml, which users may edit.
+
+    `section` names the config key the step's switch reads (its section); `model` is given only for a section the step
+    brings itself (a step added after the built-in sections: the config is extended with it, see
+    steps.config_model()). `needs(config)` returns the API requests the step makes by phase (security/rbac_rules.py:
+    read, write, run, doctor), `dra_needs(config)` what it adds when GPUs are allocated through DRA."""
+
+    step: type[Step]
+    summary: str  # what it does, in one line: README's step table
+    section: str | None = None
+    enabled: Callable[[Any], bool] = _always  # config -> does the step run?
+    needs: Callable[[Any], dict] = _no_needs
+    dra_needs: Callable[[Any], dict] = _no_needs
+    model: Any = None  # the pydantic model of a section the step brings itself
+    example: str = ""  # its section in `init`'s commented example (default: generated from the model)
+    status: str = "available"
+    docs: str = ""  # its page in docs/ (default: steps/<id>.md)
+
+    @property
+    def id(self) -> str:
+        return self.step.id
+
+    @property
+    def title(self) -> str:
+        return self.step.title
+
+    def settings(self, config):
+        """The step's own section of `config` (a step that brings one): its defaults where the config was built
+        without the step's model (a config made in code, or before the step was known)."""
+        found = getattr(config, self.section, None) if self.section else None
+        return found if found is not None else self.model()
+
+    @property
+    def page(self) -> str:
+        """Its page in docs/."""
+        return self.docs or f"steps/{self.id}.md"
+
+
+def declare(step: type[Step], summary: str, **fields) -> Declaration:
+    """The step's declaration, tied to its class (so that Step.enabled follows the declared switch)."""
+    declaration = Declaration(step, summary, **fields)
+    step.declaration = declaration
+    return declaration

@@ -22,19 +22,21 @@ attacks each was put to on the real API server):
            DaemonSets) and binds the charts' roles, so it is CLUSTER-ADMIN-EQUIVALENT: give it to an admin or a
            protected deploy job, as a short-lived token.
 
-The rules come from the catalogue in rbac_rules.py (what each step and the pipeline around the steps needs, by
-phase); this module assembles them into each command's roles: the phases a command runs, the filters that keep the
-dry and read-only identities to their job, and the merge into a ClusterRole and a Role per namespace.
+The rules come from the steps' declarations (each step's needs by phase, pipeline/step.py: Declaration), which the
+caller hands in, and from the catalogue in rbac_rules.py (the pipeline around the steps, the charts' objects);
+this module assembles them into each command's roles: the phases a command runs, the filters that keep the dry and
+read-only identities to their job, and the merge into a ClusterRole and a Role per namespace.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
 
 from gpu_bootstrap.core.objects import STATE_KEY_SECRET, STATE_NAMESPACE
 from gpu_bootstrap.security.rbac_rules import (
     CLUSTER, DOCTOR, READ, RUN, WRITE, Need, PrometheusService, cluster_probe_needs, need, pipeline_needs,
-    probes_through_the_cluster, prometheus_service, status_needs, step_needs)
+    probes_through_the_cluster, prometheus_service, status_needs)
 
 COMMANDS = ("plan", "dry-run", "up", "status", "doctor", "probe")
 DRY = ("dry-run", "doctor")  # identities an admission policy keeps dry (identity_policy.py)
@@ -48,14 +50,11 @@ ADMISSION_CONFIGURATION = ("mutatingwebhookconfigurations", "validatingwebhookco
                            "mutatingadmissionpolicies", "mutatingadmissionpolicybindings")
 
 
-def enabled_steps(config, playbook: list[str]) -> list[str]:
-    """The playbook's steps the config turns on (as each step's enabled() decides)."""
-    admission = config.admission
-    on = {"node-prep": config.node_prep.enabled, "gpu-pools": bool(config.pools),
-          "monitoring": config.monitoring.enabled, "gpu-operator": config.gpu_operator.enabled,
-          "binpack-scheduler": config.scheduler.enabled, "admission-opa": admission.enabled and admission.engine == "opa",
-          "admission": admission.enabled, "validate": config.validation.enabled}
-    return [step for step in playbook if on.get(step, True)]
+class StepNeeds(Protocol):
+    """What rbac reads of a step's declaration (pipeline/step.py: Declaration; security may not import it)."""
+    id: str
+    needs: Callable[[object], dict]  # config -> {phase: [Need]}
+    dra_needs: Callable[[object], dict]  # what it adds when GPUs are allocated through DRA
 
 
 def namespaces(config, prometheus: PrometheusService | None = None) -> dict[str, str]:
@@ -72,27 +71,30 @@ def namespaces(config, prometheus: PrometheusService | None = None) -> dict[str,
 PHASE_WORDS = {READ: "its check", WRITE: "its changes", RUN: "up only", DOCTOR: "doctor's checks"}
 
 
-def needs(command: str, config, steps: list[str], prometheus: PrometheusService | None = None,
+def needs(command: str, config, steps: Sequence[StepNeeds], prometheus: PrometheusService | None = None,
           admission_policies: bool = True, both_allocations: bool = False) -> list[Need]:
-    """What `command` uses for the enabled `steps` of the playbook. `admission_policies`: the cluster serves
-    admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (1.30+), which keeps the dry identities dry; without
-    it doctor's identity goes without the dry-run pod creates of its admission checks (those checks say unknown)."""
+    """What `command` uses for the enabled `steps` of the playbook (their declarations: steps.enabled()).
+    `admission_policies`: the cluster serves admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (1.30+),
+    which keeps the dry identities dry; without it doctor's identity goes without the dry-run pod creates of its
+    admission checks (those checks say unknown)."""
     if command not in COMMANDS:
         raise ValueError(command)
     if command == "status":
         return status_needs(prometheus or prometheus_service(config))
     phases = {"up": (READ, WRITE, RUN), "dry-run": (READ, WRITE), "plan": (READ,), "doctor": (READ, DOCTOR),
               "probe": (READ, DOCTOR)}[command]
-    table = step_needs(config)
     out = [n for phase in phases for n in pipeline_needs().get(phase, [])]
     # both_allocations (rbac --allow-allocation-change): moving a cluster between the device plugin and DRA also
     # removes the other mode's release and objects, whichever way the config now points
     dra = config is not None and hasattr(config, "gpu_operator") and (
         config.gpu_operator.allocation == "dra" or both_allocations)
-    for step in [*steps, *([f"{s}:dra" for s in steps if f"{s}:dra" in table] if dra else [])]:
+    tables = [(step.id, step.needs(config)) for step in steps]
+    tables += [(step.id, step.dra_needs(config)) for step in steps] if dra else []
+    for step_id, table in tables:
         for phase in phases:
-            out += [_origin(n, step.partition(":")[0], phase) for n in table.get(step, {}).get(phase, [])]
-    if "preflight" in steps and (command == "probe" or (command == "up" and probes_through_the_cluster(config))):
+            out += [_origin(n, step_id, phase) for n in table.get(phase, [])]
+    probing = command == "probe" or (command == "up" and probes_through_the_cluster(config))
+    if "preflight" in [step.id for step in steps] and probing:
         out += cluster_probe_needs()  # the probe identity exists for it, whatever preflight.via says (doctor --via)
     if command == "plan":
         out = _read_only(out, config)
@@ -185,7 +187,7 @@ class Rules:
     namespaced: dict[str, list[dict]]  # namespace -> the Role's rules
 
 
-def rules(command: str, config, steps: list[str], prometheus: PrometheusService | None = None,
+def rules(command: str, config, steps: Sequence[StepNeeds], prometheus: PrometheusService | None = None,
           admission_policies: bool = True, both_allocations: bool = False) -> Rules:
     """The needs merged into RBAC rules: one per (API group, verbs), resources sorted; namespaced verbs a
     cluster-wide rule already grants are left out of the Roles. Each rule's `why` (a key the manifests turn into a
@@ -233,7 +235,7 @@ def without_reasons(rule_list: list[dict]) -> list[dict]:
     return [{k: v for k, v in rule.items() if k != WHY} for rule in rule_list]
 
 
-def manifests(command: str, config, steps: list[str], service_account: str | None = None,
+def manifests(command: str, config, steps: Sequence[StepNeeds], service_account: str | None = None,
               prometheus: PrometheusService | None = None, admission_policies: bool = True,
               both_allocations: bool = False) -> list[dict]:
     """The ClusterRole, the Roles, and (given `namespace/name` of a ServiceAccount) their bindings. Rules keep

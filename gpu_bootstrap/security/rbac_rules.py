@@ -1,7 +1,8 @@
-"""The rule catalogue behind security/rbac.py: which API requests each step (and the pipeline around the steps)
-makes, by phase, and the charts' own objects. rbac.py assembles the roles from it.
+"""The rule catalogue behind security/rbac.py: the vocabulary of needs, what the pipeline around the steps makes,
+and the charts' own objects. rbac.py assembles the roles from it. Each step's own needs are part of its
+declaration (`needs=` in steps/<step>.py, built from the helpers here), handed to rbac.py by the caller.
 
-The table below says which API requests each step (and the pipeline around the steps) makes, by phase:
+A need says which API requests are made, by phase:
   READ   what check/doctor read (every pipeline command),
   WRITE  the changes its plan makes: `up --dry-run` sends the same requests with dryRun=All, which the API server
          authorizes exactly like real ones (server-side apply of a new object needs `create` as well as `patch`),
@@ -103,7 +104,7 @@ def chart_roles(step: str, release: str) -> tuple[set[str], set[str]]:
     raise ValueError(step)
 
 
-def _chart_rbac(step: str, release: str, scope: str) -> list[Need]:
+def chart_rbac_needs(step: str, release: str, scope: str) -> list[Need]:
     """Creating the chart's roles and bindings: RBAC lets a user create a role only with every permission in it, or
     `escalate` on it, and bind one only with them, or `bind` on it. Both by name, never all roles."""
     cluster_roles, roles = chart_roles(step, release)
@@ -115,7 +116,7 @@ def _chart_rbac(step: str, release: str, scope: str) -> list[Need]:
 CHART_ELSEWHERE = {"monitoring": [("", "services", "kube-system")]}
 
 
-def _chart(step: str, scope: str, verbs: tuple[str, ...]) -> list[Need]:
+def chart_needs(step: str, scope: str, verbs: tuple[str, ...]) -> list[Need]:
     """The chart's objects, plus its release records (helm keeps them as Secrets in the release's namespace)."""
     out = [Need(group, (resource,), verbs, scope if namespaced else CLUSTER)
            for group, resource, namespaced in CHART_KINDS[step]]
@@ -143,154 +144,22 @@ def pipeline_needs() -> dict[str, list[Need]]:
     }
 
 
-def step_needs(config) -> dict[str, dict[str, list[Need]]]:
-    opa = config.admission.certificates
-    admission_kinds = "mutatingwebhookconfigurations validatingwebhookconfigurations validatingadmissionpolicies " \
-                      "validatingadmissionpolicybindings"
-    monitoring_install = config.monitoring.mode in ("install", "auto")  # auto installs when there is no Prometheus
-    probes = [need("", "pods", "create", where, why="admission: server-side dry runs of a GPU pod (is it steered? "
-                                                     "never stored)") for where in ("probe-default", "state")]
-    attach_scope = "monitoring" if config.monitoring.mode == "install" else CLUSTER  # attach: the user's Prometheus
-    # admission steers GPU pods only to a scheduler that runs: its Deployment, its pods and its Lease
-    steering = [need("apps", "deployments", "get", "scheduler", why="admission: does the bin-packing scheduler run?"),
-                need("", "pods", "list", "scheduler", why="admission: does the bin-packing scheduler run?"),
-                need("coordination.k8s.io", "leases", "get", "scheduler",
-                     why="admission: does the bin-packing scheduler hold its Lease?")]
-    return {
-        "preflight": {RUN: [need("", "configmaps", "create patch", "state",
-                                 why="preflight: the saved node facts (its report)")]},
-        "node-prep": {READ: [need("", "nodes", "get list")], WRITE: [need("", "nodes", "patch")]},
-        "gpu-pools": {
-            READ: [need("karpenter.sh", "nodepools", "get list"), need("karpenter.k8s.aws", "ec2nodeclasses", "get list"),
-                   need("", "pods", "list")],
-            WRITE: [need("karpenter.sh", "nodepools", APPLY), need("karpenter.k8s.aws", "ec2nodeclasses", APPLY)],
-            RUN: [need("karpenter.sh", "nodepools", "delete"), need("karpenter.k8s.aws", "ec2nodeclasses", "delete")]},
-        "monitoring": {
-            READ: [need("apiextensions.k8s.io", "customresourcedefinitions", "get list"),
-                   need("monitoring.coreos.com", "prometheuses prometheusrules", "get list"),
-                   need("apps", "deployments statefulsets", "list"), need("", "configmaps", "list"),
-                   need("", "configmaps", "get", attach_scope), need("", "pods", "list", "monitoring"),
-                   need("monitoring.coreos.com", "prometheusrules", "get", attach_scope),
-                   *(_chart("monitoring", "monitoring", ("get", "list")) if monitoring_install else [])],
-            WRITE: [need("", "configmaps", APPLY, attach_scope),
-                    need("monitoring.coreos.com", "prometheusrules", APPLY, attach_scope),
-                    *([need("", "namespaces", APPLY)] + _chart("monitoring", "monitoring", APPLY)
-                      + _chart_rbac("monitoring", config.monitoring.release, "monitoring")
-                      if monitoring_install else [])],
-            RUN: [*(_chart("monitoring", "monitoring", HELM) if monitoring_install else []),
-                  need("", "configmaps", "delete", attach_scope),
-                  need("monitoring.coreos.com", "prometheusrules", "delete", attach_scope),
-                  need("apps", "daemonsets deployments statefulsets replicasets", "list", "monitoring"),
-                  need("", "pods", "list", "monitoring"), need("", "services", "list"),
-                  need("", "services/proxy", "get"), need("", "services", "get", "operator"),
-                  need("discovery.k8s.io", "endpointslices", "list")],
-            DOCTOR: [need("", "services", "list"), need("", "services/proxy", "get"), need("", "pods", "list"),
-                     need("", "services", "get", "operator"), need("apps", "deployments daemonsets statefulsets",
-                                                                    "list", "monitoring")]},
-        "gpu-operator": {
-            READ: [need("", "nodes", "get list"), *_chart("gpu-operator", "operator", ("get", "list")),
-                   need("apiextensions.k8s.io", "customresourcedefinitions", "get")],
-            WRITE: [need("", "nodes", "patch"), need("", "namespaces", APPLY),
-                    *_chart("gpu-operator", "operator", APPLY),
-                    *_chart_rbac("gpu-operator", config.gpu_operator.release, "operator")],
-            RUN: [*_chart("gpu-operator", "operator", HELM), need("", "pods", "list", "operator")],
-            DOCTOR: [need("apps", "daemonsets", "list", "operator"), need("", "pods", "list create", "operator")]},
-        "gpu-operator:dra": {  # gpu_operator.allocation: dra (the DRA driver's release beside the operator)
-            READ: [*_chart("dra-driver", "dra", ("get", "list"))],
-            WRITE: [*_chart("dra-driver", "dra", APPLY),
-                    *_chart_rbac("dra-driver", config.gpu_operator.dra_driver.release, "dra"),
-                    need("rbac.authorization.k8s.io", "clusterroles", "bind escalate", CLUSTER,
-                         ("gpu-bootstrap-dcgm-exporter-dra",),
-                         why="gpu-operator: the DCGM exporter's ResourceSlice reader (allocation: dra)")],
-            RUN: [*_chart("dra-driver", "dra", HELM), need("apps", "daemonsets", "list", "dra"),
-                  need("resource.k8s.io", "resourceslices", "list",
-                       why="gpu-operator: each GPU node publishes its GPUs (allocation: dra)")],
-            DOCTOR: []},
-        "binpack-scheduler": {
-            # check reads the pods and the leader Lease once nothing drifts (found on a real cluster: a dry run
-            # of an up-to-date cluster was refused `list pods` in kube-system)
-            READ: [need("", "serviceaccounts configmaps", "get list", "scheduler"),
-                   need("", "configmaps", "get", "scheduler", (f"{config.scheduler.name}-config",),
-                        why="binpack-scheduler: its own config (the plan role reads it by name only)"),
-                   need("", "pods", "list", "scheduler"), need("coordination.k8s.io", "leases", "get", "scheduler"),
-                   need("apps", "deployments", "get list", "scheduler"),
-                   need("policy", "poddisruptionbudgets", "get list", "scheduler"),
-                   need("rbac.authorization.k8s.io", "roles rolebindings", "get list", "scheduler"),
-                   need("rbac.authorization.k8s.io", "clusterrolebindings", "get list"), need("", "nodes", "list"),
-                   need("resource.k8s.io", "deviceclasses", "list",
-                        why="binpack-scheduler: does a DRA DeviceClass serve nvidia.com/gpu?")],
-            WRITE: [need("", "serviceaccounts configmaps", APPLY, "scheduler"),
-                    need("apps", "deployments", APPLY, "scheduler"),
-                    need("policy", "poddisruptionbudgets", APPLY, "scheduler"),
-                    need("rbac.authorization.k8s.io", "roles rolebindings", APPLY, "scheduler"),
-                    need("rbac.authorization.k8s.io", "clusterrolebindings", APPLY),
-                    # binding the system roles kube-scheduler runs with, and making the leader-election Role:
-                    # RBAC's escalation checks ask for `bind` (and `escalate`) on exactly those, by name
-                    need("rbac.authorization.k8s.io", "clusterroles", "bind", CLUSTER,
-                         ("system:kube-scheduler", "system:volume-scheduler")),
-                    need("rbac.authorization.k8s.io", "roles", "bind", "kube-system",
-                         ("extension-apiserver-authentication-reader",)),
-                    need("rbac.authorization.k8s.io", "roles", "bind escalate", "scheduler",
-                         (f"{config.scheduler.name}-leader-election",))],
-            RUN: [need("", "serviceaccounts configmaps", "delete", "scheduler"),
-                  need("apps", "deployments", "delete", "scheduler"), need("", "pods", "list", "scheduler"),
-                  need("coordination.k8s.io", "leases", "get", "scheduler")],
-            DOCTOR: [need("", "pods", "list"), need("", "pods", "list", "scheduler"),
-                     need("coordination.k8s.io", "leases", "get", "scheduler")]},
-        "admission-opa": {
-            READ: [*steering,
-                   need("", "secrets serviceaccounts configmaps services", "get list", "opa"),
-                   need("apps", "deployments", "get list", "opa"),
-                   need("policy", "poddisruptionbudgets", "get list", "opa"),
-                   need("networking.k8s.io", "networkpolicies", "get list", "opa"),
-                   need("admissionregistration.k8s.io", admission_kinds, "get list"), need("", "nodes", "list"),
-                   *([need("cert-manager.io", "certificates issuers", "get list", "opa")]
-                     if opa == "cert-manager" else [])],
-            WRITE: [need("", "namespaces", APPLY),
-                    need("networking.k8s.io", "networkpolicies", APPLY, "opa"),
-                    need("", "secrets serviceaccounts configmaps services", APPLY, "opa"),
-                    need("apps", "deployments", APPLY, "opa"), need("policy", "poddisruptionbudgets", APPLY, "opa"),
-                    need("admissionregistration.k8s.io", "mutatingwebhookconfigurations "
-                                                         "validatingwebhookconfigurations", "patch"),
-                    *([need("cert-manager.io", "certificates issuers", APPLY, "opa")]
-                      if opa == "cert-manager" else [])],
-            RUN: [need("", "secrets serviceaccounts configmaps services", "delete", "opa"),
-                  need("networking.k8s.io", "networkpolicies", "delete", "opa"),
-                  need("apps", "deployments", "delete", "opa"), need("policy", "poddisruptionbudgets", "delete", "opa"),
-                  need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa")],
-            DOCTOR: [need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa"),
-                     need("networking.k8s.io", "networkpolicies", "list", "opa"), need("", "pods", "create", "opa")]},
-        "admission": {
-            READ: [*steering,
-                   need("admissionregistration.k8s.io", admission_kinds, "get list"),
-                   need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
-                        "get list"),
-                   need("", "secrets", "get", "opa"),
-                   need("", "namespaces", "list")],  # namespaces still carrying the retired opt-out label
-            WRITE: [need("admissionregistration.k8s.io", admission_kinds, APPLY),
-                    need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
-                         APPLY)],
-            RUN: [need("admissionregistration.k8s.io", admission_kinds, "delete"),
-                  # leftovers: an engine or allocation mode no longer configured (DRA mode's claim policies)
-                  need("admissionregistration.k8s.io", "mutatingadmissionpolicies mutatingadmissionpolicybindings",
-                       "delete"), *probes],
-            DOCTOR: probes},
-        "validate": {
-            # claim templates: leftovers of a run in DRA mode are found and removed in either mode
-            READ: [need("", "pods", "list", "validation"),
-                   need("resource.k8s.io", "resourceclaimtemplates", "list", "validation")],
-            WRITE: [need("", "namespaces", APPLY), need("", "pods", "create", "validation")],
-            RUN: [need("", "pods", "get delete", "validation"), need("", "pods/log", "get", "validation"),
-                  need("resource.k8s.io", "resourceclaimtemplates", "delete", "validation")],
-            DOCTOR: [need("", "pods", "create", "validation")]},
-        "admission:dra": {  # the claim policies' parameters: the API server lets only an identity that may read
-            # them in every namespace create a policy (paramKind) or binding (paramRef) over them
-            WRITE: [need("resource.k8s.io", "resourceclaimtemplates resourceclaims", "get list",
-                         why="admission: the claim policies read the claim templates and claims as their parameters "
-                             "(allocation: dra)")]},
-        "validate:dra": {  # gpu_operator.allocation: dra: one pod gets its GPU through a ResourceClaimTemplate
-            WRITE: [need("resource.k8s.io", "resourceclaimtemplates", "create", "validation")]},
-    }
+# Shared by the two admission steps: the kinds they manage, the scheduler they steer to, the dry runs they probe with.
+ADMISSION_KINDS = ("mutatingwebhookconfigurations validatingwebhookconfigurations validatingadmissionpolicies "
+                   "validatingadmissionpolicybindings")
+
+
+def steering_needs() -> list[Need]:
+    """admission steers GPU pods only to a scheduler that runs: its Deployment, its pods and its Lease."""
+    return [need("apps", "deployments", "get", "scheduler", why="admission: does the bin-packing scheduler run?"),
+            need("", "pods", "list", "scheduler", why="admission: does the bin-packing scheduler run?"),
+            need("coordination.k8s.io", "leases", "get", "scheduler",
+                 why="admission: does the bin-packing scheduler hold its Lease?")]
+
+
+def admission_probes() -> list[Need]:
+    return [need("", "pods", "create", where, why="admission: server-side dry runs of a GPU pod (is it steered? "
+                                                   "never stored)") for where in ("probe-default", "state")]
 
 
 def probes_through_the_cluster(config) -> bool:

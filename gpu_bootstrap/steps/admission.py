@@ -15,7 +15,9 @@ from __future__ import annotations
 import time
 
 from gpu_bootstrap.core.errors import ClusterError, ConfigError, Unreachable
-from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb, declare
+from gpu_bootstrap.security.rbac_rules import (ADMISSION_KINDS, APPLY, DOCTOR, READ, RUN, WRITE, admission_probes, need,
+    steering_needs)
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import admission_policy as policy_render
 from gpu_bootstrap.render import certificates as certs
@@ -34,8 +36,6 @@ class Admission(Step):
     id = "admission"
     title = "Keep GPU pods on the bin-packing scheduler (admission)"
 
-    def enabled(self, ctx) -> bool:
-        return ctx.config.admission.enabled
 
     def inputs(self, ctx) -> dict:
         return {"admission": ctx.config.admission.model_dump(mode="json"),
@@ -434,3 +434,35 @@ class Admission(Step):
         kinds += [(v, k) for v in MAP_VERSIONS for k in ("MutatingAdmissionPolicyBinding", "MutatingAdmissionPolicy")]
         return [Change(Verb.DELETE, ref, "remove", "teardown of admission (first: nothing may call a removed server)")
                 for ref in owned_refs(ctx.kube, kinds, None, set())]
+
+
+def rbac_needs(config) -> dict:
+    mutating_policies = "mutatingadmissionpolicies mutatingadmissionpolicybindings"
+    return {
+        READ: [*steering_needs(),
+               need("admissionregistration.k8s.io", ADMISSION_KINDS, "get list"),
+               need("admissionregistration.k8s.io", mutating_policies, "get list"),
+               need("", "secrets", "get", "opa"),
+               need("", "namespaces", "list")],  # namespaces still carrying the retired opt-out label
+        WRITE: [need("admissionregistration.k8s.io", ADMISSION_KINDS, APPLY),
+                need("admissionregistration.k8s.io", mutating_policies, APPLY)],
+        RUN: [need("admissionregistration.k8s.io", ADMISSION_KINDS, "delete"),
+              # leftovers: an engine or allocation mode no longer configured (DRA mode's claim policies)
+              need("admissionregistration.k8s.io", mutating_policies, "delete"), *admission_probes()],
+        DOCTOR: admission_probes()}
+
+
+def rbac_dra_needs(config) -> dict:
+    """The claim policies' parameters: the API server lets only an identity that may read them in every namespace
+    create a policy (paramKind) or binding (paramRef) over them."""
+    return {WRITE: [need("resource.k8s.io", "resourceclaimtemplates resourceclaims", "get list",
+                         why="admission: the claim policies read the claim templates and claims as their parameters "
+                             "(allocation: dra)")]}
+
+
+DECLARATION = declare(
+    Admission, section="admission", enabled=lambda config: config.admission.enabled, needs=rbac_needs,
+    dra_needs=rbac_dra_needs,
+    summary="once OPA is ready, points the API server at it (a webhook with `failurePolicy: Ignore`, plus from 1.30 an "
+            "in-process backstop policy), so GPU pods that name no scheduler get the bin-packing one (or are "
+            "rejected, naming the field); proves it with server-side dry runs")

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from gpu_bootstrap.core.catalogue import locate_pods, registry_inputs
 from gpu_bootstrap.core.objects import differences, pod_ready, pod_state, toleration_for
-from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb, declare
+from gpu_bootstrap.security.rbac_rules import ADMISSION_KINDS, APPLY, DOCTOR, READ, RUN, WRITE, need, steering_needs
 from gpu_bootstrap.render import admission as render
 from gpu_bootstrap.render import admission_policy as policy_render
 from gpu_bootstrap.render import certificates as certs
@@ -84,8 +85,6 @@ class AdmissionOpa(Step):
     clock = staticmethod(utc_now)  # tests replace it with a clock near expiry
     entropy = staticmethod(lambda: os.urandom(32))
 
-    def enabled(self, ctx) -> bool:
-        return ctx.config.admission.enabled and ctx.config.admission.engine == "opa"
 
     def namespaces(self, ctx) -> list[str]:
         return [ctx.config.admission.opa.namespace]
@@ -303,3 +302,35 @@ def _labels_missing(wanted: dict, live: dict) -> dict[str, str]:
     """The labels of the wanted object the live one lacks or holds with another value."""
     have = live["metadata"].get("labels") or {}
     return {k: v for k, v in (wanted["metadata"].get("labels") or {}).items() if have.get(k) != v}
+
+
+def rbac_needs(config) -> dict:
+    cert_manager = config.admission.certificates == "cert-manager"
+    return {
+        READ: [*steering_needs(),
+               need("", "secrets serviceaccounts configmaps services", "get list", "opa"),
+               need("apps", "deployments", "get list", "opa"),
+               need("policy", "poddisruptionbudgets", "get list", "opa"),
+               need("networking.k8s.io", "networkpolicies", "get list", "opa"),
+               need("admissionregistration.k8s.io", ADMISSION_KINDS, "get list"), need("", "nodes", "list"),
+               *([need("cert-manager.io", "certificates issuers", "get list", "opa")] if cert_manager else [])],
+        WRITE: [need("", "namespaces", APPLY),
+                need("networking.k8s.io", "networkpolicies", APPLY, "opa"),
+                need("", "secrets serviceaccounts configmaps services", APPLY, "opa"),
+                need("apps", "deployments", APPLY, "opa"), need("policy", "poddisruptionbudgets", APPLY, "opa"),
+                need("admissionregistration.k8s.io", "mutatingwebhookconfigurations validatingwebhookconfigurations",
+                     "patch"),
+                *([need("cert-manager.io", "certificates issuers", APPLY, "opa")] if cert_manager else [])],
+        RUN: [need("", "secrets serviceaccounts configmaps services", "delete", "opa"),
+              need("networking.k8s.io", "networkpolicies", "delete", "opa"),
+              need("apps", "deployments", "delete", "opa"), need("policy", "poddisruptionbudgets", "delete", "opa"),
+              need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa")],
+        DOCTOR: [need("", "pods", "list", "opa"), need("discovery.k8s.io", "endpointslices", "list", "opa"),
+                 need("networking.k8s.io", "networkpolicies", "list", "opa"), need("", "pods", "create", "opa")]}
+
+
+DECLARATION = declare(
+    AdmissionOpa, section="admission", docs="steps/admission.md", needs=rbac_needs,
+    enabled=lambda config: config.admission.enabled and config.admission.engine == "opa",
+    summary="deploys OPA as the admission webhook's server: a CA and serving certificate of its own (kept only in a "
+            "Secret, reused on re-runs, rotated before expiry), the policy, two hardened replicas off the GPU nodes")

@@ -14,7 +14,8 @@ from gpu_bootstrap.core.errors import ClusterError, ConfigError
 from gpu_bootstrap.core.catalogue import locate_pods, registry_inputs
 from gpu_bootstrap.core.objects import (differences, lease_fresh, parse_time, served, toleration_for, unschedulable,
                                         waiting)
-from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb, declare
+from gpu_bootstrap.security.rbac_rules import APPLY, CLUSTER, DOCTOR, READ, RUN, WRITE, need
 from gpu_bootstrap.render import scheduler as render
 from gpu_bootstrap.core.versions import KUBE_VERSION, minor_of, minor_text, skew_problem
 from gpu_bootstrap.steps.node_prep import gpu_taint, no_room_warning
@@ -58,8 +59,6 @@ class BinpackScheduler(Step):
     id = "binpack-scheduler"
     title = "Deploy the bin-packing GPU scheduler"
 
-    def enabled(self, ctx) -> bool:
-        return ctx.config.scheduler.enabled
 
     def namespaces(self, ctx) -> list[str]:
         return [ctx.config.scheduler.namespace]
@@ -276,3 +275,44 @@ class BinpackScheduler(Step):
                                   "the scheduler's leader election lease"))
         return changes
 
+
+def rbac_needs(config) -> dict:
+    own_config, leader_election = f"{config.scheduler.name}-config", f"{config.scheduler.name}-leader-election"
+    return {
+        # check reads the pods and the leader Lease once nothing drifts (found on a real cluster: a dry run of an
+        # up-to-date cluster was refused `list pods` in kube-system)
+        READ: [need("", "serviceaccounts configmaps", "get list", "scheduler"),
+               need("", "configmaps", "get", "scheduler", (own_config,),
+                    why="binpack-scheduler: its own config (the plan role reads it by name only)"),
+               need("", "pods", "list", "scheduler"), need("coordination.k8s.io", "leases", "get", "scheduler"),
+               need("apps", "deployments", "get list", "scheduler"),
+               need("policy", "poddisruptionbudgets", "get list", "scheduler"),
+               need("rbac.authorization.k8s.io", "roles rolebindings", "get list", "scheduler"),
+               need("rbac.authorization.k8s.io", "clusterrolebindings", "get list"), need("", "nodes", "list"),
+               need("resource.k8s.io", "deviceclasses", "list",
+                    why="binpack-scheduler: does a DRA DeviceClass serve nvidia.com/gpu?")],
+        WRITE: [need("", "serviceaccounts configmaps", APPLY, "scheduler"),
+                need("apps", "deployments", APPLY, "scheduler"),
+                need("policy", "poddisruptionbudgets", APPLY, "scheduler"),
+                need("rbac.authorization.k8s.io", "roles rolebindings", APPLY, "scheduler"),
+                need("rbac.authorization.k8s.io", "clusterrolebindings", APPLY),
+                # binding the system roles kube-scheduler runs with, and making the leader-election Role: RBAC's
+                # escalation checks ask for `bind` (and `escalate`) on exactly those, by name
+                need("rbac.authorization.k8s.io", "clusterroles", "bind", CLUSTER,
+                     ("system:kube-scheduler", "system:volume-scheduler")),
+                need("rbac.authorization.k8s.io", "roles", "bind", "kube-system",
+                     ("extension-apiserver-authentication-reader",)),
+                need("rbac.authorization.k8s.io", "roles", "bind escalate", "scheduler", (leader_election,))],
+        RUN: [need("", "serviceaccounts configmaps", "delete", "scheduler"),
+              need("apps", "deployments", "delete", "scheduler"), need("", "pods", "list", "scheduler"),
+              need("coordination.k8s.io", "leases", "get", "scheduler")],
+        DOCTOR: [need("", "pods", "list"), need("", "pods", "list", "scheduler"),
+                 need("coordination.k8s.io", "leases", "get", "scheduler")]}
+
+
+DECLARATION = declare(
+    BinpackScheduler, section="scheduler", enabled=lambda config: config.scheduler.enabled, needs=rbac_needs,
+    summary="deploys a second, leader-elected kube-scheduler whose profile packs GPU pods onto as few nodes as "
+            "possible (`spec.schedulerName: gpu-binpack-scheduler`), with the config version and image that fit your "
+            "cluster, a profile for its scoring generation (up to 1.35, 1.36+) and, above 1,500 nodes, "
+            "kube-scheduler's adaptive share of nodes scored")

@@ -12,7 +12,8 @@ from gpu_bootstrap.core.versions import downgrade_refusal
 from gpu_bootstrap.core.catalogue import registry_inputs
 from gpu_bootstrap.adapters import charts
 from gpu_bootstrap.core.objects import pin_resource_version
-from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb, declare
+from gpu_bootstrap.security.rbac_rules import APPLY, DOCTOR, HELM, READ, RUN, WRITE, chart_needs, chart_rbac_needs, need
 from gpu_bootstrap.core.refs import Chart
 from gpu_bootstrap.render import dra_driver as dra_render
 from gpu_bootstrap.render import gpu_operator_values as values_render
@@ -55,8 +56,6 @@ class GpuOperator(Step):
     id = "gpu-operator"
     title = "Install the NVIDIA gpu-operator"
 
-    def enabled(self, ctx) -> bool:
-        return ctx.config.gpu_operator.enabled
 
     def namespaces(self, ctx) -> list[str]:  # a release adopted (gpu_operator.adopt) brings its namespace along
         s = ctx.config.gpu_operator
@@ -108,7 +107,7 @@ class GpuOperator(Step):
         if self._values is None:
             chart, meta = self.chart(ctx)
             facts = values_render.facts_from_reports(ctx.node_facts.reports())
-            from gpu_bootstrap.steps.monitoring import MonitoringProblem, dcgm_scrape
+            from gpu_bootstrap.steps.monitoring_target import MonitoringProblem, dcgm_scrape
             try:
                 scrape = dcgm_scrape(ctx)  # the monitoring step's DCGM ServiceMonitor values (one source)
             except MonitoringProblem as problem:
@@ -423,3 +422,21 @@ class GpuOperator(Step):
 
 class ChartProblem(Exception):
     pass
+
+
+def rbac_needs(config) -> dict:
+    return {READ: [need("", "nodes", "get list"), *chart_needs("gpu-operator", "operator", ("get", "list")),
+                   need("apiextensions.k8s.io", "customresourcedefinitions", "get")],
+            WRITE: [need("", "nodes", "patch"), need("", "namespaces", APPLY),
+                    *chart_needs("gpu-operator", "operator", APPLY),
+                    *chart_rbac_needs("gpu-operator", config.gpu_operator.release, "operator")],
+            RUN: [*chart_needs("gpu-operator", "operator", HELM), need("", "pods", "list", "operator")],
+            DOCTOR: [need("apps", "daemonsets", "list", "operator"), need("", "pods", "list create", "operator")]}
+
+
+DECLARATION = declare(
+    GpuOperator, section="gpu_operator", enabled=lambda config: config.gpu_operator.enabled, needs=rbac_needs,
+    dra_needs=dra_release.rbac_needs,
+    summary="installs or upgrades the NVIDIA gpu-operator with values derived from the preflight facts, refuses "
+            "releases not validated for your Kubernetes version, then waits until the operands run on every GPU node "
+            "and the GPUs are advertised")

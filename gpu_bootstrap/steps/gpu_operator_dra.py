@@ -12,6 +12,8 @@ from gpu_bootstrap.core import catalogue, dra
 from gpu_bootstrap.core.objects import differences
 from gpu_bootstrap.core.refs import Chart
 from gpu_bootstrap.pipeline.step import Change, Ref, Verb
+from gpu_bootstrap.security.rbac_rules import (APPLY, CLUSTER, DOCTOR, HELM, READ, RUN, WRITE, chart_needs,
+    chart_rbac_needs, need)
 from gpu_bootstrap.render import dra_driver as render
 from gpu_bootstrap.render.values import ValuesPlan, get_path
 from gpu_bootstrap.security import pod_security
@@ -289,3 +291,18 @@ def owned_removals(ctx, labels: dict) -> list[Change]:
         if live is not None and all((live["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items()):
             out.append(Change(Verb.DELETE, ref, "remove", "made by gpu-bootstrap beside the DRA driver"))
     return out
+
+
+def rbac_needs(config) -> dict:
+    """What the gpu-operator step adds in DRA mode (gpu_operator.allocation: dra): the DRA driver's release."""
+    return {
+        READ: [*chart_needs("dra-driver", "dra", ("get", "list"))],
+        WRITE: [*chart_needs("dra-driver", "dra", APPLY),
+                *chart_rbac_needs("dra-driver", config.gpu_operator.dra_driver.release, "dra"),
+                need("rbac.authorization.k8s.io", "clusterroles", "bind escalate", CLUSTER,
+                     ("gpu-bootstrap-dcgm-exporter-dra",),
+                     why="gpu-operator: the DCGM exporter's ResourceSlice reader (allocation: dra)")],
+        RUN: [*chart_needs("dra-driver", "dra", HELM), need("apps", "daemonsets", "list", "dra"),
+              need("resource.k8s.io", "resourceslices", "list",
+                   why="gpu-operator: each GPU node publishes its GPUs (allocation: dra)")],
+        DOCTOR: []}

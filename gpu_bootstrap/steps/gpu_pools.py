@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from gpu_bootstrap.core.errors import ClusterError, Unknown, Unreachable
 from gpu_bootstrap.core.objects import differences
-from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb
+from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, ObjectsFacts, Ref, Step, Verb, declare
+from gpu_bootstrap.security.rbac_rules import APPLY, READ, RUN, WRITE, need
 from gpu_bootstrap.render import gpu_pools as render
 from gpu_bootstrap.render import node_prep as node_render
 from gpu_bootstrap.core.objects import served
@@ -220,3 +221,19 @@ def _summary(drift: dict, leftovers: list) -> str:
     counts = [(missing, "to create"), (len(drift) - missing, "to update"), (len(leftovers), "to remove")]
     return ", ".join(f"{n} object(s) {what}" for n, what in counts if n)
 
+
+def rbac_needs(config) -> dict:
+    kinds = (("karpenter.sh", "nodepools"), ("karpenter.k8s.aws", "ec2nodeclasses"))
+    leftovers = {READ: [need(group, resource, "get list") for group, resource in kinds],
+                 RUN: [need(group, resource, "delete") for group, resource in kinds]}
+    if not config.pools:  # it still looks for pools of ours no longer configured, and removes them
+        return leftovers
+    return {READ: [*leftovers[READ], need("", "pods", "list")], RUN: leftovers[RUN],
+            WRITE: [need(group, resource, APPLY) for group, resource in kinds]}
+
+
+DECLARATION = declare(
+    # no switch: without `pools` it still runs, to remove the pools of ours no longer configured
+    GpuPools, section="pools", needs=rbac_needs,
+    summary="when `pools` is set: Karpenter v1 NodePools and EC2NodeClasses whose nodes arrive with node-prep's taint "
+            "and labels, never consolidated while they run GPU pods ([Autoscaled GPU pools](docs/steps/gpu-pools.md))")

@@ -2,8 +2,9 @@
 Operator the cluster already runs (attach mode, nothing installed, the user's Prometheus never changed), then keeps
 our PrometheusRule (GPU alerts) and dashboard ConfigMaps labelled so that Prometheus and Grafana pick them up.
 
-The DCGM exporter's ServiceMonitor is the gpu-operator's: its values come from `dcgm_scrape()`, which this step's
-plan shows and the gpu-operator step installs (one source). The playbook runs this step before gpu-operator, because
+The DCGM exporter's ServiceMonitor is the gpu-operator's: its values come from `dcgm_scrape()` (monitoring_target.py,
+where install or attach is decided), which this step's plan shows and the gpu-operator step installs (one source).
+The playbook runs this step before gpu-operator, because
 the operator creates that ServiceMonitor only when the Prometheus Operator's CRDs already exist.
 
 Mode `auto` attaches when the cluster runs a Prometheus object gpu-bootstrap did not install, else installs. A
@@ -19,7 +20,9 @@ from gpu_bootstrap.core.catalogue import registry_inputs
 from gpu_bootstrap.adapters import charts
 from gpu_bootstrap.core.errors import ClusterError, GpuBootstrapError
 from gpu_bootstrap.core.objects import differences, toleration_for
-from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb, declare
+from gpu_bootstrap.security.rbac_rules import (APPLY, CLUSTER, DOCTOR, HELM, READ, RUN, WRITE, chart_needs,
+    chart_rbac_needs, need)
 from gpu_bootstrap.core.refs import Chart
 from gpu_bootstrap.render import monitoring as render
 from gpu_bootstrap.render.monitoring import MonitoringProblem
@@ -27,72 +30,14 @@ from gpu_bootstrap.steps import monitoring_kubelet as kubelet
 from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.render.gpu_operator_values import ValuesPlan
 from gpu_bootstrap.steps import monitoring_prometheus as prometheus
-from gpu_bootstrap.steps.monitoring_prometheus import DCGM_SERVICE, MONITORING_API, PROMETHEUS_CRD, crd_exists
+from gpu_bootstrap.steps.monitoring_prometheus import DCGM_SERVICE, MONITORING_API, crd_exists
+from gpu_bootstrap.steps.monitoring_target import decide
 from gpu_bootstrap.steps.node_prep import gpu_taint, no_room_warning
 
 RULE_CRD = "prometheusrules.monitoring.coreos.com"
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 CRD_GROUPS = ("monitoring.coreos.com",)  # the chart's CRDs (its crds subchart)
 PRIVILEGED_WHY = "kube-prometheus-stack's node-exporter uses the host's network, PID namespace and files"
-
-
-# --- deciding the mode (read-only; the gpu-operator step asks the same question) -------------------------------------------
-def ours(ctx, prometheus: dict) -> bool:
-    """Is this Prometheus object part of the kube-prometheus-stack release gpu-bootstrap installed?"""
-    section = ctx.config.monitoring
-    meta = prometheus["metadata"]
-    if meta.get("namespace") != section.namespace or (meta.get("labels") or {}).get("release") != section.release:
-        return False
-    status = ctx.helm.status(section.release, section.namespace)
-    if status is not None and status.get("values_unknown"):
-        return True  # its record (a Secret, with our marker in it) is unreadable here: ours by its name and labels
-    return status is not None and render.installed_by_us(status.get("config"))
-
-
-def decide(ctx) -> render.Target:
-    """Install or attach, where our objects go and how they are labelled. Raises MonitoringProblem when attach mode
-    cannot work, and lets API errors through: a Prometheus we could not read is not an absent one."""
-    section = ctx.config.monitoring
-    if section.mode == "install":
-        return render.install_target(section, "monitoring.mode: install")
-    found = ctx.kube.list(MONITORING_API, "Prometheus") if crd_exists(ctx, PROMETHEUS_CRD) else None
-    theirs = [p for p in found or [] if not ours(ctx, p)]
-    if section.mode == "auto" and not theirs:
-        if found is None:
-            why = f"no Prometheus Operator in the cluster ({PROMETHEUS_CRD} not served; a plan made with no cluster to " \
-                  f"read sees a fresh one, so it plans install mode — set monitoring.mode: attach to plan for your own)"
-        elif found:
-            why = f"the only Prometheus is the one gpu-bootstrap installed ({section.namespace}/{section.release})"
-        else:
-            why = "the Prometheus Operator's CRDs exist but there is no Prometheus object"
-        return render.install_target(section, f"monitoring.mode: auto: {why}")
-    try:
-        chosen = render.choose_prometheus(section, theirs, found, PROMETHEUS_CRD)
-    except render.AttachProblem as problem:
-        raise MonitoringProblem(problem.message, problem.hint) from None
-    name = f"{chosen['metadata'].get('namespace')}/{chosen['metadata']['name']}"
-    reason = ("monitoring.mode: attach" if section.mode == "attach" else "monitoring.mode: auto: the cluster runs "
-              "the Prometheus Operator") + f"; attaching to Prometheus {name} (it is not changed)"
-    operator_ns = ctx.config.gpu_operator.namespace
-    namespaces = {}
-    for namespace in {operator_ns, chosen["metadata"].get("namespace", "default")}:
-        live = ctx.kube.get("v1", "Namespace", namespace)
-        if live is not None:
-            namespaces[namespace] = (live.get("metadata") or {}).get("labels") or {}
-    workloads = ctx.kube.list("apps/v1", "Deployment") + ctx.kube.list("apps/v1", "StatefulSet")
-    try:
-        return render.attach_target(chosen, namespaces, render.grafana_sidecars(workloads), operator_ns, reason)
-    except render.AttachProblem as problem:
-        raise MonitoringProblem(problem.message, problem.hint) from None
-
-
-def dcgm_scrape(ctx) -> dict | None:
-    """The gpu-operator's `dcgmExporter.serviceMonitor` values when this playbook monitors the cluster, else None.
-    The one source for those values: the monitoring plan shows them, the gpu-operator step installs them."""
-    section = ctx.config.monitoring
-    if "monitoring" not in ctx.options.playbook or not section.enabled:
-        return None
-    return decide(ctx).scrape_values(section.scrape_interval)
 
 
 # --- the step ---------------------------------------------------------------------------------------------------------------
@@ -121,8 +66,6 @@ class Monitoring(Step):
     def __init__(self):
         self._chart: tuple[Chart, dict | None, versions.Choice] | None = None
 
-    def enabled(self, ctx) -> bool:
-        return ctx.config.monitoring.enabled
 
     def namespaces(self, ctx) -> list[str]:
         """Its namespace when it installs the stack; attaching, it writes only where the user's Prometheus looks."""
@@ -426,3 +369,36 @@ class Monitoring(Step):
             changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", section.namespace), "remove",
                                   "the namespace gpu-bootstrap created for the stack"))
         return changes
+
+
+def rbac_needs(config) -> dict:
+    install = config.monitoring.mode in ("install", "auto")  # auto installs when there is no Prometheus
+    attach_scope = "monitoring" if config.monitoring.mode == "install" else CLUSTER  # attach: the user's Prometheus
+    return {
+        READ: [need("apiextensions.k8s.io", "customresourcedefinitions", "get list"),
+               need("monitoring.coreos.com", "prometheuses prometheusrules", "get list"),
+               need("apps", "deployments statefulsets", "list"), need("", "configmaps", "list"),
+               need("", "configmaps", "get", attach_scope), need("", "pods", "list", "monitoring"),
+               need("monitoring.coreos.com", "prometheusrules", "get", attach_scope),
+               *(chart_needs("monitoring", "monitoring", ("get", "list")) if install else [])],
+        WRITE: [need("", "configmaps", APPLY, attach_scope),
+                need("monitoring.coreos.com", "prometheusrules", APPLY, attach_scope),
+                *([need("", "namespaces", APPLY)] + chart_needs("monitoring", "monitoring", APPLY)
+                  + chart_rbac_needs("monitoring", config.monitoring.release, "monitoring") if install else [])],
+        RUN: [*(chart_needs("monitoring", "monitoring", HELM) if install else []),
+              need("", "configmaps", "delete", attach_scope),
+              need("monitoring.coreos.com", "prometheusrules", "delete", attach_scope),
+              need("apps", "daemonsets deployments statefulsets replicasets", "list", "monitoring"),
+              need("", "pods", "list", "monitoring"), need("", "services", "list"),
+              need("", "services/proxy", "get"), need("", "services", "get", "operator"),
+              need("discovery.k8s.io", "endpointslices", "list")],
+        DOCTOR: [need("", "services", "list"), need("", "services/proxy", "get"), need("", "pods", "list"),
+                 need("", "services", "get", "operator"),
+                 need("apps", "deployments daemonsets statefulsets", "list", "monitoring")]}
+
+
+DECLARATION = declare(
+    Monitoring, section="monitoring", enabled=lambda config: config.monitoring.enabled, needs=rbac_needs,
+    summary="who uses which GPU: installs kube-prometheus-stack (or attaches to the Prometheus Operator you run), has "
+            "the DCGM exporter scraped with pod and node labels, adds GPU dashboards and alerts; runs before "
+            "`gpu-operator`, which creates the DCGM ServiceMonitor only when Prometheus' CRDs exist")

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpu_bootstrap.core.objects import pin_resource_version, room_for_platform
-from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.pipeline.step import FAIL, PASS, WARN, Change, Check, Ref, Step, Verb, declare
+from gpu_bootstrap.security.rbac_rules import READ, WRITE, need
 from gpu_bootstrap.render import node_prep as render
 
 
@@ -47,8 +48,6 @@ class NodePrep(Step):
     id = "node-prep"
     title = "Taint and label GPU nodes"
 
-    def enabled(self, ctx) -> bool:
-        return ctx.config.node_prep.enabled
 
     @staticmethod
     def labels_and_taint(config) -> tuple[dict, dict | None]:
@@ -106,3 +105,10 @@ class NodePrep(Step):
                 changes.append(Change(Verb.PATCH, Ref.node(configured.name), render.describe(patch),
                                       "remove what node-prep added", pin_resource_version(patch, node)))
         return changes
+
+
+DECLARATION = declare(
+    NodePrep, section="node_prep", enabled=lambda config: config.node_prep.enabled,
+    summary="taints GPU nodes `nvidia.com/gpu=present:NoSchedule` so ordinary pods stay off, labels them "
+            "`nvidia.com/gpu.present=true` (plus your labels)",
+    needs=lambda config: {READ: [need("", "nodes", "get list")], WRITE: [need("", "nodes", "patch")]})

@@ -11,7 +11,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, Step
+from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, Step, declare
+from gpu_bootstrap.security.rbac_rules import RUN, need
 
 
 def facts_digest(reports: dict) -> str:
@@ -73,3 +74,12 @@ class Preflight(Step):
 
     def doctor(self, ctx) -> list[Check]:
         return []  # its findings are the doctor's node section
+
+
+DECLARATION = declare(
+    Preflight, section="preflight",
+    summary="reads every GPU node over SSH (all at once): NVIDIA driver and GPUs, nouveau, container runtime and its "
+            "real config path (k3s, rke2, microk8s, k0s, CRI-O, docker), NVIDIA container toolkit; stops `up` on a "
+            "failing node before anything changes",
+    needs=lambda config: {RUN: [need("", "configmaps", "create patch", "state",
+                                     why="preflight: the saved node facts (its report)")]})

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from gpu_bootstrap.core import dra
 from gpu_bootstrap.core.objects import served, unschedulable, waiting
 from gpu_bootstrap.core.catalogue import locate, locate_pods, registry_inputs
-from gpu_bootstrap.pipeline.step import FAIL, PASS, Change, Check, Ref, Step, Verb
+from gpu_bootstrap.pipeline.step import FAIL, PASS, Change, Check, Ref, Step, Verb, declare
+from gpu_bootstrap.security.rbac_rules import APPLY, DOCTOR, READ, RUN, WRITE, need
 from gpu_bootstrap.security import pod_security
 from gpu_bootstrap.steps.preflight import facts_digest
 
@@ -41,8 +42,6 @@ class Validate(Step):
     title = "Run a CUDA workload on the GPU nodes"
     stateless = True  # the pods are removed after the run: only the record says it passed
 
-    def enabled(self, ctx) -> bool:
-        return ctx.config.validation.enabled
 
     def namespaces(self, ctx) -> list[str]:
         return [ctx.config.validation.namespace]
@@ -238,3 +237,21 @@ class Validate(Step):
 
     def undo_plan(self, ctx) -> list[Change]:
         return self._leftovers(ctx)
+
+
+def rbac_needs(config) -> dict:
+    # claim templates: leftovers of a run in DRA mode are found and removed in either mode
+    return {READ: [need("", "pods", "list", "validation"),
+                   need("resource.k8s.io", "resourceclaimtemplates", "list", "validation")],
+            WRITE: [need("", "namespaces", APPLY), need("", "pods", "create", "validation")],
+            RUN: [need("", "pods", "get delete", "validation"), need("", "pods/log", "get", "validation"),
+                  need("resource.k8s.io", "resourceclaimtemplates", "delete", "validation")],
+            DOCTOR: [need("", "pods", "create", "validation")]}
+
+
+DECLARATION = declare(
+    Validate, section="validate", enabled=lambda config: config.validation.enabled, needs=rbac_needs,
+    # gpu_operator.allocation: dra: one pod gets its GPU through a ResourceClaimTemplate
+    dra_needs=lambda config: {WRITE: [need("resource.k8s.io", "resourceclaimtemplates", "create", "validation")]},
+    summary="runs NVIDIA's CUDA vector-add sample on every GPU node (or a sample), through the bin-packing scheduler, "
+            "and cleans up")

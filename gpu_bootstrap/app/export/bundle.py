@@ -68,18 +68,17 @@ class Bundle:
 
 
 KIND_ORDER = {"CustomResourceDefinition": 0, "Namespace": 1}
-# Steps that are runs, not state: validation pods (and their namespace) prove a node works once; they stay commands
-RUN_STEPS = {"validate"}
 
 
-def build(submitted: list[tuple[str, Any]], kube_version: str, engine: str) -> Bundle:
+def build(submitted: list[tuple[str, Any]], kube_version: str, engine: str, run_steps=frozenset()) -> Bundle:
     """Group the recorded changes into units; `engine` is written on each object of ours (GITOPS_ANNOTATION), so
-    that teardown knows a GitOps engine owns it."""
+    that teardown knows a GitOps engine owns it. `run_steps`: steps that are runs, not state (Step.stateless:
+    validation pods prove a node works once), which stay commands."""
     groups: list[tuple[str, str, list]] = []  # (step, "objects" | "release", changes)
     imperative: dict[str, list[str]] = {}
     for step, change in submitted:
         verb = Verb(change.verb)
-        if step in RUN_STEPS:
+        if step in run_steps:
             imperative.setdefault(step, []).append(change.describe())
         elif verb == Verb.APPLY:
             if groups and groups[-1][:2] == (step, "objects"):

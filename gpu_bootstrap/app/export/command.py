@@ -56,7 +56,8 @@ def export(options, engine: str, folder: Path, target: Target) -> Exported:
             if failed:
                 raise GpuBootstrapError(f"the plan the export is made from failed at {failed[0].id}: "
                                         f"{failed[0].message}", "gpu-bootstrap up --dry-run shows the same plan")
-            made = bundle_module.build(ctx.gate.submitted, ctx.server_version(), engine)
+            made = bundle_module.build(ctx.gate.submitted, ctx.server_version(), engine,
+                                       run_steps={step.id for step in runner.steps if step.stateless})
             _refuse_unknown_facts(made)
             _refuse_local_charts(made, engine)
             rendered = _render_charts(ctx, made) if engine == "manifests" else None

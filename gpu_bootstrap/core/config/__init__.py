@@ -32,7 +32,7 @@ from gpu_bootstrap.core.config.model import Config
 from gpu_bootstrap.core.config.loading import (
     Source, apply_env, describe_loc, load, load_node_free_sections, load_sections, parse_yaml, validate)
 from gpu_bootstrap.core.config.example import (
-    EXAMPLE, SCHEMA_FILE, SCHEMA_ID, json_schema)
+    EXAMPLE, SCHEMA_FILE, SCHEMA_ID, example, json_schema, section_example)
 
 __all__ = [
     "DEFAULT_CONFIG", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "DURATION", "ENV_OVERRIDES",
@@ -46,4 +46,4 @@ __all__ = [
     "KARPENTER_DOMAINS", "KARPENTER_DURATION", "PoolBudget", "PoolConfig", "PoolDisruption", "PoolRequirements",
     "RegistryConfig", "check_karpenter_duration", "Config", "Source", "apply_env", "describe_loc", "load",
     "load_node_free_sections", "load_sections", "parse_yaml", "validate", "EXAMPLE", "SCHEMA_FILE", "SCHEMA_ID",
-    "json_schema"]
+    "example", "json_schema", "section_example"]

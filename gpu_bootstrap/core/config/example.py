@@ -1,20 +1,22 @@
 """The config's JSON Schema (for editors and docs/) and the commented example `init` writes."""
 from __future__ import annotations
 
+import json
+
 from gpu_bootstrap.core.config.model import Config
 
-__all__ = ["EXAMPLE", "SCHEMA_FILE", "SCHEMA_ID", "json_schema"]
+__all__ = ["EXAMPLE", "SCHEMA_FILE", "SCHEMA_ID", "example", "json_schema", "section_example"]
 
 
 SCHEMA_FILE = "gpu-bootstrap.schema.json"
 SCHEMA_ID = "urn:gpu-bootstrap:config"  # an identifier, never fetched
 
 
-def json_schema() -> dict:
+def json_schema(model: type[Config] = Config) -> dict:
     """The JSON Schema of gpu-bootstrap.yaml, generated from the models (every key, type, default and description),
     for editors (`# yaml-language-server: $schema=...`, which `init` writes) and docs/. `nodes` is also a label
     selector (a string), which the model takes before validation."""
-    schema = Config.model_json_schema(by_alias=True)
+    schema = model.model_json_schema(by_alias=True)
     nodes = schema["properties"]["nodes"]
     schema["properties"]["nodes"] = {"description": nodes.get("description", ""), "title": "Nodes",
                                      "anyOf": [{k: v for k, v in nodes.items() if k not in ("description", "title")},
@@ -139,3 +141,24 @@ pools: []                           # autoscaled GPU pools (Karpenter >= 1.0 on 
 #   disruption: {consolidate_after: 10m, budgets: [{nodes: "10%"}]}   # only empty nodes are removed
 #   expire_after: 720h
 """
+
+
+COMMENT_AT = 36  # the column the example's comments start at
+
+
+def section_example(key: str, model, comment: str) -> str:
+    """A section a step brings itself, as `init` writes it: every key with its default and its description."""
+    def line(text: str, note: str) -> str:
+        return f"{text:<{COMMENT_AT - 1}} # {note}" if note else text
+    defaults = model().model_dump(mode="json", by_alias=True)
+    lines = [line(f"{key}:", comment)]
+    for name, field in model.model_fields.items():
+        shown = field.alias or name
+        lines.append(line(f"  {shown}: {json.dumps(defaults[shown])}", field.description or ""))
+    return "\n".join(lines) + "\n"
+
+
+def example(added: list[str] = ()) -> str:
+    """`init`'s commented example: the built-in sections, then the sections steps bring themselves (`added`, each
+    as section_example() writes it or as its step declares it)."""
+    return EXAMPLE + "".join("\n" + block for block in added)

@@ -189,14 +189,17 @@ def apply_env(data: dict, environ: dict, source: Source) -> dict:
     return data
 
 
-def load(path: Path | None, environ: dict | None = None, overrides: dict | None = None) -> Config:
-    """Read, merge environment and flag overrides, validate. Raises ConfigError naming file:line and field."""
+def load(path: Path | None, environ: dict | None = None, overrides: dict | None = None,
+         model: type[Config] = Config) -> Config:
+    """Read, merge environment and flag overrides, validate. Raises ConfigError naming file:line and field.
+    `model`: the config's model with the sections steps bring themselves (steps.config_model(); core cannot know
+    them)."""
     path = Path(path) if path else Path(DEFAULT_CONFIG)
     if not path.exists():
         raise ConfigError(f"config file {path} not found",
                           "pass -c/--config, or run 'gpu-bootstrap init' to write a commented example")
     data, source = _read(path, environ, overrides)
-    return validate(data, source)
+    return validate(data, source, model)
 
 
 class _Sections(BaseModel):

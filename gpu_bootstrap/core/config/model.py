@@ -1,7 +1,9 @@
 """The whole config: every section, and the GPU nodes as a list or a label selector."""
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from functools import lru_cache
+
+from pydantic import ConfigDict, Field, PrivateAttr, create_model, model_validator
 
 from gpu_bootstrap.core.config.fields import Section, selector_problem
 from gpu_bootstrap.core.config.monitoring import MonitoringConfig
@@ -70,6 +72,20 @@ class Config(Section):
         copy._selector, copy._selected = self._selector, extra
         return copy
 
+    @classmethod
+    def keys(cls) -> list[str]:
+        """The top-level keys of the file (a field's alias where it has one)."""
+        return [field.alias or name for name, field in cls.model_fields.items()]
+
+    @classmethod
+    def extended(cls, sections: dict) -> type["Config"]:
+        """This model with the sections steps bring themselves (key -> model, each a Section with defaults for
+        every field): the step declares it (pipeline/step.py: Declaration.model), steps.config_model() asks."""
+        clash = sorted(set(sections) & set(cls.keys()))
+        if clash:
+            raise ValueError(f"a step's config section is named like a built-in one: {', '.join(clash)}")
+        return _extended(cls, tuple(sorted(sections.items(), key=lambda item: item[0])))
+
     def pool(self, name: str | None):
         return next((p for p in self.pools if p.name == name), None)
 
@@ -94,3 +110,11 @@ class Config(Section):
 
     def node(self, name: str) -> NodeConfig:
         return next(n for n in self.nodes if n.name == name)
+
+
+@lru_cache(maxsize=None)
+def _extended(base: type[Config], sections: tuple) -> type[Config]:
+    if not sections:
+        return base
+    fields = {key: (model, Field(default_factory=model)) for key, model in sections}
+    return create_model("Config", __base__=base, __module__=base.__module__, **fields)
