@@ -294,15 +294,19 @@ def test_an_empty_document_is_an_empty_mapping():
     assert "nodes: required key is missing" in refusal(None)
 
 
-def test_an_unknown_key_lists_the_keys_allowed_there():
+def test_an_unknown_key_names_the_likely_one_and_lists_the_keys_allowed_there():
     assert refusal({"nodes": NODES, "ssh": {"usr": "x"}}) == (
-        "<config>: ssh.usr: unknown key (allowed here: command_timeout, connect_timeout, host_key_policy, "
-        "identity_file, known_hosts, parallelism, port, user)")
+        "<config>: ssh.usr: unknown key: did you mean user? (allowed here: command_timeout, connect_timeout, "
+        "host_key_policy, identity_file, known_hosts, parallelism, port, user)")
     assert refusal({"nodes": [{"name": "a", "nam": "b"}]}) == (
-        "<config>: nodes[0].nam: unknown key (allowed here: address, identity_file, name, port, user)")
+        "<config>: nodes[0].nam: unknown key: did you mean name? (allowed here: address, identity_file, name, port, "
+        "user)")
     assert refusal({"nodes": NODES, "admission": {"opa": {"x": 1}}}) == (
-        "<config>: admission.opa.x: unknown key (allowed here: image, namespace, replicas)")
+        "<config>: admission.opa.x: unknown key (allowed here: image, namespace, replicas)")  # nothing close
     assert refusal({"nodes": NODES, "nope": 1}).startswith("<config>: nope: unknown key (allowed here: admission, ")
+    # found by a new user: the section's name without its underscore
+    assert refusal({"nodes": NODES, "nodeprep": {}}).startswith(
+        "<config>: nodeprep: unknown key: did you mean node_prep? (allowed here: admission, ")
 
 
 def test_each_problem_is_one_line_naming_where_it_came_from(tmp_path):

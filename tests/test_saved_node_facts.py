@@ -96,14 +96,28 @@ def test_a_report_gives_the_wanted_nodes_in_the_order_asked(tmp_path):
     # found: a hand-written report whose checks carried no facts was taken, then the plan asked for the report
     ({"nodes": [{"name": "a", "checks": [{**c, "data": {}} for c in good("a").to_json()["checks"]]}]},
      "preflight report {path}: nodes[0].checks[0].data (ssh, pass): 'arch' is a required property", SCHEMA),
-    ({"nodes": [good("a").to_json()]}, "preflight report {path} has no facts for b, c",
-     "run 'gpu-bootstrap doctor -o json' again with every configured node"),
 ])
 def test_a_bad_report_is_one_error_saying_what_is_wrong(tmp_path, content, message, hint):
     path = write(tmp_path, content)
     with pytest.raises(ConfigError) as raised:
         report.load(path, ["a", "b", "c"])
     assert (raised.value.message, raised.value.hint) == (message.format(path=path), hint)
+
+
+@pytest.mark.parametrize("held, wanted, message, hint", [
+    # found by a new user: a typo in `nodes` was met with "run doctor again", while the report was right
+    (["gpu-1", "gpu-2", "gpu3"], ["gpu-1", "gpu-3"], "has no facts for gpu-3 (it has: gpu-1, gpu-2, gpu3)",
+     "did you mean gpu-3 -> gpu3? fix the name in `nodes` (the report names nodes as the cluster does); a node the "
+     "report does not know yet needs a fresh one: gpu-bootstrap doctor -o json > {path}"),
+    (["a"], ["a", "b", "c"], "has no facts for b, c (it has: a)",
+     "a node added since the report was written needs a fresh one: gpu-bootstrap doctor -o json > {path} (with every "
+     "configured node); a node that is not in the cluster: fix `nodes` in the config"),
+])
+def test_a_node_the_report_lacks_is_told_apart_from_a_typo(tmp_path, held, wanted, message, hint):
+    path = write(tmp_path, {"nodes": [good(name).to_json() for name in held]})
+    with pytest.raises(ConfigError) as raised:
+        report.load(path, wanted)
+    assert (raised.value.message, raised.value.hint) == (f"preflight report {path} {message}", hint.format(path=path))
 
 
 def test_a_missing_or_unreadable_report_file(tmp_path):
@@ -124,3 +138,32 @@ def test_the_sample_report_is_one_the_schema_and_the_loader_take():
     assert report.schema_problem(json.loads(sample.read_text())) is None
     assert json.loads((root / "docs" / "preflight-report.schema.json").read_text()) == report.schema()
     assert list(report.load(sample, ["node5", "node6", "node7"])) == ["node5", "node6", "node7"]
+
+
+def _doctor(tmp_path, *args: str):
+    from typer.testing import CliRunner
+    from gpu_bootstrap.cli.commands import app
+    config = tmp_path / "gpu-bootstrap.yaml"
+    # addresses no SSH could reach (TEST-NET-1): only the report can answer for these nodes
+    config.write_text("nodes:\n  - {name: a, address: 192.0.2.1}\n  - {name: b, address: 192.0.2.2}\n")
+    return CliRunner().invoke(app, ["doctor", "-c", str(config), "--log-file", str(tmp_path / "log"), *args])
+
+
+def test_doctor_takes_the_nodes_facts_from_a_report(tmp_path):
+    """Found by a new user: doctor's own advice said "pass --preflight-report FILE", and doctor had no such flag."""
+    path = write(tmp_path, {"nodes": [good("a").to_json(), good("b").to_json()]})
+    result = _doctor(tmp_path, "--no-cluster", "--preflight-report", str(path), "-o", "json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert [n["name"] for n in document["nodes"]] == ["a", "b"] and document["ok"] is True
+    # the report is checked as up checks it: a node it lacks is bad input
+    path = write(tmp_path, {"nodes": [good("a").to_json()]})
+    refused = _doctor(tmp_path, "--no-cluster", "--preflight-report", str(path))
+    assert refused.exit_code == 2 and "has no facts for b (it has: a)" in refused.output
+
+
+@pytest.mark.parametrize("flag", [["--via", "ssh"], ["--no-nodes"]])
+def test_doctor_refuses_a_report_beside_a_way_to_read_the_nodes(tmp_path, flag):
+    path = write(tmp_path, {"nodes": [good("a").to_json(), good("b").to_json()]})
+    result = _doctor(tmp_path, "--no-cluster", "--preflight-report", str(path), *flag)
+    assert result.exit_code == 2 and f"so {flag[0]} has nothing to do" in result.output

@@ -288,6 +288,10 @@ class DoctorReport:
 
 
 def doctor(options: Options, node_names: str | None) -> DoctorReport:
+    if options.preflight_report is not None and (options.via or options.no_nodes):
+        flag = "--via" if options.via else "--no-nodes"
+        raise UsageError(f"--preflight-report gives the nodes' facts, so {flag} has nothing to do",
+                         f"drop {flag}, or drop --preflight-report to read the nodes")
     ctx, runner, _playbook = build(options, LogReporter(), secretless=True)
     try:
         ctx.node_facts.select(select_nodes(ctx.config, node_names))  # the steps' checks see the same nodes

@@ -152,6 +152,10 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
                "Check the nodes only (no Kubernetes API needed), e.g. before they join."))] = False,
            no_nodes: Annotated[bool, Option("--no-nodes", help="Check the cluster and steps only (no SSH).")] = False,
            via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None,
+           preflight_report: Annotated[Optional[Path], Option("--preflight-report", metavar="FILE", help=(
+               "The GPU nodes' facts from a saved 'gpu-bootstrap doctor -o json' (or one written by hand for nodes "
+               "that cannot be read) instead of reading the nodes; the steps' checks use them as `up` "
+               "would."))] = None,
            ) -> None:
     """Check the cluster, every GPU node (over SSH, or with --via cluster a probe pod per node) and every step,
     without changing anything.
@@ -165,8 +169,10 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
       gpu-bootstrap doctor --nodes node5,node6 --no-cluster
       gpu-bootstrap doctor -o json > report.json  # up --preflight-report
       gpu-bootstrap doctor --via cluster      # no SSH: a probe pod per node
+      gpu-bootstrap doctor --preflight-report report.json   # nodes that cannot be read: their saved facts
     """
-    options = options_from(common, no_nodes=no_nodes, no_cluster=no_cluster, via=via.value if via else None)
+    options = options_from(common, no_nodes=no_nodes, no_cluster=no_cluster, via=via.value if via else None,
+                           preflight_report=preflight_report)
 
     def body():
         from gpu_bootstrap.app import commands as application

@@ -160,9 +160,25 @@ def load(path: Path, wanted: list[str]) -> dict[str, NodeReport]:
         reports[report.name] = report
     absent = [name for name in wanted if name not in reports]
     if absent:
-        raise ConfigError(f"preflight report {path} has no facts for {', '.join(absent)}",
-                          "run 'gpu-bootstrap doctor -o json' again with every configured node")
+        raise ConfigError(*_absent_nodes(path, absent, sorted(reports)))
     return {name: reports[name] for name in wanted}
+
+
+def _absent_nodes(path: Path, absent: list[str], held: list[str]) -> tuple[str, str]:
+    """Why configured nodes have no facts in the report, and the fix: a name close to one the report holds is most
+    likely a typo in `nodes` (the report was written for the cluster's names); else the report predates the node."""
+    import difflib
+    shown = ", ".join(held[:10]) + (" ..." if len(held) > 10 else "") if held else "no nodes"
+    message = f"preflight report {path} has no facts for {', '.join(absent)} (it has: {shown})"
+    likely = {name: match[0] for name in absent if (match := difflib.get_close_matches(name, held, n=1, cutoff=0.8))}
+    if likely:
+        guesses = ", ".join(f"{name} -> {match}" for name, match in likely.items())
+        return message, (f"did you mean {guesses}? fix the name in `nodes` (the report names nodes as the cluster "
+                         f"does); a node the report does not know yet needs a fresh one: gpu-bootstrap doctor -o json "
+                         f"> {path}")
+    return message, (f"a node added since the report was written needs a fresh one: gpu-bootstrap doctor -o json > "
+                     f"{path} (with every configured node); a node that is not in the cluster: fix `nodes` in the "
+                     f"config")
 
 
 def document(reports: list[NodeReport]) -> dict:

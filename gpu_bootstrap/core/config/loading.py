@@ -2,6 +2,7 @@
 name the field and the file line."""
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -163,6 +164,9 @@ def validate(data: Any, source: Source, model: type[BaseModel] = None) -> Config
                 loc = _parse_path(field)
             if item["type"] == "extra_forbidden":
                 allowed = _allowed_keys(model, loc)
+                likely = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.75) if loc else []
+                if likely:
+                    message += f": did you mean {likely[0]}?"
                 if allowed:
                     message += f" (allowed here: {', '.join(allowed)})"
             problems.append(f"{source.locate(loc)}: {describe_loc(loc) or '<top>'}: {message}")
