@@ -167,3 +167,43 @@ def test_doctor_refuses_a_report_beside_a_way_to_read_the_nodes(tmp_path, flag):
     path = write(tmp_path, {"nodes": [good("a").to_json(), good("b").to_json()]})
     result = _doctor(tmp_path, "--no-cluster", "--preflight-report", str(path), *flag)
     assert result.exit_code == 2 and f"so {flag[0]} has nothing to do" in result.output
+
+
+def _preflight_page() -> str:
+    from pathlib import Path
+    return (Path(__file__).resolve().parent.parent / "docs" / "steps" / "preflight.md").read_text()
+
+
+def test_every_outcome_of_the_cluster_probe_is_in_the_docs_table_with_its_fix():
+    """Found by a new user: a probe failure the docs' table of outcomes did not list. Each reason the probe can give
+    (probes/incluster.py), up to its first variable part, is a row of docs/steps/preflight.md's table."""
+    import re
+    from pathlib import Path
+    source = (Path(__file__).resolve().parent.parent / "gpu_bootstrap" / "probes" / "incluster.py").read_text()
+    reasons = re.findall(r'(?:reason=|return \(?)f?"(the [^"]*)"', source)
+    prefixes = {re.split(r"[({:]", reason)[0].strip() for reason in reasons}
+    assert len(prefixes) >= 12, prefixes
+    rows = [line for line in _preflight_page().splitlines() if line.startswith("| `the ")]
+    missing = [p for p in sorted(prefixes) if not any(p in row for row in rows)]
+    assert missing == []
+    assert all(row.count("|") >= 3 and row.rsplit("|", 2)[1].strip() for row in rows)  # each with what to do
+
+
+def test_the_hand_written_report_in_the_docs_is_one_the_loader_and_a_plan_take(tmp_path):
+    from typer.testing import CliRunner
+    from gpu_bootstrap.cli.commands import app
+    page = _preflight_page()
+    block = page[page.index("### Writing a report by hand"):]
+    block = block[block.index("```json\n") + len("```json\n"):]
+    document = json.loads(block[:block.index("```")])
+    path = write(tmp_path, document)
+    facts = report.load(path, ["gpu-7"])["gpu-7"]
+    assert [c.status for c in facts.checks] == ["pass", "warn", "pass", "pass", "warn"]
+    config = tmp_path / "gpu-bootstrap.yaml"
+    config.write_text("nodes: [{name: gpu-7}]\n")
+    result = CliRunner().invoke(app, ["up", "--dry-run", "--offline", "--kube-version", "1.33", "-c", str(config),
+                                      "--preflight-report", path, "-o", "json", "--log-file", str(tmp_path / "log"),
+                                      "--allow-incomplete"])
+    plan = json.loads(result.stdout)
+    operator = next(s for s in plan["steps"] if s["id"] == "gpu-operator")
+    assert operator["status"] == "planned" and plan["incomplete"] == [], plan  # every value decided from the facts
