@@ -362,3 +362,30 @@ def test_status_shows_each_nodes_driver_upgrade_state(cluster, api, tmp_path):
         "gpu-a": "pod-deletion-required", "gpu-b": "upgrade-done", "gpu-c": None}
     table = status(cluster, tmp_path, parse=False)
     assert table.exit_code == 0 and "driver upgrade" in table.stdout and "pod-deletion-required" in table.stdout
+
+
+def test_pending_pods_on_a_scheduler_that_does_not_run_are_said_to_wait_for_nothing(ground_truth, tmp_path):
+    """Found by a new user: after a teardown removed the bin-packing scheduler, pods that named it stayed Pending
+    for good, and status still showed them under "gpu-binpack-scheduler (ours)" with the reason the scheduler gave
+    before it went away. Status now says the scheduler does not run and marks those reasons stale."""
+    document = status(ground_truth, tmp_path, "-o", "json")
+    big = next(p for p in document["pending"] if p["name"] == "big")
+    assert document["scheduler_running"] is False
+    assert (big["scheduler_running"], big["stale"]) == (False, True)
+    assert "picky" not in [p["name"] for p in document["pending"] if p.get("stale")]  # the default scheduler's
+    assert any(f"the scheduler {OURS} does not run" in note and "1 pending GPU pod(s)" in note
+               for note in document["notes"])
+    text = status(ground_truth, tmp_path, parse=False)
+    assert text.exit_code == 0 and f"{OURS} does not run" in text.output and "stale" in text.output
+
+    # a Ready pod of the Deployment `up` makes (its labels) in the scheduler's namespace: it runs again
+    scheduler = pod("kube-system", f"{OURS}-abc", 0, "cpu-1")
+    scheduler["metadata"]["labels"] = {"app.kubernetes.io/name": OURS, "app.kubernetes.io/managed-by": "gpu-bootstrap",
+                                       "app.kubernetes.io/component": "scheduler"}
+    scheduler["status"]["conditions"].append({"type": "Ready", "status": "True"})
+    ground_truth.emu.seed(scheduler)
+    assert ground_truth.emu.settle()
+    document = status(ground_truth, tmp_path, "-o", "json")
+    big = next(p for p in document["pending"] if p["name"] == "big")
+    assert document["scheduler_running"] is True and (big["scheduler_running"], big["stale"]) == (True, False)
+    assert not any("does not run" in note for note in document["notes"])

@@ -156,6 +156,16 @@ def document(snapshot: Snapshot, settings: Settings) -> dict:
         events.setdefault((about.get("namespace"), about.get("name")), []).append(event)
     pending = [_pending_row(p, requests[_key(p)], settings, snapshot.taken, events) for p in shown
                if waits(p) and nvidia(requests[_key(p)])]
+    runs = scheduler_runs(snapshot.pods, settings.scheduler)
+    stranded = [p for p in pending if p["ours"]]
+    for row in stranded:
+        row["scheduler_running"], row["stale"] = runs, not runs
+    notes = list(snapshot.notes)
+    if stranded and not runs:
+        notes.append(f"the scheduler {settings.scheduler} does not run (no ready pod of it in the cluster): "
+                     f"{len(stranded)} pending GPU pod(s) name it and nothing will schedule them; their reasons are "
+                     f"from before it stopped (stale). Run `gpu-bootstrap up` (binpack-scheduler), or have those pods "
+                     f"name another scheduler")
     return {
         "apiVersion": API_VERSION, "cluster": snapshot.host,
         "time": snapshot.taken.strftime("%Y-%m-%dT%H:%M:%SZ"), "scheduler": settings.scheduler,
@@ -169,8 +179,23 @@ def document(snapshot: Snapshot, settings: Settings) -> dict:
         "utilisation": None,
         "other_nodes_with_gpu_pods": sorted({p["node"] for p in pods} - gpu_names),
         "events_read": snapshot.events is not None,
-        "notes": list(snapshot.notes),
+        "scheduler_running": runs,
+        "notes": notes,
     }
+
+
+def scheduler_runs(pods: list[dict], name: str) -> bool:
+    """Does the bin-packing scheduler `name` run: a Running, Ready pod of the Deployment up makes (its labels,
+    render/scheduler.py)? Read from every pod of the cluster, which status lists anyway."""
+    from gpu_bootstrap.render.scheduler import MANAGED
+    wanted = {"app.kubernetes.io/name": name, **MANAGED}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        status = pod.get("status") or {}
+        if all(labels.get(k) == v for k, v in wanted.items()) and status.get("phase") == "Running" and \
+                any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
+            return True
+    return False
 
 
 def _is_gpu_node(node: dict) -> bool:

@@ -102,6 +102,8 @@ def pending_table(document: dict, wide: bool):
                                                                  f"{pod['scheduler']} running?)")
         if wide and event.get("message") and event["message"] != pod["message"]:
             why += f"  [dim](latest event x{event.get('count', 1)}: {escape(event['message'])})[/]"
+        if pod.get("stale"):  # its scheduler no longer runs: the reason is from before it stopped
+            why = f"[bold]{escape(pod['scheduler'])} does not run[/]: nothing will schedule it [dim](stale: {why})[/]"
         mark = " (ours)" if pod["ours"] else ""
         table.add_row(escape(pod["namespace"]), escape(pod["name"]), str(pod["gpus"]),
                       escape(pod["scheduler"] + mark), _age(pod["age_seconds"]), why)
