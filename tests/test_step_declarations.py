@@ -103,8 +103,11 @@ def test_every_declared_section_is_a_key_of_the_config():
 def test_every_declared_need_has_a_known_phase_and_namespace():
     conf = config(pools=[{"name": "gpu", "role": "r", "discovery_tag": "t", "limits": {"nvidia.com/gpu": 8}}],
                   gpu_operator={"allocation": "dra"})
-    scopes = set(rbac.namespaces(conf)) | {"prometheus"}
+    built_in = set(rbac.namespaces(conf)) | {"prometheus"}
     for declaration in registry.declarations():
+        own = set(declaration.scopes(conf))
+        assert not own & built_in, (declaration.id, own & built_in)  # a step's key never renames a built-in one
+        scopes = built_in | own
         for table in (declaration.needs(conf), declaration.dra_needs(conf)):
             assert set(table) <= {rbac_rules.READ, rbac_rules.WRITE, rbac_rules.RUN, rbac_rules.DOCTOR}
             for need in (n for phase in table.values() for n in phase):
@@ -181,3 +184,15 @@ def test_no_layer_below_app_names_a_step_module():
             for node in ast.walk(tree):
                 if isinstance(node, ast.ImportFrom) and node.module:
                     assert not node.module.startswith("gpu_bootstrap.steps"), (path, node.module)
+
+
+def test_a_step_may_name_a_namespace_of_its_own_for_its_needs():
+    """A need's scope is a key of rbac.namespaces(); a step whose section has a namespace declares its key
+    (`scopes`), and its Role lands there, with no edit of security/rbac.py."""
+    from dataclasses import replace
+    from tests.toy_step import DECLARATION as toy
+    own = replace(toy, needs=lambda config: {rbac_rules.WRITE: [rbac_rules.need("", "configmaps", rbac_rules.APPLY,
+                                                                                 "toy")]},
+                  scopes=lambda config: {"toy": "toy-namespace"})
+    found = rbac.rules("up", config(), [own])
+    assert [r["resources"] for r in found.namespaced["toy-namespace"]] == [["configmaps"]]

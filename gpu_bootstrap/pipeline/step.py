@@ -180,7 +180,8 @@ class Declaration:
     `section` names the config key the step's switch reads (its section); `model` is given only for a section the step
     brings itself (a step added after the built-in sections: the config is extended with it, see
     steps.config_model()). `needs(config)` returns the API requests the step makes by phase (security/rbac_rules.py:
-    read, write, run, doctor), `dra_needs(config)` what it adds when GPUs are allocated through DRA."""
+    read, write, run, doctor), `dra_needs(config)` what it adds when GPUs are allocated through DRA, `scopes(config)`
+    the namespaces its needs name by a key of its own (a namespace of its section)."""
 
     step: type[Step]
     summary: str  # what it does, in one line: README's step table
@@ -188,6 +189,7 @@ class Declaration:
     enabled: Callable[[Any], bool] = _always  # config -> does the step run?
     needs: Callable[[Any], dict] = _no_needs
     dra_needs: Callable[[Any], dict] = _no_needs
+    scopes: Callable[[Any], dict] = _no_needs  # config -> {scope key: namespace} its needs name beyond rbac's own
     model: Any = None  # the pydantic model of a section the step brings itself
     example: str = ""  # its section in `init`'s commented example (default: generated from the model)
     status: str = "available"

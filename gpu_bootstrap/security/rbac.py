@@ -55,6 +55,7 @@ class StepNeeds(Protocol):
     id: str
     needs: Callable[[object], dict]  # config -> {phase: [Need]}
     dra_needs: Callable[[object], dict]  # what it adds when GPUs are allocated through DRA
+    scopes: Callable[[object], dict]  # config -> {scope key: namespace} of its own
 
 
 def namespaces(config, prometheus: PrometheusService | None = None) -> dict[str, str]:
@@ -193,7 +194,9 @@ def rules(command: str, config, steps: Sequence[StepNeeds], prometheus: Promethe
     cluster-wide rule already grants are left out of the Roles. Each rule's `why` (a key the manifests turn into a
     comment) names the steps and checks that need it."""
     prometheus = prometheus or prometheus_service(config)
-    names = namespaces(config, prometheus)
+    # a step's own scope keys cannot rename a built-in one (tests/test_step_declarations.py keeps them apart)
+    names = {**{key: namespace for step in steps for key, namespace in step.scopes(config).items()},
+             **namespaces(config, prometheus)}
     wide: dict[tuple[str, str, tuple], dict[str, set]] = defaultdict(lambda: defaultdict(set))
     local: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
     for item in needs(command, config, steps, prometheus, admission_policies, both_allocations):
