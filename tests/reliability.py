@@ -21,7 +21,8 @@ what legitimately differs between two runs that reached the same end state norma
   changes than a first run), applied/unchanged/probed shown as "done"; failed or interrupted records stay; the keyed
   fingerprint shown as "<keyed>" and the key's Secret by its length (both random per cluster: the secret-free
   `public` digest beside it still compares the inputs);
-* gpu-bootstrap's node-facts record: its time and the path of the report it was read from dropped;
+* gpu-bootstrap's node-facts record: its time, the path of the report it was read from and each node's read_at
+  dropped, each node's identity shown by its keys (each run's cluster boots its nodes anew);
 * the run lock: only whether it is held (and for how long a lease) is kept; acquire/renew times and
   leaseTransitions differ (a rerun after kill -9 takes the lease over); other leases' holder identities (a pod name
   plus a random id) become "<held>";
@@ -182,6 +183,8 @@ def _normalise(key: tuple, obj: dict, snapshot: dict) -> dict:
         body["data"] = {step: _record(text) for step, text in (obj.get("data") or {}).items()}
     if kind == "/ConfigMap" and (namespace, name) == (STATE_NAMESPACE, FACTS_NAME):
         body["data"] = {k: v for k, v in (obj.get("data") or {}).items() if k not in ("time", "source")}
+        if "nodes.json" in body["data"]:
+            body["data"]["nodes.json"] = _facts(body["data"]["nodes.json"])
     if kind == "coordination.k8s.io/Lease":
         spec = obj.get("spec") or {}
         if (namespace, name) == (STATE_NAMESPACE, LOCK_NAME):
@@ -272,6 +275,19 @@ def _b64(text: str) -> str:
         return base64.b64decode(text).decode()
     except (ValueError, UnicodeDecodeError):
         return ""
+
+
+def _facts(text: str) -> str:
+    """The recorded node facts without when they were read, and with whether (not to which boot) they are bound:
+    each run's cluster boots its nodes anew."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return text
+    for node in document.get("nodes") or []:
+        node.pop("read_at", None)
+        node["identity"] = sorted(node.get("identity") or {})
+    return json.dumps(document, sort_keys=True)
 
 
 def _certificates(data: dict) -> dict:

@@ -80,7 +80,32 @@ def test_an_unknown_context_lists_the_ones_there_are(cluster, tmp_path):
     assert result.exit_code == 2
     text = " ".join(result.output.split())
     contexts = [c["name"] for c in yaml.safe_load(cluster.kubeconfig.read_text())["contexts"]]
-    assert f"has no context 'staging' — its contexts: {', '.join(contexts)}" in text and contexts
+    assert f"has no context 'staging' (from flag --context) — its contexts: {', '.join(contexts)}" in text
+    assert contexts
+
+
+@pytest.mark.parametrize("given, said", [
+    ({"env": {"GPU_BOOTSTRAP_CONTEXT": "staging"}}, "(from environment variable GPU_BOOTSTRAP_CONTEXT)"),
+    ({"file": "  context: staging\n"}, "gpu-bootstrap.yaml:3)"),
+])
+def test_a_bad_context_says_where_it_was_given(cluster, tmp_path, monkeypatch, given, said):
+    """Issue 56: a bad context from GPU_BOOTSTRAP_CONTEXT did not say it came from the environment."""
+    config = tmp_path / "gpu-bootstrap.yaml"
+    config.write_text(f"cluster:\n  kubeconfig: {cluster.kubeconfig}\n{given.get('file', '')}nodes:\n  - name: node5\n")
+    for name, value in given.get("env", {}).items():
+        monkeypatch.setenv(name, value)
+    result = invoke("doctor", "-c", str(config), "--no-nodes", tmp_path=tmp_path)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "has no context 'staging'" in text and said in text, text
+
+
+@pytest.mark.unit
+def test_a_missing_kubeconfig_from_the_environment_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPU_BOOTSTRAP_KUBECONFIG", str(tmp_path / "nope"))
+    result = invoke("doctor", "-c", str(ROOT / "examples" / "minimal.yaml"), "--no-nodes", tmp_path=tmp_path)
+    assert result.exit_code == 2
+    assert "(from environment variable GPU_BOOTSTRAP_KUBECONFIG)" in " ".join(result.output.split())
 
 
 @pytest.mark.unit

@@ -249,7 +249,7 @@ def test_every_default():
                        "alerts": {"gpu_pod_pending_for": "15m"}, "allow_downgrade": False},
         "validate": {"enabled": True, "image": images.default("cuda-sample"), "nodes": "all",
                      "namespace": "gpu-bootstrap", "timeout": 300},
-        "preflight": {"via": "auto", "image": images.default("busybox"), "timeout": 120},
+        "preflight": {"via": "auto", "image": images.default("busybox"), "timeout": 120, "max_facts_age": "7d"},
         "pools": [], "registry": {"mirror": None, "pull_secret": None, "plain_http": False},
     }
     home = Path(os.path.expanduser("~"))

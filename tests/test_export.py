@@ -306,6 +306,7 @@ def test_a_generated_webhook_ca_is_refused_naming_the_cert_manager_setting_and_n
     result, out = export(tmp_path, "flux", EXAMPLES / "minimal.yaml", "1.33", report)
     assert result.exit_code == 2, result.output
     assert "cannot live in Git" in result.output and "admission.certificates: cert-manager" in result.output
+    assert "--certificates cert-manager" in result.output
     assert not out.exists()
 
 
@@ -344,6 +345,76 @@ def test_a_local_chart_is_refused_for_argocd_and_flux(tmp_path):
         result, out = export(tmp_path, engine, path, "1.33", report)
         assert result.exit_code == 2, result.output
         assert "gpu_operator.chart" in result.output and "local file" in result.output and not out.exists()
+
+
+def up_config(tmp_path: Path) -> Path:
+    """A config as `up` runs it from a machine without a chart repository: local chart archives, a generated CA."""
+    config = yaml.safe_load((EXAMPLES / "minimal.yaml").read_text())
+    config["gpu_operator"] = {**(config.get("gpu_operator") or {}), "chart": str(chart("gpu-operator-v26.7.0.tgz"))}
+    config["monitoring"] = {**(config.get("monitoring") or {}),
+                            "chart": str(chart("kube-prometheus-stack-88.5.3.tgz"))}
+    path = tmp_path / "up.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("engine", ["argocd", "flux"])
+def test_the_config_up_uses_serves_git_with_overrides_that_the_readme_lists(tmp_path, engine):
+    """Issue 56: one config for `up` (local archives, a generated CA) and for Git: --chart-repository default takes
+    each local chart from its section's repository at the archive's own version, --certificates cert-manager swaps
+    the CA; the bundle's README lists both. Without them the same config is refused, naming the flags."""
+    report = write_report(tmp_path / "report.json", ["gpu-node-1", "gpu-node-2"])
+    config = up_config(tmp_path)
+    refused, out = export(tmp_path, engine, config, "1.33", report, out=tmp_path / "refused")
+    assert refused.exit_code == 2 and "--certificates cert-manager" in refused.output and not out.exists()
+    result, out = export(tmp_path, engine, config, "1.33", report, "--chart-repository", "default",
+                         "--certificates", "cert-manager")
+    assert result.exit_code == 0, result.output
+    charts = {(name, version) for name, version, _ns, _values in releases_of(out, engine)}
+    assert {("gpu-operator", "v26.7.0"), ("kube-prometheus-stack", "88.5.3")} <= charts, charts
+    overridden = (out / "README.md").read_text().split("## Overridden for this export", 1)[1].split("## ", 1)[0]
+    assert f"`gpu_operator.chart` | {chart('gpu-operator-v26.7.0.tgz')} | https://helm.ngc.nvidia.com/nvidia " \
+           f"gpu-operator v26.7.0 | `--chart-repository default`" in overridden, overridden
+    assert "`monitoring.chart`" in overridden and "prometheus-community.github.io/helm-charts" in overridden
+    assert "`admission.certificates` | generated | cert-manager | `--certificates cert-manager`" in overridden
+    assert "overridden for this export: gpu_operator.chart" in result.output
+    assert any(o.get("kind") == "Certificate" for _path, o in documents(out))  # cert-manager issues it
+    assert yaml.safe_load(config.read_text())["gpu_operator"]["chart"].endswith(".tgz")  # the config is unchanged
+
+
+@pytest.mark.unit
+def test_a_bundle_with_nothing_overridden_says_so(tmp_path):
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    result, out = export(tmp_path, "helmfile", EXAMPLES / "fleet-gitops.yaml", "1.33", report)
+    assert result.exit_code == 0, result.output
+    assert "## Overridden for this export\n\nNothing: the bundle uses the config's settings as they are." in \
+        (out / "README.md").read_text()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("given, said", [
+    ("nosuch=default", "--chart-repository nosuch=default: 'nosuch' is not a config section with a chart"),
+    ("monitoring=ftp://charts.example.com", "is neither 'default' nor a repository URL"),
+    ("https://charts.example.com", "a URL needs the section it is for"),
+])
+def test_a_bad_override_is_exit_2_naming_the_flag_and_nothing_is_written(tmp_path, given, said):
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    result, out = export(tmp_path, "flux", EXAMPLES / "fleet-gitops.yaml", "1.33", report, "--chart-repository",
+                         given)
+    assert result.exit_code == 2 and said in result.output, result.output
+    assert not out.exists()
+
+
+@pytest.mark.unit
+def test_a_section_given_a_mirror_takes_its_chart_from_there(tmp_path):
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    result, out = export(tmp_path, "helmfile", EXAMPLES / "fleet-gitops.yaml", "1.33", report,
+                         "--chart-repository", "monitoring=https://charts.mirror.example.com/prom/")
+    assert result.exit_code == 0, result.output
+    document = yaml.safe_load((out / "helmfile.yaml").read_text())
+    assert "https://charts.mirror.example.com/prom" in [r["url"] for r in document["repositories"]], document
+    assert "`--chart-repository monitoring=https://charts.mirror.example.com/prom/`" in (out / "README.md").read_text()
 
 
 @pytest.mark.unit

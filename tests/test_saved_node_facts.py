@@ -2,6 +2,7 @@
 and `--preflight-report FILE` with every kind of bad file named with what is wrong."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -39,7 +40,9 @@ def test_the_record_is_our_configmap_with_the_facts_their_source_and_time():
 def test_the_record_reads_back_with_where_it_came_from():
     reports = {"b": good("b"), "a": unreachable("a", "refused")}
     found, source = report.recorded_facts(report.record_manifest(reports, "r.json", "T"))
-    assert (found, source) == (reports, "recorded by preflight at T from r.json")
+    # each node's facts carry when they were read: a record from before they did gives them the record's time
+    assert (found, source) == ({name: dataclasses.replace(r, read_at="T") for name, r in reports.items()},
+                               "recorded by preflight at T from r.json")
     partial = {"data": {"nodes.json": json.dumps(report.document([good("b")]))}}
     assert report.recorded_facts(partial) == ({"b": good("b")}, "recorded by preflight at ? from ?")
 

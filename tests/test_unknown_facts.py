@@ -72,13 +72,32 @@ def installed(config, cluster, tmp_path):
     return config
 
 
+def reboot(cluster, name: str) -> None:
+    """What a node's kubelet reports after a reboot, or a new machine registering under the same name: a new boot
+    ID in its status."""
+    import uuid
+    from tests.kubeapi.store import WriteOptions
+    node = cluster.emu.get("nodes", name)
+    node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())
+    cluster.emu.store.update(cluster.emu.resource("nodes"), None, name, node,
+                             WriteOptions(manager="kubelet", subresource="status"))
+
+
 def test_every_node_down_leaves_the_running_release_alone(installed, farm, cluster, tmp_path):
     for name in NODES:
         farm.stop_node(name)
-    result, document = up(installed, tmp_path)  # preflight cannot read the nodes: stop before any change
-    assert result.exit_code == 1 and "node5: ssh:" in document["error"] and "node6: ssh:" in document["error"]
-    result, document = up(installed, tmp_path, "--skip", "preflight")  # the facts the last preflight recorded
+    result, document = up(installed, tmp_path)  # preflight cannot read the nodes: their recorded facts stand in
     assert result.exit_code == 0, result.output
+    message = step(document, "preflight")["message"]
+    assert "recorded facts for node5, node6" in message, message
+    assert release(cluster) == (1, release(cluster)[1]) and release(cluster)[1]["driver"]["enabled"] is False
+    reboot(cluster, "node5")  # rebooted while unreachable: its recorded facts may no longer be its facts
+    result, document = up(installed, tmp_path)  # stop before any change
+    assert result.exit_code == 1 and "node5: ssh:" in document["error"] and "boot ID changed" in document["error"]
+    assert "node6: ssh:" not in document["error"]  # node6 is still the node its facts were read from
+    result, document = up(installed, tmp_path, "--skip", "preflight")  # the recorded facts alone: node5 unknown
+    assert result.exit_code == 0, result.output
+    assert "the facts of node5 are unknown" in step(document, "gpu-operator")["message"]
     assert release(cluster) == (1, release(cluster)[1]) and release(cluster)[1]["driver"]["enabled"] is False
     cluster.emu.delete("configmaps", RECORD_NAME, RECORD_NAMESPACE)  # and with no record at all: unknown
     result, document = up(installed, tmp_path, "--only", "gpu-operator")
@@ -132,13 +151,15 @@ def test_a_stale_report_cannot_restart_the_operands_without_the_flag(installed, 
 
 def test_cluster_probes_that_never_run_leave_the_running_release_alone(installed, cluster, tmp_path):
     """Preflight through the cluster (issue 24) whose probe pods never start (no kubelet runs them): every node is
-    unknown with its reason within preflight.timeout, `up` stops before any change, nothing of the probe is left."""
-    installed.write_text(installed.read_text() + "preflight: {timeout: 3}\n")
+    unknown with its reason within preflight.timeout, `up` stops before any change, nothing of the probe is left.
+    Recorded facts are never reused here (max_facts_age 0s), so nothing stands in for the probe."""
+    installed.write_text(installed.read_text() + "preflight: {timeout: 3, max_facts_age: 0s}\n")
     cluster.emu.controllers.disable("kubelet")
     result, document = up(installed, tmp_path, "--via", "cluster")
     assert result.exit_code == 1
     assert "node5: ssh: unknown: the probe did not finish within preflight.timeout (3s)" in document["error"]
     assert "node6: ssh: unknown" in document["error"]
+    assert "preflight.max_facts_age is 0s" in document["error"]
     assert release(cluster)[0] == 1
     probe = [ns for ns in cluster.emu.list("namespaces") if ns["metadata"]["name"].startswith("gpu-bootstrap-probe")]
     assert probe == [] and not [p for p in cluster.emu.list("pods")

@@ -171,6 +171,48 @@ def test_teardown_dry_run_and_confirmation(emu, config, tmp_path):
     assert node_view(emu, "node5")["taints"]
 
 
+def waiting_pod(name: str, node: str | None = None) -> dict:
+    """A GPU pod as a user writes it for our scheduler: one no node can take (64 GPUs), or one already bound."""
+    spec = {"schedulerName": "gpu-binpack-scheduler",
+            "containers": [{"name": "train", "image": "trainer:1",
+                            "resources": {"limits": {"nvidia.com/gpu": "64" if node is None else "1"}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a"}, "spec": spec}
+
+
+def test_teardown_names_the_pending_pods_it_leaves_waiting_and_says_so_in_its_exit_status(emu, config, tmp_path):
+    """Issue 56: teardown removed the bin-packing scheduler while pods waited on it, without a word. Now its dry run
+    and its summary name them (not the pods already bound, which keep running), and `teardown --yes` exits 3: done,
+    but it left pods waiting. A second teardown has nothing to remove and exits 0."""
+    playbook = tmp_path / "with-scheduler.yaml"
+    playbook.write_text("name: with-scheduler\nsteps: [preflight, node-prep, binpack-scheduler]\n")
+
+    def run(*args: str):
+        extra = ["--preflight-report", str(report(tmp_path))] if args[0] == "up" else []
+        return runner.invoke(app, [*args, "-c", str(config), "--playbook", str(playbook), *extra,
+                                   "--log-file", str(tmp_path / "run.log")])
+    assert run("up").exit_code == 0
+    assert emu.get("deployments", "gpu-binpack-scheduler", "kube-system") is not None
+    emu.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    for name, node in (("train-0", None), ("train-1", None), ("serving", "node5")):
+        emu.seed(waiting_pod(name, node))
+    dry = run("teardown", "--dry-run", "-o", "json")
+    assert dry.exit_code == 0, dry.output
+    [scheduler] = [s for s in json.loads(dry.stdout)["steps"] if s["id"] == "binpack-scheduler"]
+    [line] = scheduler["left_waiting"]
+    assert "2 pending pod(s) name gpu-binpack-scheduler (team-a/train-0, team-a/train-1)" in line, line
+    assert "serving" not in line and "delete them" in line
+    done = run("teardown", "--yes")
+    assert done.exit_code == 3, done.output
+    assert "left waiting: binpack-scheduler: 2 pending pod(s)" in done.output
+    assert "teardown is done, but left 1 thing(s) waiting" in done.output
+    assert emu.get("deployments", "gpu-binpack-scheduler", "kube-system") is None  # it did remove the scheduler
+    assert emu.get("pods", "train-0", "team-a") is not None  # and nothing of the user's
+    again = run("teardown", "--yes")
+    assert again.exit_code == 0, again.output
+
+
 @pytest.mark.parametrize("command", [("teardown", "--yes"), ("teardown", "--dry-run"), ("up", "--dry-run")])
 def test_a_node_its_kubelet_updates_under_a_plan_is_read_again_and_planned_again(emu, config, tmp_path, command):
     """A Node's resourceVersion moves with every status update of its kubelet. Between our read and our pinned

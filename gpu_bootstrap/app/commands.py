@@ -110,7 +110,7 @@ def _cluster_adapters(options: Options, config, secretless: bool = False):
     from gpu_bootstrap.adapters.kube import Kube
     kubeconfig = config.cluster.kubeconfig
     if not options.no_cluster:
-        kubeconfig = check_kubeconfig(kubeconfig, config.cluster.context)
+        kubeconfig = check_kubeconfig(config.cluster)
     mode = gate_module.APPLY
     if options.dry_run:
         mode = gate_module.RECORD_ONLY if options.dry_run_mode == "client" else gate_module.SERVER_DRY_RUN
@@ -150,24 +150,33 @@ def _node_facts(options: Options, config, kube, probe: bool):
 
 
 def _reachable_facts(options: Options, config, kube, probe: bool):
-    """Where the listed nodes' facts come from. `probe`: preflight is part of the run (else, online, the facts the
-    last successful preflight recorded are used, so leaving preflight out never turns facts into "absent")."""
-    from gpu_bootstrap.adapters.nodefacts import NoNodeFacts, ProbedNodes, RecordedNodes, ReportedNodes
+    """Where the listed nodes' facts come from: --preflight-report, else a probe (SSH or the cluster) when preflight
+    is part of the run. Online, a node that cannot be read gets the facts the last successful preflight recorded,
+    when they may stand for it (young enough, same boot of the same machine), so neither leaving preflight out nor
+    an unreachable node turns facts into "absent"."""
+    from gpu_bootstrap.adapters.nodefacts import NoNodeFacts, ProbedNodes, ReportedNodes, WithRecordedFacts, \
+        recorded_only
+    from gpu_bootstrap.core.config.fields import parse_age
     names = [n.name for n in config.nodes if n.name not in config.selected_nodes]
-    if options.preflight_report is not None:
-        return ReportedNodes(names, options.preflight_report)
     if options.offline:
+        if options.preflight_report is not None:
+            return ReportedNodes(names, options.preflight_report)
         return NoNodeFacts(names, "none (offline)", "no node facts in an offline run; pass --preflight-report FILE "
                                                     "(a saved 'gpu-bootstrap doctor -o json') to plan with them")
     if options.no_nodes:
         return NoNodeFacts(names, "none (--no-nodes)", "nodes not checked (--no-nodes)")
-    if not probe:
-        return RecordedNodes(names, kube)
-    if probe_via(options, config) == "cluster":
+    max_age = parse_age(config.preflight.max_facts_age)
+    if options.preflight_report is not None:
+        source = ReportedNodes(names, options.preflight_report)
+    elif not probe:
+        return recorded_only(names, kube, max_age)
+    elif probe_via(options, config) == "cluster":
         from gpu_bootstrap.adapters.nodefacts import ClusterProbedNodes
-        return ClusterProbedNodes(names, kube, config.preflight, getattr(config, "registry", None))
-    from gpu_bootstrap.adapters.ssh import Ssh
-    return ProbedNodes(names, Ssh(config.ssh, [n for n in config.nodes if n.name in names]))
+        source = ClusterProbedNodes(names, kube, config.preflight, getattr(config, "registry", None))
+    else:
+        from gpu_bootstrap.adapters.ssh import Ssh
+        source = ProbedNodes(names, Ssh(config.ssh, [n for n in config.nodes if n.name in names]))
+    return source if options.no_cluster else WithRecordedFacts(source, kube, max_age)
 
 
 def probe_via(options: Options, config) -> str:
@@ -185,14 +194,19 @@ def probe_via(options: Options, config) -> str:
     return via
 
 
-def check_kubeconfig(path: Path | None, context: str | None) -> Path | None:
+def check_kubeconfig(cluster) -> Path | None:
     """Bad input before any connection: a kubeconfig that does not exist, or a context it does not have, is exit 2
-    naming the file (and the contexts it has). Returns the path to use (None: the client's default)."""
+    naming the file (and the contexts it has), and where the setting came from (a flag, an environment variable, a
+    config file's line). `cluster`: the config's cluster section. Returns the path to use (None: the client's
+    default)."""
+    path, context = cluster.kubeconfig, cluster.context
     candidates = [Path(path)] if path else [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     candidates = candidates or [Path("~/.kube/config").expanduser()]
     existing = [p for p in candidates if p.is_file()]
     if not existing:
-        raise ConfigError(f"kubeconfig {', '.join(map(str, candidates))} not found",
+        given = cluster.origin("kubeconfig") if path else " (from environment variable KUBECONFIG)" \
+            if os.environ.get("KUBECONFIG") else ""
+        raise ConfigError(f"kubeconfig {', '.join(map(str, candidates))} not found{given}",
                           "pass --kubeconfig FILE, set cluster.kubeconfig or KUBECONFIG, or work without a cluster: "
                           "up --dry-run --offline (the plan), doctor --no-cluster (the nodes only)")
     if context:
@@ -205,8 +219,8 @@ def check_kubeconfig(path: Path | None, context: str | None) -> Path | None:
                 raise ConfigError(f"kubeconfig {candidate} cannot be read: {error}") from None
             names += [c.get("name") for c in (document.get("contexts") or []) if isinstance(c, dict)]
         if context not in names:
-            raise ConfigError(f"kubeconfig {', '.join(map(str, existing))} has no context {context!r}",
-                              f"its contexts: {', '.join(n for n in names if n) or 'none'}")
+            raise ConfigError(f"kubeconfig {', '.join(map(str, existing))} has no context {context!r}"
+                              f"{cluster.origin('context')}", f"its contexts: {', '.join(n for n in names if n) or 'none'}")
     return Path(path) if path else None
 
 
@@ -236,8 +250,9 @@ def up(options: Options, reporter):
 
 
 def teardown(options: Options, reporter, confirm=None, interactive: bool = False):
-    """confirm(plans) -> bool is asked before a real teardown (None: no question, as with --yes), which needs a
-    terminal to ask on (`interactive`). --offline: the teardown of the cluster a fresh `up` leaves."""
+    """confirm(plans, left_waiting) -> bool is asked before a real teardown (None: no question, as with --yes),
+    which needs a terminal to ask on (`interactive`); left_waiting: step id -> what its undo leaves waiting (pods
+    naming a scheduler it removes), which every result of such a step also carries. --offline: the teardown of the cluster a fresh `up` leaves."""
     if options.offline:
         if not options.dry_run:
             raise UsageError("teardown --offline only previews a teardown", "add --dry-run")
@@ -247,9 +262,12 @@ def teardown(options: Options, reporter, confirm=None, interactive: bool = False
                                                         "the plan)")
     ctx, runner, _playbook = build(options, reporter)
     try:
-        if confirm is not None and not options.dry_run and not confirm(runner.undo_plans()):
-            raise Aborted()
-        return runner.teardown(force_unlock=options.force_unlock)
+        plans = None
+        if confirm is not None and not options.dry_run:
+            plans = runner.undo_plans()
+            if not confirm(plans, runner.left_waiting(plans)):
+                raise Aborted()
+        return runner.teardown(force_unlock=options.force_unlock, plans=plans)
     finally:
         ctx.close()
 
@@ -437,7 +455,7 @@ def simulate(sim_options, options: Options, progress=None) -> dict:
     kube = None
     if sim_options.from_cluster:
         from gpu_bootstrap.adapters.kube import Kube
-        kube = Kube(check_kubeconfig(cluster.kubeconfig, cluster.context), cluster.context)
+        kube = Kube(check_kubeconfig(cluster), cluster.context)
     return run(sim_options, settings, kube, progress)
 
 
@@ -516,5 +534,5 @@ def status(options: Options, status_options):
         ("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
         ("cluster", "context"): options.context})
     from gpu_bootstrap.adapters.kube import Kube
-    kube = Kube(check_kubeconfig(sections.cluster.kubeconfig, sections.cluster.context), sections.cluster.context)
+    kube = Kube(check_kubeconfig(sections.cluster), sections.cluster.context)
     return lambda: cluster_status.collect(kube, status_options, sections)

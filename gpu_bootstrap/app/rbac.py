@@ -92,7 +92,7 @@ def _rbac_kube_version(options: Options, command: str) -> str:
         config = config_module.load_node_free_sections(options.config, overrides={
             ("cluster", "kubeconfig"): str(options.kubeconfig) if options.kubeconfig else None,
             ("cluster", "context"): options.context})
-        kube = Kube(check_kubeconfig(config.cluster.kubeconfig, config.cluster.context), config.cluster.context)
+        kube = Kube(check_kubeconfig(config.cluster), config.cluster.context)
         from gpu_bootstrap.core.versions import server_version
         return server_version(kube.version())
     except GpuBootstrapError as error:

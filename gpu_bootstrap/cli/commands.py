@@ -17,7 +17,7 @@ from gpu_bootstrap import __version__
 from gpu_bootstrap.cli.common import CLUSTER, PIPELINE, Output, options_from, run, unwrapped
 from gpu_bootstrap.cli.common import command as _command
 from gpu_bootstrap.cli.status import register as register_status
-from gpu_bootstrap.core.errors import EXIT_FAILED, GpuBootstrapError
+from gpu_bootstrap.core.errors import EXIT_FAILED, EXIT_LEFT_WAITING, GpuBootstrapError
 
 class _Group(TyperGroup):
     """`up --dry-run` alone means `--dry-run=server`; `--dry-run=client` is kubectl's other spelling. Click cannot
@@ -191,6 +191,11 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
 register_status(app)  # `status` (its flags live in cli/status.py), listed after doctor
 
 
+class Certificates(str, Enum):
+    generated = "generated"
+    cert_manager = "cert-manager"
+
+
 class ImagesOutput(str, Enum):
     text = "text"
     json = "json"
@@ -288,13 +293,24 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
                "With --offline: the Kubernetes version to export for (default 1.33)."))] = None,
            preflight_report: Annotated[Optional[Path], Option("--preflight-report", metavar="FILE", help=(
                "The GPU nodes' facts from a saved 'gpu-bootstrap doctor -o json'."))] = None,
-           via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None) -> None:
+           via: Annotated[Optional[Via], Option("--via", help=VIA_HELP)] = None,
+           chart_repository: Annotated[Optional[list[str]], Option("--chart-repository", metavar="[SECTION=]SOURCE",
+                                                                   help=(
+               "The bundle's chart source, so the config `up` uses (local chart archives) serves Git too: default "
+               "takes every chart given as a local file from its section's own repository, at the archive's "
+               "version; SECTION=default or SECTION=URL (https:// or oci://, e.g. your mirror) one section's "
+               "(gpu_operator, gpu_operator.dra_driver, monitoring). Repeatable. The README lists each."))] = None,
+           certificates: Annotated[Optional[Certificates], Option("--certificates", help=(
+               "The bundle's admission.certificates (a generated CA cannot live in Git: cert-manager). The "
+               "README says it was overridden."))] = None) -> None:
     """Write what `up` would apply to this cluster as a GitOps engine's objects: the charts with the values derived
     from your GPU nodes' facts (each with its reason), our own objects as plain manifests, in the playbook's order.
     Nothing is changed on the cluster.
 
     Taints and labels on existing nodes and the validation run stay commands (DIR/README.md names them). A
-    generated webhook CA cannot live in Git: use admission.certificates: cert-manager.
+    generated webhook CA cannot live in Git, and Argo CD and Flux cannot fetch a local chart archive: the same config
+    `up` uses serves with --certificates cert-manager and --chart-repository default (DIR/README.md lists what was
+    overridden).
 
     Secrets stay out of DIR: a chart value that is or may be secret is left out and DIR/README.md says which Secret
     (flux), file outside DIR (helmfile) or secret source (argocd) brings it back. Left out: values under keys
@@ -310,6 +326,7 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
       gpu-bootstrap export --format argocd -o gpu --repo-url https://git.example.com/fleet.git
       gpu-bootstrap export --format argocd -o gpu --repo-url URL --argocd-project platform --no-auto-sync
       gpu-bootstrap export --format helmfile -o gpu --offline --kube-version 1.31 --preflight-report report.json
+      gpu-bootstrap export --format flux -o gpu --chart-repository default --certificates cert-manager
     """
     options = options_from(common, offline=offline, kube_version=kube_version, preflight_report=preflight_report,
                            via=via.value if via else None)
@@ -321,7 +338,10 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
         target = Target(repo_url=repo_url, revision=revision, path=repo_path or _relative(out),
                         argocd_namespace=argocd_namespace, argocd_project=argocd_project,
                         auto_sync=not no_auto_sync, flux_namespace=namespace or "flux-system", flux_source=name)
-        done = run_export(options, format_.value, out, target)
+        done = run_export(options, format_.value, out, target, chart_repository or [],
+                          certificates.value if certificates else None)
+        for override in done.overridden:
+            typer.echo(f"overridden for this export: {override.key}: {override.was} -> {override.now}")
         typer.echo(f"wrote {len(done.files)} files to {out}/ ({format_.value}): {len(done.bundle.units)} units, "
                    f"in order: {', '.join(u.id for u in done.bundle.units)}")
         if done.bundle.imperative:
@@ -363,6 +383,9 @@ def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
     gpu-bootstrap. With --only/--skip, that namespace (the checkpoint) goes too once no step left out has a record
     or anything to undo. docs/what-up-changes.md lists it all.
 
+    Pending pods that name the bin-packing scheduler are listed before it is removed (nothing would schedule them
+    after); with --yes teardown goes ahead, names them in its summary and exits 3.
+
     [bold]Examples[/]
 
       gpu-bootstrap teardown --dry-run
@@ -374,10 +397,19 @@ def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
 
     def body():
         from gpu_bootstrap.app import commands as application
-        from gpu_bootstrap.cli.ui import JsonReporter, RichReporter, confirm_teardown, show_results
+        from gpu_bootstrap.cli.ui import (JsonReporter, RichReporter, confirm_teardown, left_waiting, print_error,
+                                          show_results)
         reporter = JsonReporter() if options.json else RichReporter(dry_run)
         results = application.teardown(options, reporter, None if yes else confirm_teardown, interactive())
-        show_results(results, reporter, options.json, f"gpu-bootstrap teardown{' --dry-run' if dry_run else ''}{' --offline' if offline else ''}")
+        waiting = left_waiting(results)
+        if not options.json:
+            for line in waiting:
+                reporter.note(f"{'would leave' if dry_run else 'left'} waiting: {line}")
+        ok = show_results(results, reporter, options.json, f"gpu-bootstrap teardown{' --dry-run' if dry_run else ''}"
+                                                           f"{' --offline' if offline else ''}")
+        if ok and waiting and not dry_run:  # done, but what it left waiting is not a clean success: a script sees it
+            print_error(f"teardown is done, but left {len(waiting)} thing(s) waiting: {waiting[0]}", None)
+            raise typer.Exit(EXIT_LEFT_WAITING)
 
     run("teardown", common, body)
 

@@ -303,8 +303,9 @@ def doctor_document(report) -> dict:
             "nodes": [r.to_json() for r in report.nodes], "ok": report.ok}
 
 
-def confirm_teardown(plans) -> bool:
-    """Show what teardown will change and ask; only ever called with a terminal on stdin."""
+def confirm_teardown(plans, left_waiting: dict | None = None) -> bool:
+    """Show what teardown will change, and what it leaves waiting, and ask; only ever called with a terminal on
+    stdin."""
     from rich.prompt import Confirm
     out = console()
     total = sum(len(changes) for _step, changes in plans)
@@ -312,7 +313,15 @@ def confirm_teardown(plans) -> bool:
     for step, changes in plans:
         for change in changes:
             out.print(f"  {step.id}: {change.describe()}", markup=False)
-    return Confirm.ask("Proceed?", default=False, console=out)
+    for step_id, lines in (left_waiting or {}).items():
+        for line in lines:
+            out.print(f"[{STATUS_STYLE['warn']}]{STATUS_ICON['warn']} {escape(step_id)}: {escape(line)}[/]")
+    return Confirm.ask("Proceed, leaving them waiting?" if left_waiting else "Proceed?", default=False, console=out)
+
+
+def left_waiting(results) -> list[str]:
+    """Every 'step: what it leaves waiting' line of a teardown's results."""
+    return [f"{r.id}: {line}" for r in results for line in getattr(r, "left_waiting", [])]
 
 
 def show_simulation(run, as_json: bool, plot_file: Path | None) -> None:
@@ -403,12 +412,16 @@ def doctor_tables(rows, reports) -> None:
         out.print(table)
     if not reports:
         return
+    import time
+    from gpu_bootstrap.probes.recorded import describe_source
+    now = time.time()
     table = Table(title="GPU nodes", title_justify="left")
     table.add_column("node")
+    table.add_column("facts from", overflow="fold")  # ssh, cluster, report, recorded (age), pool
     for check in reports[0].checks:
-        table.add_column(check.id, overflow="fold")
+        table.add_column("os" if check.id == "ssh" else check.id, overflow="fold")  # the check reads the OS
     for report in reports:
-        table.add_row(escape(report.name), *[_cell(c) for c in report.checks])
+        table.add_row(escape(report.name), escape(describe_source(report, now)), *[_cell(c) for c in report.checks])
     out.print(table)
     for report in reports:
         for check in report.checks:

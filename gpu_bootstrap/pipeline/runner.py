@@ -306,16 +306,25 @@ class Runner:
     def undo_plans(self) -> list[tuple[Step, list]]:
         return [(step, step.undo_plan(self.ctx)) for step in reversed(self.steps)]
 
-    def teardown(self, force_unlock: bool = False) -> list[StepResult]:
-        plans = self.undo_plans()
+    def left_waiting(self, plans: list[tuple[Step, list]]) -> dict[str, list[str]]:
+        """step id -> what undoing its planned changes leaves waiting (Step.undo_leaves), for the steps that leave
+        something."""
+        found = {step.id: step.undo_leaves(self.ctx, changes) for step, changes in plans if changes}
+        return {step_id: lines for step_id, lines in found.items() if lines}
+
+    def teardown(self, force_unlock: bool = False, plans: list | None = None) -> list[StepResult]:
+        """`plans`: the undo plans already shown (and confirmed); they are read again when not given."""
+        plans = plans if plans is not None else self.undo_plans()
         self._refuse_gitops_owned(plans)
+        waiting = self.left_waiting(plans)  # read before anything is removed: afterwards, nothing says why
         if self.ctx.gate.dry_run:
             for index, (step, first) in enumerate(plans):
                 changes = self._through_gate(step, lambda again, step=step, first=first:
                                              step.undo_plan(self.ctx) if again else first)
                 plans[index] = (step, changes)
                 self._finish(StepResult(step.id, "planned" if changes else "unchanged", len(changes),
-                                        _undo_message(changes, planned=True), planned=list(changes)))
+                                        _undo_message(changes, planned=True), planned=list(changes),
+                                        left_waiting=waiting.get(step.id, [])))
             if self._last_of_ours(plans) and self.ctx.kube.get("v1", "Namespace", cp.NAMESPACE) is not None:
                 self.ctx.reporter.note(f"then the tool's own namespace {cp.NAMESPACE} (its checkpoint ConfigMap "
                                        f"{cp.NAME}, the key Secret {cp.KEY_SECRET} and its lock) would be removed")
@@ -330,7 +339,8 @@ class Runner:
                 done = self._through_gate(step, lambda again, step=step: step.undo_plan(self.ctx), lock)
                 self.checkpoint.forget(step.id)
                 self._finish(StepResult(step.id, "undone" if done else "unchanged", len(done),
-                                        _undo_message(done, planned=False)))
+                                        _undo_message(done, planned=False),
+                                        left_waiting=waiting.get(step.id, []) if done else []))
         except KeyboardInterrupt:
             raise Interrupted() from None
         finally:

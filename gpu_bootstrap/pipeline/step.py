@@ -69,9 +69,12 @@ class StepResult:
     changes: int = 0
     message: str = ""
     planned: list[Change] = field(default_factory=list)
+    left_waiting: list[str] = field(default_factory=list)  # teardown: what it leaves waiting (Step.undo_leaves)
 
     def to_json(self) -> dict:
         document = {"id": self.id, "status": self.status, "changes": self.changes, "message": self.message}
+        if self.left_waiting:
+            document["left_waiting"] = list(self.left_waiting)
         if self.planned:  # a dry run's changes, as the plan prints them: what and why, never a body
             document["planned"] = [{"verb": str(c.verb), "target": str(c.target), "summary": c.summary,
                                     "reason": c.reason} for c in self.planned]
@@ -141,6 +144,11 @@ class Step:
         return self.check(ctx)
 
     def undo_plan(self, ctx: "Context") -> list[Change]:
+        return []
+
+    def undo_leaves(self, ctx: "Context", changes: list[Change]) -> list[str]:
+        """What undoing `changes` leaves waiting for good (pods that name a scheduler it removes), one line each with
+        what to do about it: teardown says it before it asks, in its summary, and in its exit status. Reads only."""
         return []
 
     def made_while_running(self, ctx: "Context") -> list[dict]:

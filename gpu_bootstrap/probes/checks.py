@@ -27,25 +27,40 @@ class NodeCheck:
 class NodeReport:
     name: str
     checks: list[NodeCheck]
-    source: str = ""  # where the facts came from: ssh | cluster (empty: not said, e.g. an older report)
+    source: str = ""  # how the facts were read from the node: ssh | cluster (empty: not said, e.g. written by hand)
+    # when they were read (UTC, ISO 8601) and from which boot of which machine (the Node's status.nodeInfo bootID
+    # and machineID then): facts are reused only for the same boot of the same machine (probes/recorded.py)
+    read_at: str = ""
+    identity: dict = field(default_factory=dict)
+    came_from: str = ""  # how this run got them when it did not read the node: report | recorded
 
     @property
     def ok(self) -> bool:
         return all(c.status != FAIL for c in self.checks)
+
+    @property
+    def read(self) -> bool:
+        """Whether these are facts of the node (its ssh check did not fail), not an unknown node's stand-in."""
+        return self.check("ssh").status != FAIL if any(c.id == "ssh" for c in self.checks) else False
 
     def check(self, check_id: str) -> NodeCheck:
         return next(c for c in self.checks if c.id == check_id)
 
     def to_json(self) -> dict:
         document = {"name": self.name, "checks": [asdict(c) for c in self.checks]}
-        if self.source:
-            document["source"] = self.source
+        for key in ("source", "read_at", "identity", "came_from"):
+            if getattr(self, key):
+                document[key] = getattr(self, key)
         return document
 
     @classmethod
     def from_json(cls, data: dict) -> "NodeReport":
+        identity = data.get("identity") or {}
         return cls(data["name"], [NodeCheck(c["id"], c["status"], c.get("message", ""), c.get("data") or {})
-                                  for c in data.get("checks", [])], str(data.get("source") or ""))
+                                  for c in data.get("checks", [])], str(data.get("source") or ""),
+                   str(data.get("read_at") or ""),
+                   {str(k): str(v) for k, v in identity.items()} if isinstance(identity, dict) else {},
+                   str(data.get("came_from") or ""))
 
 
 def unreachable(name: str, message: str, how: str = "no SSH session") -> NodeReport:

@@ -27,7 +27,8 @@ def record_manifest(reports: dict[str, NodeReport], source: str, time: str) -> d
 
 def recorded_facts(config_map: dict | None) -> tuple[dict[str, NodeReport], str]:
     """(reports by node, 'recorded by preflight at TIME from SOURCE') from the record; ({}, '') when there is none
-    or it cannot be read (then the facts are unknown, never absent)."""
+    or it cannot be read (then the facts are unknown, never absent). Each report keeps the time its facts were read
+    and the node's identity then (probes/recorded.py decides whether they may stand for the node now)."""
     data = (config_map or {}).get("data") or {}
     if "nodes.json" not in data:  # no record (no earlier preflight): nothing to say where facts came from
         return {}, ""
@@ -36,6 +37,8 @@ def recorded_facts(config_map: dict | None) -> tuple[dict[str, NodeReport], str]
         reports = {r.name: r for r in (NodeReport.from_json(entry) for entry in nodes)}
     except (ValueError, KeyError, TypeError, AttributeError):
         return {}, ""
+    for report in reports.values():  # a record from before facts carried their own time
+        report.read_at = report.read_at or str(data.get("time") or "")
     return reports, f"recorded by preflight at {data.get('time', '?')} from {data.get('source', '?')}"
 
 
@@ -72,7 +75,19 @@ def schema() -> dict:
     node = {"type": "object", "required": ["name", "checks"],
             "properties": {"name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
                                     "maxLength": 253},
-                           "source": {"type": "string"},
+                           "source": {"type": "string", "description": "how the facts were read: ssh or "
+                                                                       "cluster"},
+                           "read_at": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$",
+                                       "description": "when the facts were read (UTC); a hand-written report may "
+                                                      "leave it out (then: when it was given)"},
+                           "identity": {"type": "object", "additionalProperties": False,
+                                        "properties": {"boot_id": {"type": "string"},
+                                                       "machine_id": {"type": "string"}},
+                                        "description": "the node's status.nodeInfo bootID and machineID when the "
+                                                       "facts were read: facts of another boot are refused"},
+                           "came_from": {"enum": ["report", "recorded"],
+                                         "description": "how the run got facts it did not read: a report, or the "
+                                                        "record of an earlier run"},
                            "checks": {"type": "array", "items": check,
                                       "allOf": [{"contains": {"properties": {"id": {"const": i}}}}
                                                 for i in CHECK_IDS]}}}

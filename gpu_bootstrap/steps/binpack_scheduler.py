@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from gpu_bootstrap.core import dra
-from gpu_bootstrap.core.errors import ClusterError, ConfigError
+from gpu_bootstrap.core.errors import ClusterError, ConfigError, GpuBootstrapError
 from gpu_bootstrap.core.catalogue import locate_pods, registry_inputs
 from gpu_bootstrap.core.objects import (differences, lease_fresh, parse_time, served, toleration_for, unschedulable,
                                         waiting)
@@ -275,6 +275,27 @@ class BinpackScheduler(Step):
                                   "the scheduler's leader election lease"))
         return changes
 
+    def undo_leaves(self, ctx, changes: list[Change]) -> list[str]:
+        """Pods not yet scheduled that name this scheduler (in their own spec, or steered to it by our admission):
+        once its Deployment is gone nothing schedules them, and they stay Pending for good."""
+        if not any(c.verb == Verb.DELETE and c.target.kind == "Deployment" for c in changes):
+            return []
+        name = ctx.config.scheduler.name
+        try:
+            pods = ctx.kube.list("v1", "Pod", field_selector=f"spec.schedulerName={name},spec.nodeName=")
+        except GpuBootstrapError as error:  # unknown is not none: say that it could not be told
+            return [f"could not tell whether pods wait for {name} ({error.one_line()}); kubectl get pods -A "
+                    f"--field-selector spec.schedulerName={name},spec.nodeName= lists them"]
+        pending = sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
+                         if not (p.get("metadata") or {}).get("deletionTimestamp")
+                         and (p.get("status") or {}).get("phase", "Pending") == "Pending")
+        if not pending:
+            return []
+        shown = ", ".join(pending[:5]) + (f" and {len(pending) - 5} more" if len(pending) > 5 else "")
+        return [f"{len(pending)} pending pod(s) name {name} ({shown}): once it is removed nothing schedules them and "
+                f"they stay Pending; delete them, or recreate them without spec.schedulerName (it may be in their "
+                f"owner's template), or keep the scheduler: teardown --skip binpack-scheduler"]
+
 
 def rbac_needs(config) -> dict:
     own_config, leader_election = f"{config.scheduler.name}-config", f"{config.scheduler.name}-leader-election"
@@ -305,6 +326,8 @@ def rbac_needs(config) -> dict:
                 need("rbac.authorization.k8s.io", "roles", "bind escalate", "scheduler", (leader_election,))],
         RUN: [need("", "serviceaccounts configmaps", "delete", "scheduler"),
               need("apps", "deployments", "delete", "scheduler"), need("", "pods", "list", "scheduler"),
+              need("", "pods", "list", why="binpack-scheduler: teardown names the pending pods that name it, in "
+                                           "every namespace, before it removes it"),
               need("coordination.k8s.io", "leases", "get", "scheduler")],
         DOCTOR: [need("", "pods", "list"), need("", "pods", "list", "scheduler"),
                  need("coordination.k8s.io", "leases", "get", "scheduler")]}

@@ -49,9 +49,28 @@ class Preflight(Step):
         return {"nodes": [n.model_dump(mode="json") for n in ctx.config.nodes],
                 "facts": facts_digest(ctx.node_facts.reports())}
 
-    def check(self, ctx) -> Check:
-        source = ctx.node_facts
+    def verify(self, ctx) -> Check:
+        source = ctx.node_facts  # the record is written after verification (runner), so it is not asked for here
         return judge(source.reports(), source.source, getattr(source, "why", ""))
+
+    def check(self, ctx) -> Check:
+        verdict = self.verify(ctx)
+        if verdict.done and verdict.facts is not None and (why := self._record_stale(ctx, verdict.facts.reports)):
+            verdict.done = False  # read again, so recorded again (a plan of no change: the step writes its record)
+            verdict.message += f"; the recorded facts are renewed: {why}"
+        return verdict
+
+    @staticmethod
+    def _record_stale(ctx, reports: dict) -> str | None:
+        """Why the facts read now must be recorded again (none recorded, changed, or past half their allowed age),
+        or None; None too where this run keeps no record (offline, --no-cluster)."""
+        import time
+        from gpu_bootstrap.core.config.fields import parse_age
+        from gpu_bootstrap.probes.recorded import record_stale
+        recorded = getattr(ctx.node_facts, "recorded_now", lambda: False)()
+        if recorded is False:
+            return None
+        return record_stale(recorded, reports, time.time(), parse_age(ctx.config.preflight.max_facts_age))
 
     def plan(self, ctx, check: Check) -> list[Change]:
         return []  # preflight only reads

@@ -246,10 +246,17 @@ def test_teardown_leaves_no_object_of_ours(deployment, target):
     cluster would: nothing new remains, nothing carries our marks, the GPU nodes' labels and taints are as before."""
     deployment.ensure()
     compare_the_offline_teardown_preview(deployment, target)
+    # a pod as a user writes it for our scheduler, that no node can take: once the scheduler is gone nothing ever
+    # schedules it, and teardown says so (issue 56) before and after, and exits 3
+    create(target, pause_pod("waits-for-the-scheduler", gpus=64, scheduler=SCHEDULER))
     result, document, log = target.cli("teardown", "-c", str(deployment.config), "--playbook",
                                        str(target.playbook), "--yes", "--purge-crds")
     deployment.up = False
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output
+    waiting = [line for s in document["steps"] for line in s.get("left_waiting", [])]
+    assert len(waiting) == 1 and f"{TEST_NAMESPACE}/waits-for-the-scheduler" in waiting[0], document["steps"]
+    target.kubectl("delete", "pod", "waits-for-the-scheduler", "-n", TEST_NAMESPACE, "--grace-period=0", "--force",
+                   "--wait=true")
     if target.emu is not None:
         target.emu.settle()
     remaining = wait_for(lambda: leftovers(deployment.before, audit(target)), lambda left: not left, 300,

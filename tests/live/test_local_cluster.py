@@ -402,6 +402,47 @@ def test_doctor_finds_every_step_in_place_on_the_real_cluster(deployment, target
     assert [c for c in checks if c.get("status") == "fail"] == []
 
 
+def test_a_second_up_doctor_and_export_use_the_recorded_facts_and_refuse_them_for_a_replaced_node(
+        deployment, target, tmp_path):
+    """Issue 56: the in-cluster probe cannot read KWOK's nodes (their pods never finish), as on a cluster whose
+    probe is refused. The session's `up` was given a report; a second `up`, `doctor` and an online `export` without
+    one use the facts that run recorded, say so and how old they are, and change nothing. A node replaced under the
+    same name (a new machine ID and boot ID in its status, as a new machine's kubelet reports) gets no stale facts:
+    `up` stops before any change, naming the node and why."""
+    deployment.ensure()
+    config = yaml.safe_load(deployment.config.read_text())
+    config["preflight"] = {"timeout": 3}  # the probe gives up fast on KWOK's nodes
+    path = tmp_path / "no-report.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ["-c", str(path), "--playbook", str(target.playbook)]
+    result, document, log = target.cli("up", *args)
+    assert result.exit_code == 0, f"up without a report failed (log: {log}):\n{result.output}"
+    steps = {s["id"]: s for s in document["steps"]}
+    assert "recorded facts for " in steps["preflight"]["message"], steps["preflight"]
+    assert {s["status"] for s in document["steps"]} <= {"unchanged", "skipped"}, document["steps"]
+    result, document, log = target.cli("doctor", *args)
+    assert result.exit_code == 0, f"doctor failed (log: {log}):\n{result.output}"
+    assert {n["name"]: n.get("came_from") for n in document["nodes"]} == {n: "recorded" for n in deployment.nodes}
+    out = tmp_path / "bundle"
+    exported = run_export(target, ["export", "--format", "helmfile", "-o", str(out), *args,
+                                   "--certificates", "cert-manager"])
+    assert exported.exit_code == 0, exported.output
+    assert (out / "helmfile.yaml").is_file()
+    node = sorted(deployment.nodes)[0]
+    before = target.json("get", "node", node)["status"]["nodeInfo"]
+    replaced = {"machineID": "0" * 32, "bootID": "00000000-0000-4000-8000-000000000000"}
+    try:
+        target.kubectl("patch", "node", node, "--subresource=status", "--type=merge",
+                       "-p", json.dumps({"status": {"nodeInfo": replaced}}))
+        result, document, log = target.cli("up", *args)
+        assert result.exit_code == 1, result.output
+        assert f"{node}: ssh:" in document["error"] and "machine ID changed" in document["error"], document["error"]
+        assert not [s for s in document.get("steps") or [] if s["status"] == "applied"], document["steps"]
+    finally:
+        target.kubectl("patch", "node", node, "--subresource=status", "--type=merge",
+                       "-p", json.dumps({"status": {"nodeInfo": {k: before[k] for k in replaced}}}))
+
+
 def _checks(document: dict) -> list[dict]:
     found = []
 
@@ -420,23 +461,17 @@ def _checks(document: dict) -> list[dict]:
 
 # --- GitOps exports ---------------------------------------------------------------------------------------------------
 def test_each_export_format_passes_a_server_side_dry_run_with_the_engines_crds(deployment, target, tmp_path):
-    """`export` for this cluster (its version; the deployment's config with cert-manager certificates and local
-    charts), each format sent to the real API server as a server-side dry run, with the engines' own CRDs (Argo CD's
-    Application, Flux's Kustomization/HelmRelease/HelmRepository, cert-manager's Issuer/Certificate, from their Go
-    modules) installed for the check and removed: the engines' objects, our plain manifests and the charts rendered
-    by `--format manifests` (CRDs included) are all accepted with strict field validation."""
+    """`export` for this cluster (its version; the very config the session's `up` used, with local charts and a
+    generated CA, made fit for Git by export's overrides: --certificates cert-manager, and for the engines that
+    fetch charts --chart-repository default), each format sent to the real API server as a server-side dry run,
+    with the engines' own CRDs (Argo CD's Application, Flux's Kustomization/HelmRelease/HelmRepository,
+    cert-manager's Issuer/Certificate, from their Go modules) installed for the check and removed: the engines'
+    objects, our plain manifests and the charts rendered by `--format manifests` (CRDs included) are all accepted
+    with strict field validation."""
     from tests.tools import ROOT
     deployment.ensure()
     crds = sorted((ROOT / ".tools" / "schemas").glob("*/*.yaml"))
     assert crds, "scripts/install-test-tools puts the engines' CRDs in .tools/schemas"
-    config = yaml.safe_load(deployment.config.read_text())
-    config.setdefault("admission", {})["certificates"] = "cert-manager"
-    local = tmp_path / "gitops-local-charts.yaml"  # helmfile and manifests: the charts from ../shared/charts
-    local.write_text(yaml.safe_dump(config))
-    for section in ("gpu_operator", "monitoring"):  # argocd and flux fetch charts from their repositories
-        (config.get(section) or {}).pop("chart", None)
-    remote = tmp_path / "gitops.yaml"
-    remote.write_text(yaml.safe_dump(config))
     version = target.json("version")["serverVersion"]["gitVersion"].lstrip("v")
     names = [yaml.safe_load(c.read_text())["metadata"]["name"] for c in crds]
     try:
@@ -447,13 +482,16 @@ def test_each_export_format_passes_a_server_side_dry_run_with_the_engines_crds(d
             target.kubectl("create", "namespace", namespace, check=False)
         for engine in ("argocd", "flux", "helmfile", "manifests"):
             out = tmp_path / engine
-            path = remote if engine in ("argocd", "flux") else local
-            args = ["export", "--format", engine, "-o", str(out), "-c", str(path), "--playbook", str(target.playbook),
-                    "--offline", "--kube-version", version, "--preflight-report", str(deployment.report)]
+            args = ["export", "--format", engine, "-o", str(out), "-c", str(deployment.config), "--playbook",
+                    str(target.playbook), "--offline", "--kube-version", version, "--preflight-report",
+                    str(deployment.report), "--certificates", "cert-manager"]
+            if engine in ("argocd", "flux"):  # they fetch charts from repositories, not from this machine
+                args += ["--chart-repository", "default"]
             if engine == "argocd":
                 args += ["--repo-url", "https://git.example.com/fleet.git"]
             result = run_export(target, args)
             assert result.exit_code == 0, result.output
+            assert "`admission.certificates` | generated | cert-manager" in (out / "README.md").read_text()
             files = engine_files(out, engine, tmp_path)
             assert files, engine
             sent = target.kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server",

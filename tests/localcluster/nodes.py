@@ -13,6 +13,7 @@ loopback device (cluster.py), a process here that listens on a pod's address ans
 from __future__ import annotations
 
 import ipaddress
+import uuid
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -64,13 +65,19 @@ def objects(nodes: dict, network: str) -> list[dict]:
         node = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
                 "spec": {"podCIDR": pod_cidr(network, index), "podCIDRs": [pod_cidr(network, index)]},
-                "status": {"capacity": capacity, "allocatable": dict(capacity),
+                "status": {"capacity": capacity, "allocatable": dict(capacity), "nodeInfo": node_info(name),
                            "addresses": [{"type": "InternalIP", "address": addresses(nodes, network)[index]},
                                          {"type": "Hostname", "address": name}]}}
         if spec.get("tainted"):
             node["spec"]["taints"] = [dict(PRE_TAINT)]
         found.append(node)
     return found
+
+
+def node_info(name: str) -> dict:
+    """What a kubelet reports of its machine and boot (KWOK's node-initialize Stage keeps what is there): a machine
+    ID per name, a boot ID per start (gpu-bootstrap binds recorded node facts to both)."""
+    return {"machineID": uuid.uuid5(uuid.NAMESPACE_DNS, name).hex, "bootID": str(uuid.uuid4())}
 
 
 def tree_node(name: str, gpus: int, address: str, pods: int = 110) -> dict:
@@ -85,6 +92,6 @@ def tree_node(name: str, gpus: int, address: str, pods: int = 110) -> dict:
                                     "kubernetes.io/arch": "amd64", "type": "kwok",
                                     "feature.node.kubernetes.io/pci-10de.present": "true",
                                     "nvidia.com/gpu.count": str(gpus)}},
-            "status": {"capacity": capacity, "allocatable": dict(capacity),
+            "status": {"capacity": capacity, "allocatable": dict(capacity), "nodeInfo": node_info(name),
                        "addresses": [{"type": "InternalIP", "address": address},
                                      {"type": "Hostname", "address": name}]}}

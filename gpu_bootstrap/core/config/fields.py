@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 __all__ = [
     "DEFAULT_CONFIG", "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "DURATION", "ENV_OVERRIDES", "HOSTNAME", "LABEL_NAME",
     "LABEL_VALUE", "POSIX_USER", "QUANTITY", "SCHEDULER_RESOURCE", "SELECTOR_TERM", "Section", "check_address",
-    "check_dns_label", "check_dns_subdomain", "check_label_key", "check_label_value", "check_node_name",
+    "check_dns_label", "check_dns_subdomain", "check_label_key", "check_label_value", "check_node_name", "parse_age",
     "selector_equalities", "selector_problem"]
 
 
@@ -21,6 +21,8 @@ POSIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")  # Prometheus' duration syntax
+AGE = re.compile(r"([0-9]+[smhdw])+")  # preflight.max_facts_age
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 # an extended resource name (nvidia.com/gpu), as the scheduler and Karpenter take it
 SCHEDULER_RESOURCE = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -40,6 +42,13 @@ class Section(BaseModel):
 
 
 # --- validators shared by several fields ---------------------------------------------------------------------------
+def parse_age(text: str) -> int:
+    """'7d', '36h', '1d12h', '0s' -> seconds; ValueError for anything else."""
+    if not isinstance(text, str) or not AGE.fullmatch(text):
+        raise ValueError(f"{str(text)[:40]!r} is not an age (e.g. 7d, 36h, 1d12h, 30m; 0s never reuses facts)")
+    return sum(int(n) * _AGE_UNITS[unit] for n, unit in re.findall(r"([0-9]+)([smhdw])", text))
+
+
 def check_node_name(name: str) -> str:
     if len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
         raise ValueError(f"{name[:60]!r} is not a valid Kubernetes node name (lowercase letters, digits, '-' and '.', "

@@ -153,7 +153,7 @@ def validate(data: Any, source: Source, model: type[BaseModel] = None) -> Config
         raise ConfigError(f"{source.locate(())}: the config must be a mapping of sections (cluster, ssh, nodes, ...)")
     data = {key: value for key, value in data.items() if value is not None}  # `cluster:` alone means defaults
     try:
-        return model.model_validate(data)
+        config = model.model_validate(data)
     except ValidationError as error:
         problems = []
         for item in error.errors():
@@ -173,6 +173,11 @@ def validate(data: Any, source: Source, model: type[BaseModel] = None) -> Config
         # from None: the ValidationError (chained, it would print with the traceback in the log) quotes the input
         # values, secrets among them (monitoring.values given as a string, a misspelled values block)
         raise ConfigError("\n".join(problems), "fix the config file and run again (nothing was changed)") from None
+    cluster = getattr(config, "cluster", None)
+    if cluster is not None and hasattr(cluster, "_origins"):  # where the cluster's coordinates came from
+        cluster._origins = {key: source.locate(("cluster", key)) for key in ("kubeconfig", "context")
+                            if ("cluster", key) in source.lines}
+    return config
 
 
 def _parse_path(text: str) -> tuple:

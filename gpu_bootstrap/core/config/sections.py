@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 
 from gpu_bootstrap.core.config.fields import (
     POSIX_USER, Section, _catalogued, check_address, check_dns_label, check_label_key, check_label_value,
-    check_node_name)
+    check_node_name, parse_age)
 from gpu_bootstrap.core.config.scheduling import OpaConfig
 
 __all__ = [
@@ -33,10 +33,19 @@ class ClusterConfig(Section):
             check_dns_label(name)
         return value
 
+    # where kubeconfig and context were given (a file's line, a flag, an environment variable), for the errors
+    # about them; set by loading.validate
+    _origins: dict = PrivateAttr(default_factory=dict)
+
     @field_validator("kubeconfig")
     @classmethod
     def _expand(cls, value):
         return Path(os.path.expanduser(str(value))) if value else value
+
+    def origin(self, key: str) -> str:
+        """' (from environment variable GPU_BOOTSTRAP_CONTEXT)', ' (from gpu-bootstrap.yaml:3)', ... or ''."""
+        where = self._origins.get(key)
+        return f" (from {where})" if where else ""
 
 
 class SshConfig(Section):
@@ -149,8 +158,18 @@ class PreflightConfig(Section):
                                    "gzip, base64, sha256sum); registry.mirror moves it")
     timeout: int = Field(120, ge=2, le=3600, description="seconds to wait for the cluster probe; a node whose probe "
                                                          "did not finish by then is unknown")
+    max_facts_age: str = Field(
+        "7d", description="how old the facts the last successful preflight recorded may be to stand for a node this "
+                          "run cannot read (unreachable, probe failed, preflight left out); they are used only for "
+                          "the same boot of the same machine. 7d, 36h, 1d12h; 0s never reuses them")
 
     @field_validator("image")
     @classmethod
     def _image(cls, value: str) -> str:
         return OpaConfig._image(value)
+
+    @field_validator("max_facts_age")
+    @classmethod
+    def _age(cls, value: str) -> str:
+        parse_age(value)
+        return value
