@@ -100,8 +100,18 @@ def test_a_saved_report_replaces_ssh_online_and_offline(farm, cluster, tmp_path)
     offline, document = run("up", "--dry-run", "--offline", "-c", str(config), "--preflight-report",
                             str(tmp_path / "report.json"), "-o", "json", tmp_path=tmp_path)
     assert offline.exit_code == 0 and statuses(document)["preflight"] == "unchanged"
+    # without the report: SSH is refused, and the facts the run with the report recorded stand in (issue 56)
     without, document = run("up", "-c", str(config), "-o", "json", tmp_path=tmp_path)
-    assert without.exit_code == 1 and "connection refused" in document["error"]
+    assert without.exit_code == 0, without.output
+    assert statuses(document) == {"preflight": "unchanged", "node-prep": "unchanged"}
+    assert "recorded facts for " in document["steps"][0]["message"], document["steps"][0]
+    doctor, report = run("doctor", "-c", str(config), "-o", "json", tmp_path=tmp_path)
+    assert doctor.exit_code == 0, doctor.output
+    for node in report["nodes"]:  # each says it was not read now, and why
+        ssh = next(c for c in node["checks"] if c["id"] == "ssh")
+        assert node["came_from"] == "recorded" and ssh["status"] == "warn", node
+        assert ssh["message"].startswith("not read now (connection refused") and "using its facts read" in \
+            ssh["message"], ssh
 
 
 def test_a_bad_report_is_bad_input(farm, cluster, tmp_path):

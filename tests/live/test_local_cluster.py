@@ -405,8 +405,8 @@ def test_doctor_finds_every_step_in_place_on_the_real_cluster(deployment, target
 def test_a_second_up_doctor_and_export_use_the_recorded_facts_and_refuse_them_for_a_replaced_node(
         deployment, target, tmp_path):
     """Issue 56: the in-cluster probe cannot read KWOK's nodes (their pods never finish), as on a cluster whose
-    probe is refused. The session's `up` was given a report; a second `up`, `doctor` and an online `export` without
-    one use the facts that run recorded, say so and how old they are, and change nothing. A node replaced under the
+    probe is refused. The session's `up` was given a report; a second `up`, `doctor`, `images` and an online
+    `export` without one use the facts that run recorded, say so and how old they are, and change nothing. A node replaced under the
     same name (a new machine ID and boot ID in its status, as a new machine's kubelet reports) gets no stale facts:
     `up` stops before any change, naming the node and why."""
     deployment.ensure()
@@ -423,6 +423,9 @@ def test_a_second_up_doctor_and_export_use_the_recorded_facts_and_refuse_them_fo
     result, document, log = target.cli("doctor", *args)
     assert result.exit_code == 0, f"doctor failed (log: {log}):\n{result.output}"
     assert {n["name"]: n.get("came_from") for n in document["nodes"]} == {n: "recorded" for n in deployment.nodes}
+    result, document, log = target.cli("images", *args)
+    assert result.exit_code == 0, f"images failed (log: {log}):\n{result.output}"
+    assert not [n for n in document["notes"] if "unknown" in n], document["notes"]  # the nodes' OS was known
     out = tmp_path / "bundle"
     exported = run_export(target, ["export", "--format", "helmfile", "-o", str(out), *args,
                                    "--certificates", "cert-manager"])
