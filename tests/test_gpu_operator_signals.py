@@ -17,7 +17,7 @@ from gpu_bootstrap.pipeline.lock import LEASE
 from tests.nodes.reports import write_report
 from tests.test_gpu_operator_emulator import NODES, OPERATOR_NS, releases, statuses, up, write_config
 from tests.test_helm_processes import gone_within, helm_children, start_time
-from tests.tools import ROOT
+from tests.tools import ROOT, Stall
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 
@@ -65,11 +65,12 @@ def test_kill_9_of_gpu_bootstrap_alone_takes_helm_with_it_and_the_rerun_converge
 
 def test_sigterm_stops_helm_records_interrupted_and_exits_within_5_s(cluster, tmp_path):
     process, helm_pid, started = start_up(cluster, tmp_path)
-    sent = time.monotonic()
-    process.send_signal(signal.SIGTERM)
-    _out, err = process.communicate(timeout=60)
-    took = time.monotonic() - sent
-    assert took < 5, f"exited {took:.1f} s after SIGTERM"
+    with Stall() as stall:  # the CPU a busy machine withheld meanwhile stretches the bound (tests/tools.py)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _out, err = process.communicate(timeout=60)
+        took = time.monotonic() - sent
+    assert took < 5 + stall.late, f"exited {took:.1f} s after SIGTERM (the machine withheld {stall.late:.1f} s)"
     assert process.returncode == 143, err
     assert "interrupted" in err and "Traceback" not in err
     assert gone_within(helm_pid, started, 1)

@@ -18,7 +18,7 @@ from gpu_bootstrap.core import interrupts
 from gpu_bootstrap.adapters import helm as helm_module
 from gpu_bootstrap.adapters.helm import Chart, Helm, seconds
 from gpu_bootstrap.core.errors import ClusterError, ReleaseNotFound
-from tests.tools import ROOT, tool_env
+from tests.tools import ROOT, Stall, tool_env
 
 UNAVAILABLE = "Error: query: failed to query with labels: the server is currently unable to handle the request"
 PENDING = "Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress"
@@ -322,12 +322,13 @@ def test_a_helm_that_ignores_sigterm_is_killed_and_we_still_exit_within_5_s(fake
         time.sleep(0.02)
     helm_pid = int(pidfile.read_text())
     time.sleep(0.2)  # let it install its SIG_IGN
-    sent = time.monotonic()
-    child.send_signal(signal.SIGTERM)
-    _out, err = child.communicate(timeout=30)
-    took = time.monotonic() - sent
+    with Stall() as stall:  # the CPU a busy machine withheld meanwhile stretches the bound (tests/tools.py)
+        sent = time.monotonic()
+        child.send_signal(signal.SIGTERM)
+        _out, err = child.communicate(timeout=30)
+        took = time.monotonic() - sent
     assert child.returncode == 143, err
-    assert took < 5, f"exited {took:.1f} s after SIGTERM"
+    assert took < 5 + stall.late, f"exited {took:.1f} s after SIGTERM (the machine withheld {stall.late:.1f} s)"
     assert not _running(helm_pid), "the stand-in helm survived"
 
 

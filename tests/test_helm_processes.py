@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import chart
-from tests.tools import ROOT, tool
+from tests.tools import ROOT, Stall, tool
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.usefixtures("helm_on_path")]
 
@@ -146,15 +146,16 @@ def test_a_signal_stops_helm_and_exits_within_5_s(cluster, tmp_path, operation, 
     fault = hold(cluster, operation)
     child = start_child(cluster, tmp_path, operation)
     helm_pid, started = wait_for_helm(child, fault)
-    sent = time.monotonic()
-    child.send_signal(signum)
-    try:
-        _out, err = child.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        raise AssertionError(f"still running 30 s after {signum.name}")
-    took = time.monotonic() - sent
+    with Stall() as stall:  # the CPU a busy machine withheld meanwhile stretches the bound (tests/tools.py)
+        sent = time.monotonic()
+        child.send_signal(signum)
+        try:
+            _out, err = child.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise AssertionError(f"still running 30 s after {signum.name}")
+        took = time.monotonic() - sent
     assert child.returncode == code, err
-    assert took < 5, f"exited {took:.1f} s after {signum.name}"
+    assert took < 5 + stall.late, f"exited {took:.1f} s after {signum.name} (the machine withheld {stall.late:.1f} s)"
     assert gone_within(helm_pid, started, 1), "helm outlived the interrupted run"
     assert "Traceback" not in err, err

@@ -41,7 +41,7 @@ from tests import reliability as rel
 from tests.kubeapi import Emulator
 from tests.monitoring.live import LocalPrometheus
 from tests.nodes.reports import write_report
-from tests.tools import ROOT, tool_env, tool
+from tests.tools import ROOT, Stall, tool_env, tool
 
 # One xdist group: the uninterrupted reference run (a minute of helm) is made once, not once in every worker that
 # draws a case (four in a whole-suite run: about two minutes of CPU spent three times for nothing)
@@ -196,13 +196,15 @@ def test_a_run_stopped_at_any_point_converges_on_rerun(cluster, tmp_path, refere
             assert rel.no_helm_within(marker, 5) == [], "helm outlived gpu-bootstrap after kill -9"
             hold.release()  # what the dead run had sent still lands
         else:
-            sent = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            hold.release()  # the API answers again: the run can record the interruption and release the lock
-            _out, err = process.communicate(timeout=30)
-            took = time.monotonic() - sent
+            with Stall() as stall:  # the CPU a busy machine withheld meanwhile stretches the bound (tests/tools.py)
+                sent = time.monotonic()
+                process.send_signal(signal.SIGTERM)
+                hold.release()  # the API answers again: the run can record the interruption and release the lock
+                _out, err = process.communicate(timeout=30)
+                took = time.monotonic() - sent
             assert process.returncode == 143, err[-3000:]
-            assert took < SIGTERM_EXIT_WITHIN, f"exited {took:.1f} s after SIGTERM"
+            assert took < SIGTERM_EXIT_WITHIN + stall.late, \
+                f"exited {took:.1f} s after SIGTERM (the machine withheld {stall.late:.1f} s)"
             assert "interrupted" in err and "Traceback" not in err, err[-3000:]
             assert rel.no_helm_within(marker, 1) == [], "helm outlived the interrupted run"
             lease = emu.get("leases", rel.LOCK_NAME, rel.STATE_NAMESPACE)

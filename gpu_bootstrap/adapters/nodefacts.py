@@ -5,9 +5,9 @@ Sources behind one interface, each saying where its facts came from (`source`): 
 (`ProbedNodes`) or through the cluster (`ClusterProbedNodes`), read from a saved `doctor -o json` (`ReportedNodes`),
 or none at all (`NoNodeFacts`: an offline plan or `doctor --no-nodes`), which says why. Online, `WithRecordedFacts`
 wraps the source: it binds what was read to the node's boot and machine, and gives a node that could not be read the
-facts the last successful preflight recorded in the cluster, when they may stand for it (probes/recorded.py). A node that could not be read comes back as a report whose ssh check
-failed: unknown, which no step takes for "no driver". The probing itself (script, parsers, checks) lives in the pure
-probes/ package; only the fan-out is here.
+facts the last successful preflight recorded in the cluster, when they may stand for it (probes/recorded.py). A node
+that could not be read comes back as a report whose ssh check failed: unknown, which no step takes for "no driver".
+The probing itself (script, parsers, checks) lives in the pure probes/ package; only the fan-out is here.
 """
 from __future__ import annotations
 
