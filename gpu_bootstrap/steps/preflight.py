@@ -63,7 +63,7 @@ class Preflight(Step):
     @staticmethod
     def _record_stale(ctx, reports: dict) -> str | None:
         """Why the facts read now must be recorded again (none recorded, changed, or past half their allowed age),
-        or None; None too where this run keeps no record (offline, --no-cluster)."""
+        or None; None too where the run's facts source keeps no record (it answers False)."""
         import time
         from gpu_bootstrap.core.config.fields import parse_age
         from gpu_bootstrap.probes.recorded import record_stale

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpu_bootstrap.core.errors import UsageError
 
-# the config sections that name a chart: (section path, its key as users write it)
+# the config sections that name a chart: their key as users write it -> their path in the config model
 CHART_SECTIONS = {"gpu_operator": ("gpu_operator",), "gpu_operator.dra_driver": ("gpu_operator", "dra_driver"),
                   "monitoring": ("monitoring",)}
 SCHEMES = ("https://", "http://", "oci://")
