@@ -347,3 +347,32 @@ def test_an_operator_upgrade_applies_the_new_crds_first_and_keeps_a_value_using_
     assert "v26.7.0 is installed, newer than the v25.10.1 the config asks for" in message
     assert "allow_downgrade" in message
     assert releases(cluster)[0]["chart"] == "gpu-operator-v26.7.0"
+
+
+def test_without_the_monitoring_step_the_service_monitor_is_on_only_where_its_crd_is_served(cluster, tmp_path):
+    """`up --only node-prep,gpu-operator` with monitoring on in the config: on a cluster that serves no
+    ServiceMonitor CRD the exporter's ServiceMonitor is off (NVIDIA's controller would keep the ClusterPolicy
+    notReady: tests/test_gpu_operator_real.py), and the ClusterPolicy gets ready; once the CRD is served, the next
+    run turns it on and the operator makes it."""
+    config = write_config(tmp_path, cluster)
+    config.write_text(config.read_text().replace("monitoring: {enabled: false}\n", ""))
+    planned = runner.invoke(app, ["up", "-c", str(config), "--preflight-report", str(write_report(
+        tmp_path / "report.json", NODES)), "--only", "node-prep,gpu-operator", "--dry-run"], env={"COLUMNS": "400"})
+    assert "serves no ServiceMonitor CRD" in planned.output, planned.output  # the value says why
+    result, document = up(config, tmp_path, "--only", "node-prep,gpu-operator")
+    assert result.exit_code == 0, result.output
+    values = json.loads(cluster.helm("get", "values", "gpu-operator", "-n", OPERATOR_NS, "-o", "json").stdout)
+    assert values["dcgmExporter"]["serviceMonitor"] == {"enabled": False}
+    cluster.emu.settle()
+    assert cluster.emu.get("clusterpolicies", "cluster-policy")["status"]["state"] == "ready"
+    with tarfile.open(chart("prometheus-operator-crds-v0.80.0.tgz")) as archive:
+        import yaml
+        member = next(m for m in archive.getmembers() if m.name.endswith("_servicemonitors.yaml"))
+        cluster.emu.seed(yaml.safe_load(archive.extractfile(member).read()))
+    result, document = up(config, tmp_path, "--only", "node-prep,gpu-operator")
+    assert result.exit_code == 0, result.output
+    assert statuses(document)["gpu-operator"] == "applied"
+    values = json.loads(cluster.helm("get", "values", "gpu-operator", "-n", OPERATOR_NS, "-o", "json").stdout)
+    assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is True
+    cluster.emu.settle()
+    assert cluster.emu.get("servicemonitors", "nvidia-dcgm-exporter", OPERATOR_NS) is not None

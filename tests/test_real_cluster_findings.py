@@ -40,6 +40,32 @@ def test_pods_that_exist_but_are_not_ready_are_reported_by_pod_not_twice():
     assert len(problems) == 1 and "on gpu-1" in problems[0], problems
 
 
+def selecting(ds: dict, **selector) -> dict:
+    ds["spec"] = {"template": {"spec": {"nodeSelector": selector}}}
+    return ds
+
+
+@pytest.mark.parametrize("mps_capable, problems", [(None, 0), ("true", 1)])
+def test_the_mps_control_daemon_is_meant_only_for_nodes_gpu_feature_discovery_marks_mps_capable(mps_capable,
+                                                                                                problems):
+    """Found by NVIDIA's real controller (tests/test_gpu_operator_real.py): it creates
+    nvidia-device-plugin-mps-control-daemon on every install, selecting nvidia.com/mps.capable=true, which only
+    nodes with MPS sharing carry; `up` waited for it on every GPU node and failed after its timeout. The stand-in
+    never made it. The operator's gpu.deploy.* switch still counts as 'not labelled yet'."""
+    labels = {"nvidia.com/gpu.present": "true", **({"nvidia.com/mps.capable": mps_capable} if mps_capable else {})}
+    nodes = {"gpu-1": {**GPU_NODE, "metadata": {"name": "gpu-1", "labels": labels}}}
+    found = operand_problems([daemonset("nvidia-device-plugin-daemonset", 1, 1, 1),
+                              selecting(daemonset("nvidia-device-plugin-mps-control-daemon", 0, 0, 0),
+                                        **{"nvidia.com/gpu.deploy.device-plugin": "true",
+                                           "nvidia.com/mps.capable": "true"})], [], nodes, "gpu-operator")
+    assert len(found) == problems, found
+    if problems:
+        assert "mps-control-daemon is scheduled on 0 of 1 GPU nodes" in found[0]
+    unlabelled = selecting(daemonset("nvidia-device-plugin-daemonset", 0, 0, 0),
+                           **{"nvidia.com/gpu.deploy.device-plugin": "true"})
+    assert any("scheduled on 0 of 1" in p for p in operand_problems([unlabelled], [], nodes, "gpu-operator"))
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--kubelet-service=kube-system/kube-prometheus-stack-kubelet", "--localhost=127.0.0.1"],
      ("kube-system", "kube-prometheus-stack-kubelet")),

@@ -283,3 +283,18 @@ def test_a_pre_installed_toolkit_is_the_hosts_and_a_user_env_list_is_warned_abou
     assert env(mine) == {"X": "1"}
     assert any("gpu_operator.values sets toolkit.env" in w and "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
                in w and "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS" in w for w in mine.warnings), mine.warnings
+
+
+@pytest.mark.parametrize("playbook, served, enabled", [
+    (["preflight", "node-prep", "monitoring", "gpu-operator"], True, True),
+    (["preflight", "node-prep", "monitoring", "gpu-operator"], False, False),
+    (["preflight", "node-prep", "gpu-operator"], True, False),
+])
+def test_the_dcgm_service_monitor_is_on_only_where_something_serves_service_monitors(playbook, served, enabled):
+    """Off without a CRD to serve it: NVIDIA's controller keeps the ClusterPolicy notReady when it is wanted and the
+    CRD is missing (seen on the real controller, tests/test_gpu_operator_real.py)."""
+    conf = cfg.validate({"nodes": [{"name": "node5"}], "monitoring": {"enabled": True}}, cfg.Source(None, {}))
+    plan = gov.derive([node("node5")], conf, "v25.3.4", playbook, service_monitors=served)
+    assert bool(plan.merged["dcgmExporter"]["serviceMonitor"].get("enabled")) is enabled
+    reasons = " ".join(plan.explain())
+    assert ("serves no ServiceMonitor CRD" in reasons) is (not served and "monitoring" in playbook)

@@ -99,13 +99,14 @@ def base_values() -> dict:
 
 def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps: list[str],
            deployed: dict | None = None, no_room: bool = False, scrape: dict | None = None,
-           chart_values: dict | None = None) -> ValuesPlan:
+           chart_values: dict | None = None, service_monitors: bool = True) -> ValuesPlan:
     """`scrape`: the DCGM exporter's ServiceMonitor values the monitoring step decided (steps.monitoring.dcgm_scrape:
     labels that the Prometheus it installs or attaches to selects); None with monitoring in the playbook means its
     install-mode values. `deployed`: the values of the release that runs now (None when none does). With a node's
     facts unknown, the fact-dependent values of a running release are kept as they are; with no release running,
     that is refused. `no_room`: tainting the GPU nodes leaves no other node, so the operator's own pods must
-    tolerate the taint."""
+    tolerate the taint. `service_monitors`: False when the cluster serves no ServiceMonitor CRD and no monitoring
+    step runs before this one to bring it."""
     section = config.gpu_operator
     base = base_values()
     derived: list[Derived] = []
@@ -127,7 +128,7 @@ def derive(facts: list[NodeFacts], config, operator_version: str, playbook_steps
     _placement(config, base, playbook_steps, derived, no_room)
     _sharing(facts, config, derived, labels, warnings)
     _pool_operands(config, playbook_steps, derived, warnings)
-    _dcgm_scrape(config, playbook_steps, scrape, derived)
+    _dcgm_scrape(config, playbook_steps, scrape, derived, service_monitors)
     _allocation(section, derived)
     derived += [Derived(path, value, why) for path, value, why in images.gpu_operator_values(
         getattr(config, "registry", None), chart_values)]
@@ -151,14 +152,22 @@ def _allocation(section, derived: list) -> None:
                                "lets it)"))
 
 
-def _dcgm_scrape(config, playbook_steps, scrape: dict | None, derived: list) -> None:
+def _dcgm_scrape(config, playbook_steps, scrape: dict | None, derived: list, service_monitors: bool) -> None:
     """dcgmExporter.serviceMonitor: the monitoring step's values (one source: render.monitoring.dcgm_service_monitor),
-    or off when no monitoring step runs."""
+    or off when no monitoring step runs, or when nothing serves ServiceMonitors: NVIDIA's controller then keeps the
+    ClusterPolicy notReady for good (ServiceMonitor() in controllers/object_controls.go, seen on the real controller:
+    tests/test_gpu_operator_real.py)."""
     from gpu_bootstrap.render.monitoring import dcgm_service_monitor
     monitoring = "monitoring" in playbook_steps and config.monitoring.enabled
     if not monitoring:
         derived.append(Derived("dcgmExporter.serviceMonitor.enabled", False,
                                "no monitoring step in the playbook, so no Prometheus to scrape it"))
+        return
+    if not service_monitors:
+        derived.append(Derived("dcgmExporter.serviceMonitor.enabled", False,
+                               "the monitoring step does not run now and the cluster serves no ServiceMonitor CRD: "
+                               "with it on, the operator keeps the ClusterPolicy notReady ('Install Prometheus and "
+                               "necessary CRDs'); run the monitoring step to have the exporter scraped"))
         return
     section = config.monitoring
     values = scrape or dcgm_service_monitor(section.scrape_interval, {"release": section.release})

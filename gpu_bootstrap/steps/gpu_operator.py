@@ -116,11 +116,12 @@ class GpuOperator(Step):
             defaults = charts.local_chart_values(chart.ref) if chart.repo is None else None
             self._values = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
                                                 list(ctx.options.playbook), deployed, no_room, scrape,
-                                                chart_values=defaults)
+                                                chart_values=defaults, service_monitors=service_monitors_come(ctx))
         return self._values
 
     def inputs(self, ctx) -> dict:
         chart, meta = self.chart(ctx)
+        extra = {} if service_monitors_come(ctx) else {"service_monitors": False}  # as before, where they come
         config = ctx.config.gpu_operator.model_dump(mode="json")
         if config["allocation"] == "device-plugin":  # as before DRA: fingerprints recorded then still match
             config.pop("allocation")
@@ -129,7 +130,7 @@ class GpuOperator(Step):
                 "facts": facts_digest(ctx.node_facts.reports()),
                 "kube": ".".join(ctx.server_version().split(".")[:2]),
                 "node_prep": ctx.config.node_prep.model_dump(mode="json"), "playbook": list(ctx.options.playbook),
-                **registry_inputs(ctx.config)}
+                **registry_inputs(ctx.config), **extra}
 
     # --- check / plan ---------------------------------------------------------------------------------------------
     def check(self, ctx) -> Check:
@@ -440,3 +441,17 @@ DECLARATION = declare(
     summary="installs or upgrades the NVIDIA gpu-operator with values derived from the preflight facts, refuses "
             "releases not validated for your Kubernetes version, then waits until the operands run on every GPU node "
             "and the GPUs are advertised")
+
+
+def service_monitors_come(ctx) -> bool:
+    """Whether the DCGM exporter's ServiceMonitor can be made: the monitoring step runs in this run (before this
+    step: it installs the Prometheus Operator's CRDs or attaches to a cluster that serves them), or the cluster
+    serves the CRD now. True when no ServiceMonitor is planned at all. An API error is raised, not taken for
+    "not served"."""
+    from gpu_bootstrap.steps.monitoring import SERVICE_MONITOR_CRD
+    from gpu_bootstrap.steps.monitoring_prometheus import crd_exists
+    if "monitoring" not in ctx.options.playbook or not ctx.config.monitoring.enabled:
+        return True
+    if not ctx.options.selected or "monitoring" in ctx.options.selected:
+        return True
+    return crd_exists(ctx, SERVICE_MONITOR_CRD)

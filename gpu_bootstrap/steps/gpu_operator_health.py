@@ -57,8 +57,9 @@ def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, 
         status = ds.get("status") or {}
         name = ds["metadata"]["name"]
         desired = status.get("desiredNumberScheduled", 0)
-        if desired < len(nodes) and name.startswith("nvidia-device-plugin"):
-            problems.append(f"{name} is scheduled on {desired} of {len(nodes)} GPU nodes: do its "
+        meant = meant_for(ds, nodes)
+        if desired < meant and name.startswith("nvidia-device-plugin"):
+            problems.append(f"{name} is scheduled on {desired} of {meant} GPU nodes: do its "
                             f"tolerations cover the node taint (daemonsets.tolerations), and are the nodes labelled?")
         # Pods that were never created are in no pod list: only the DaemonSet's own counts show them (the real API
         # server refused every pod of an operand whose ServiceAccount was missing, while the nodes already
@@ -73,6 +74,20 @@ def operand_problems(daemonsets: list[dict], pods: list[dict], nodes: dict[str, 
         elif not dra and not gpu_resources(node):
             problems.append(f"{name} advertises no nvidia.com/gpu yet: the device plugin is not running there")
     return problems
+
+
+DEPLOY_LABEL = "nvidia.com/gpu.deploy."  # the operator's own per-operand switches on each GPU node
+
+
+def meant_for(daemonset: dict, nodes: dict[str, dict | None]) -> int:
+    """How many of the GPU nodes an operand is meant for: those its nodeSelector matches, the operator's own
+    gpu.deploy.* switches left out (a node that lacks them is one the operator has not labelled yet, which the
+    shortfall should show). The real controller's MPS control daemon selects nvidia.com/mps.capable=true, which
+    GPU feature discovery sets only where MPS sharing is configured: on other nodes it is meant to run nowhere."""
+    selector = ((daemonset.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeSelector") or {}
+    wanted = {k: v for k, v in selector.items() if not k.startswith(DEPLOY_LABEL)}
+    return sum(1 for node in nodes.values() if node is not None and
+               all(((node.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items()))
 
 
 UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"

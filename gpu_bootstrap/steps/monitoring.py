@@ -5,7 +5,9 @@ our PrometheusRule (GPU alerts) and dashboard ConfigMaps labelled so that Promet
 The DCGM exporter's ServiceMonitor is the gpu-operator's: its values come from `dcgm_scrape()` (monitoring_target.py,
 where install or attach is decided), which this step's plan shows and the gpu-operator step installs (one source).
 The playbook runs this step before gpu-operator, because
-the operator creates that ServiceMonitor only when the Prometheus Operator's CRDs already exist.
+the operator creates that ServiceMonitor only when the Prometheus Operator's CRDs exist, and until they do reports
+its ClusterPolicy notReady (NVIDIA's controller, tests/test_gpu_operator_real.py); a run without this step where no
+CRD is served has the ServiceMonitor off (gpu_operator.service_monitors_come).
 
 Mode `auto` attaches when the cluster runs a Prometheus object gpu-bootstrap did not install, else installs. A
 Prometheus object that could not be read is not "none": an API error fails the check instead of choosing a mode.

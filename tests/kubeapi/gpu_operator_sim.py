@@ -35,6 +35,7 @@ class GpuOperatorSim:
         self.manager = manager
         self.store = manager.store
         self._scrape_seen: tuple | None = None  # (ClusterPolicy uid, generation) whose ServiceMonitor was decided
+        self._scrape_blocked = False  # a ServiceMonitor wanted while no CRD serves it: the real one stays notReady
 
     def wants(self, key: tuple) -> bool:
         group, plural = key[0], key[1]
@@ -179,7 +180,8 @@ class GpuOperatorSim:
             ("", "servicemonitors.monitoring.coreos.com"))
         config = (spec.get("dcgmExporter") or {}).get("serviceMonitor") or {}
         existing = self.store.objects.get(("monitoring.coreos.com", "servicemonitors"), {}).get((namespace, DCGM))
-        if crd is None:
+        self._scrape_blocked = crd is None and exporter and bool(config.get("enabled"))
+        if crd is None:  # the real controller logs "Install Prometheus and necessary CRDs" and stays notReady
             return
         if not exporter or not config.get("enabled"):
             if existing is not None:
@@ -269,6 +271,6 @@ class GpuOperatorSim:
         ready = all((ds := daemonsets.get((namespace, n))) is not None and
                     (ds.get("status") or {}).get("desiredNumberScheduled", 0) > 0 and
                     ds["status"].get("numberReady") == ds["status"]["desiredNumberScheduled"] for n in names)
-        status = {"state": "ready" if ready else "notReady", "namespace": namespace}
+        status = {"state": "ready" if ready and not self._scrape_blocked else "notReady", "namespace": namespace}
         if (policy.get("status") or {}) != status:
             self.manager._write_status("nvidia.com", "clusterpolicies", policy, status, "gpu-operator")

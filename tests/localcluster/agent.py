@@ -17,18 +17,23 @@ scripts/install-test-tools, as a kubelet would run the container:
 Differences from a kubelet, on purpose: readiness is KWOK's (a pod is Ready at once, not when its probe answers), and
 the process runs as root's child on the host network. Processes' output: <cluster>/pods/<namespace>_<pod>/out.log.
 
-The gpu-operator stand-in is tests/kubeapi/gpu_operator_sim.py's controller (the same code the emulator runs) over a
-snapshot of the real API and writing through it: it labels GPU nodes, turns the ClusterPolicy into operand
-DaemonSets (which KWOK then runs), the DCGM exporter's Service and ServiceMonitor, and the ClusterPolicy's status.
-The real controller is not built: its module's release versions are not served by the Go module proxy.
+NVIDIA's gpu-operator controller is real for the one chart built beside it (the 25.3 line: the only commit of the
+operator's module the Go module proxy serves; OWN_TAG_ONLY): the agent runs it for that chart's operator pod, with
+the commit's state manifests bound at /opt/gpu-operator. For any other chart (v25.10, v26.x: release versions the
+proxy refuses) the gpu-operator stand-in plays it: tests/kubeapi/gpu_operator_sim.py's controller (the same code the
+emulator runs) over a snapshot of the real API and writing through it: it labels GPU nodes, turns the ClusterPolicy
+into operand DaemonSets (which KWOK then runs), the DCGM exporter's Service and ServiceMonitor, and the
+ClusterPolicy's status. It stands aside where the real controller serves, so that two never fight.
 """
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,18 +55,30 @@ RUNNABLE = {
     "prometheus-operator/prometheus-config-reloader": ("prometheus-config-reloader",
                                                        ["/bin/prometheus-config-reloader"]),
     "prometheus/prometheus": ("prometheus", ["/bin/prometheus"]),
+    # NVIDIA's controller, for the operator image of the chart built beside it only (OWN_TAG_ONLY)
+    "nvidia/gpu-operator": ("gpu-operator", ["/usr/bin/gpu-operator"]),
     "kube-webhook-certgen": ("standin:certgen", []),
     "k8s/dcgm-exporter": ("standin:dcgm-exporter", []),
     "k8s/cuda-sample": ("standin:cuda-sample", []),
 }
+# Repositories whose binary stands for one release only: a pod runs it when its image's tag is that release's (the
+# gpu-operator controller of the one commit built, whose chart install-test-tools labels with the commit's line);
+# any other tag is left to KWOK (and, for the gpu-operator, to the stand-in)
+OWN_TAG_ONLY = {"nvidia/gpu-operator": "gpu-operator-chart"}
+# Folders an image holds, beside its binary: binds made read-only into the container's root
+IMAGE_FOLDERS = {"gpu-operator": [("gpu-operator-assets", "/opt/gpu-operator")]}  # its state manifests
+# hostPath files a container may read from this machine (others are an empty folder, as on a fresh node)
+HOST_FILES = {"/etc/os-release"}  # the gpu-operator reads the host's through a hostPath volume
 # The images' ENTRYPOINT and CMD: a container's command replaces both, its args replace CMD only (as a runtime does)
 IMAGE_DEFAULTS = {"opa": (["/opa"], []), "kube-scheduler": ([], ["/usr/local/bin/kube-scheduler"]),
                   "prometheus-operator": (["/bin/operator"], []),
                   "prometheus-config-reloader": (["/bin/prometheus-config-reloader"], []),
                   "prometheus": (["/bin/prometheus"], ["--config.file=/etc/prometheus/prometheus.yml",
-                                                       "--storage.tsdb.path=/prometheus"])}
+                                                       "--storage.tsdb.path=/prometheus"]),
+                  "gpu-operator": (["gpu-operator"], [])}
 # Listening flags whose default is every address: made explicit so that the process takes only the pod's address
-DEFAULT_LISTEN = {"opa": ("--addr", 8181), "prometheus": ("--web.listen-address", 9090)}
+DEFAULT_LISTEN = {"opa": [("--addr", 8181)], "prometheus": [("--web.listen-address", 9090)],
+                  "gpu-operator": [("--metrics-bind-address", 8080), ("--health-probe-bind-address", 8081)]}
 BACKOFF = 5.0
 SYNC_EVERY = 1.0  # seconds between two looks at the pods (a kubelet's sync loop is 1 s too)
 OPERATOR_EVERY = 2.0  # between two rounds of the gpu-operator stand-in
@@ -96,8 +113,23 @@ def runnable(image: str) -> str | None:
     repo = repository(image)
     for suffix in RUNNABLE:
         if repo == suffix or repo.endswith("/" + suffix):
-            return suffix
+            return suffix if suffix not in OWN_TAG_ONLY or tag(image) == own_tag(suffix) else None
     return None
+
+
+def tag(image: str) -> str:
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else "latest"
+
+
+@functools.cache
+def own_tag(suffix: str) -> str | None:
+    """The image tag the built binary stands for: the appVersion of the chart built beside it (None: not built)."""
+    chart = binaries()[OWN_TAG_ONLY[suffix]] / "Chart.yaml"
+    if not chart.exists():
+        return None
+    found = re.search(r"^appVersion:\s*[\"']?([^\"'\s]+)", chart.read_text(), re.M)
+    return found.group(1) if found else None
 
 
 def rewrite_listen(binary: str, args: list[str], ip: str) -> list[str]:
@@ -109,8 +141,7 @@ def rewrite_listen(binary: str, args: list[str], ip: str) -> list[str]:
         if match:
             arg = f"{match.group(1) or ''}{ip}:{match.group(2)}"
         out.append(LOOPBACK_URL.sub(lambda m: f"{m.group(1)}{ip}{m.group(2)}", arg))
-    if binary in DEFAULT_LISTEN:
-        flag, port = DEFAULT_LISTEN[binary]
+    for flag, port in DEFAULT_LISTEN.get(binary, []):
         if not any(a == flag or a.startswith(flag + "=") for a in out) and not (binary == "opa" and "-a" in out):
             out.insert(1 if binary == "opa" and out[:1] == ["run"] else 0, f"{flag}={ip}:{port}")
     if binary == "kube-scheduler":
@@ -309,6 +340,9 @@ class Agent:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.touch()
             binds.append((str(self.tools[binary]), path, "ro"))
+        for name, path in IMAGE_FOLDERS.get(binary, []):
+            (root / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            binds.append((str(self.tools[name]), path, "ro"))
         return binds
 
     def api_env(self, pod: dict) -> dict:
@@ -332,6 +366,10 @@ class Agent:
     def prepare_volumes(self, entry: PodEntry, pod: dict) -> None:
         for volume in pod["spec"].get("volumes") or []:
             folder = entry.folder / "volumes" / volume["name"]
+            if (volume.get("hostPath") or {}).get("path") in HOST_FILES:
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(volume["hostPath"]["path"], folder)  # a file: mounts() binds it onto a file
+                continue
             folder.mkdir(parents=True)
             self.materialize(pod, volume, folder)
 
@@ -556,7 +594,9 @@ def main(folder: str) -> int:
                         if a["type"] == "InternalIP"})
     KubeletLogs(agent, addresses, cluster.ports["kubelet"])
     from tests.localcluster.operator import OperatorStandIn
-    operator = OperatorStandIn(agent.api)
+    operator = OperatorStandIn(agent.api, served_by_real=lambda deployment: any(
+        runnable(c.get("image", "")) == "nvidia/gpu-operator"
+        for c in deployment["spec"]["template"]["spec"].get("containers") or []))
 
     def stop(signum, frame):
         agent.stopping = True

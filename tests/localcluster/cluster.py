@@ -73,6 +73,7 @@ def binaries() -> dict[str, Path]:
     kwok = TOOLS / "kwok" / gomod_version("kwok", "sigs.k8s.io/kwok")
     promop = TOOLS / "prometheus-operator" / gomod_version("prometheus-operator",
                                                             "github.com/prometheus-operator/prometheus-operator")
+    gpu_operator = TOOLS / "gpu-operator" / gomod_version("gpu-operator", "github.com/NVIDIA/gpu-operator")
     return {"etcd": TOOLS / "etcd" / gomod_version("etcd", "go.etcd.io/etcd/server/v3") / "etcd",
             "kube-apiserver": kube / "kube-apiserver", "kube-controller-manager": kube / "kube-controller-manager",
             "kube-scheduler": kube / "kube-scheduler",
@@ -85,6 +86,9 @@ def binaries() -> dict[str, Path]:
             "prometheus",
             "prometheus-operator": promop / "prometheus-operator",
             "prometheus-config-reloader": promop / "prometheus-config-reloader",
+            # NVIDIA's controller of the 25.3 line, its state manifests and the chart of its commit (labelled v25.3.4)
+            "gpu-operator": gpu_operator / "gpu-operator", "gpu-operator-assets": gpu_operator / "assets",
+            "gpu-operator-chart": gpu_operator / "chart",
             "kubectl": TOOLS / "bin" / "kubectl"}
 
 
@@ -310,7 +314,7 @@ def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, d
             _publish_dra_gpus(cluster, api)
         _start_kwok(cluster, tools, die_with_parent)
         if agent:
-            say("agent (OPA and kube-scheduler pods, the gpu-operator stand-in)")
+            say("agent (OPA and kube-scheduler pods; the gpu-operator controller, real for the chart built beside it)")
             _start_agent(cluster, die_with_parent)
         _wait_usable(cluster, timeout)
     except BaseException:

@@ -19,6 +19,13 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 DRA_PRODUCT = "NVIDIA-H200"  # the GPU whose attributes dra.py's slices carry
+# Every node's OS, kernel and runtime, as a kubelet reports them (status.nodeInfo) and NFD labels them: NVIDIA's
+# gpu-operator controller reads the runtime from nodeInfo.containerRuntimeVersion (KWOK's default, "kwok-<version>",
+# names none) and the OS of its driver image from NFD's labels (NFD cannot run on KWOK's nodes)
+OS_ID, OS_VERSION, KERNEL, RUNTIME = "ubuntu", "22.04", "5.15.0-131-generic", "containerd://1.7.27"
+NFD_OS_LABELS = {"feature.node.kubernetes.io/system-os_release.ID": OS_ID,
+                 "feature.node.kubernetes.io/system-os_release.VERSION_ID": OS_VERSION,
+                 "feature.node.kubernetes.io/kernel-version.full": KERNEL}
 PRE_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 # Names a test may give the nodes it adds with a file tree (probe_kubelet.py runs their pods, not KWOK): fixed,
 # because KWOK reads its Stages once, at its start
@@ -54,7 +61,7 @@ def objects(nodes: dict, network: str) -> list[dict]:
     found = []
     for index, (name, spec) in enumerate(sorted(nodes.items())):
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                  "type": "kwok"}
+                  "type": "kwok", **NFD_OS_LABELS}
         capacity = {"cpu": spec["cpu"], "memory": spec["memory"], "pods": "110", "ephemeral-storage": "500Gi"}
         if spec["gpus"]:
             labels.update({"feature.node.kubernetes.io/pci-10de.present": "true",
@@ -77,7 +84,9 @@ def objects(nodes: dict, network: str) -> list[dict]:
 def node_info(name: str) -> dict:
     """What a kubelet reports of its machine and boot (KWOK's node-initialize Stage keeps what is there): a machine
     ID per name, a boot ID per start (gpu-bootstrap binds recorded node facts to both)."""
-    return {"machineID": uuid.uuid5(uuid.NAMESPACE_DNS, name).hex, "bootID": str(uuid.uuid4())}
+    return {"machineID": uuid.uuid5(uuid.NAMESPACE_DNS, name).hex, "bootID": str(uuid.uuid4()),
+            "containerRuntimeVersion": RUNTIME, "kernelVersion": KERNEL, "osImage": "Ubuntu 22.04.5 LTS",
+            "operatingSystem": "linux", "architecture": "amd64"}
 
 
 def tree_node(name: str, gpus: int, address: str, pods: int = 110) -> dict:
@@ -89,7 +98,7 @@ def tree_node(name: str, gpus: int, address: str, pods: int = 110) -> dict:
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "annotations": {KWOK_ANNOTATION: "fake"},
                          "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                    "kubernetes.io/arch": "amd64", "type": "kwok",
+                                    "kubernetes.io/arch": "amd64", "type": "kwok", **NFD_OS_LABELS,
                                     "feature.node.kubernetes.io/pci-10de.present": "true",
                                     "nvidia.com/gpu.count": str(gpus)}},
             "status": {"capacity": capacity, "allocatable": dict(capacity), "nodeInfo": node_info(name),

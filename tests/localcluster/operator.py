@@ -1,5 +1,7 @@
-"""The gpu-operator stand-in on the real API server: the emulator's controller (tests/kubeapi/gpu_operator_sim.py),
-unchanged, given a snapshot of the real cluster to read and the API to write through.
+"""The gpu-operator stand-in on the real API server, for the charts whose controller cannot be built (the module
+proxy serves one commit of NVIDIA's operator, the 25.3 line, which the agent runs for real: agent.OWN_TAG_ONLY).
+It is the emulator's controller (tests/kubeapi/gpu_operator_sim.py), unchanged, given a snapshot of the real
+cluster to read and the API to write through.
 
 Each round lists the kinds the controller reads, hands it those objects in the emulator store's shape, and turns
 its writes into real requests (field manager `gpu-operator`, or `nfd-master` for NFD's label, as in the emulator).
@@ -123,10 +125,15 @@ class LocalOperatorSim(GpuOperatorSim):
 
 
 class OperatorStandIn:
-    def __init__(self, api: Rest):
+    """Plays the controller for a ClusterPolicy whose operator Deployment the real controller does not serve:
+    `served_by_real(deployment)` says which one it does (the agent runs NVIDIA's controller for the operator image
+    of the chart built beside it); the stand-in then leaves the cluster alone, so that two controllers never fight."""
+
+    def __init__(self, api: Rest, served_by_real=lambda deployment: False):
         self.api = api
         self.sim = None
         self.errors = 0
+        self.served_by_real = served_by_real
 
     def reconcile(self) -> None:
         try:  # nothing to do (and no load to put on the API server) until a ClusterPolicy exists
@@ -137,6 +144,8 @@ class OperatorStandIn:
                 return
             raise
         store = Snapshot(self.api)
+        if any(self.served_by_real(d) for d in store.objects[("apps", "deployments")].values()):
+            return
         writer = Writer(self.api, store)
         if self.sim is None:
             self.sim = LocalOperatorSim(writer)
