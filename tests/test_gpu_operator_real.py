@@ -81,11 +81,12 @@ SYSTEM_TAINTS = "node.kubernetes.io/"
 
 
 def node_marks(api, name: str) -> tuple[dict, list, list]:
-    """A node's labels and taints (Kubernetes' own left out) and gpu-bootstrap annotations."""
+    """A node's labels and taints (Kubernetes' own left out) and gpu-bootstrap's and the operator's annotations."""
     found = api.get(f"/api/v1/nodes/{name}")
     labels = {k: v for k, v in (found["metadata"].get("labels") or {}).items() if not k.startswith(SYSTEM_LABELS)}
     taints = [t for t in found["spec"].get("taints") or [] if not t["key"].startswith(SYSTEM_TAINTS)]
-    ours = sorted(k for k in found["metadata"].get("annotations") or {} if k.startswith("gpu-bootstrap.io/"))
+    ours = sorted(k for k in found["metadata"].get("annotations") or {}
+                  if k.startswith(("gpu-bootstrap.io/", "nvidia.com/")))  # ours, and the operator's
     return labels, taints, ours
 
 

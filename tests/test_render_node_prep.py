@@ -125,3 +125,26 @@ def test_the_operator_labels_a_node_had_are_remembered_once():
 def test_teardown_removes_only_the_operator_labels_that_came_with_it(labels, record, keep, expected):
     node = labelled(labels, {BEFORE: record} if record is not None else {})
     assert operator_labels_undo(node, BEFORE, keep) == expected
+
+
+MARKS = "gpu-bootstrap.io/annotations-before-gpu-operator"
+UPGRADE = "nvidia.com/gpu-driver-upgrade-enabled"  # NVIDIA's controller sets it on every GPU node (25.3, real)
+
+
+def test_the_operator_annotations_a_node_had_are_remembered_with_its_labels():
+    node = labelled({}, {"nvidia.com/mine": "x", "kwok.x-k8s.io/node": "fake"})
+    assert labels_before_patch(node, BEFORE, MARKS) == {"metadata": {"annotations": {
+        BEFORE: "[]", MARKS: '["nvidia.com/mine"]'}}}
+
+
+@pytest.mark.parametrize("annotations, expected", [
+    ({BEFORE: "[]", MARKS: '["nvidia.com/mine"]', UPGRADE: "true", "nvidia.com/mine": "x", "other": "y"},
+     {"metadata": {"annotations": {BEFORE: None, MARKS: None, UPGRADE: None}}}),
+    ({BEFORE: "[]", UPGRADE: "true"}, {"metadata": {"annotations": {BEFORE: None}}}),  # recorded before: kept
+    ({MARKS: "not json", UPGRADE: "true"}, {"metadata": {"annotations": {MARKS: None}}}),
+    ({UPGRADE: "true"}, None),
+])
+def test_teardown_removes_only_the_operator_annotations_that_came_with_it(annotations, expected):
+    assert operator_labels_undo(labelled({}, annotations), BEFORE, set(), MARKS) == expected
+    if expected and UPGRADE in expected["metadata"]["annotations"]:
+        assert "remove annotation nvidia.com/gpu-driver-upgrade-enabled" in describe(expected)

@@ -49,3 +49,27 @@ def test_the_kinds_an_api_server_does_not_serve_are_read_from_helms_error():
     assert schemas.kinds_without_crds(message) == [("nvidia.com/v1", "ClusterPolicy"),
                                                     ("nvidia.com/v1alpha1", "NVIDIADriver")]
     assert schemas.kinds_without_crds("Error: timed out") == []
+
+
+DEFAULTED = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+    "operator": {"type": "object", "required": ["defaultRuntime"], "properties": {
+        "defaultRuntime": {"type": "string", "default": "docker", "enum": ["docker", "crio", "containerd"]}}},
+    "migManager": {"type": "object", "properties": {"config": {"type": "object", "properties": {
+        "name": {"type": "string"}, "default": {"type": "string", "default": "all-disabled"}}}}},
+    "note": {"type": "string", "nullable": True}}}}}
+
+
+@pytest.mark.parametrize("spec, expected", [
+    # the gpu-operator 25.3 chart's ClusterPolicy, as the real API server accepted it: a default fills the required
+    # field, and a null of a non-nullable field is dropped before validation
+    ({"operator": {}, "migManager": {"config": {"name": None}}}, []),
+    ({"operator": {"defaultRuntime": "podman"}}, ["spec.operator.defaultRuntime: 'podman' is not one of"]),
+    ({"note": None}, []),
+    ({"migManager": {"config": {"name": 3}}}, ["spec.migManager.config.name: 3 is not of type 'string'"]),
+])
+def test_nulls_are_dropped_and_defaults_applied_before_validating_as_the_api_server_does(spec, expected):
+    found = schemas.problems({"spec": spec}, DEFAULTED)
+    assert len(found) == len(expected) and all(f.startswith(e) for f, e in zip(found, expected)), found
+    served = schemas.as_served({"spec": {"operator": {}, "migManager": {"config": {"name": None}}}}, DEFAULTED)
+    assert served == {"spec": {"operator": {"defaultRuntime": "docker"},
+                               "migManager": {"config": {"default": "all-disabled"}}}}

@@ -141,33 +141,57 @@ def deep_merge_patch(first: dict | None, second: dict) -> dict:
     return deep_merge(first or {}, second)
 
 
-def labels_before_patch(node: dict, annotation: str) -> dict | None:
-    """Before the gpu-operator first runs: remember which operator/NFD labels the node already had, so that
-    teardown removes only the ones that came with it. None when already remembered."""
+OPERATOR_ANNOTATIONS = "nvidia.com/"  # annotations the operator puts on nodes (gpu-driver-upgrade-enabled, ...)
+
+
+def labels_before_patch(node: dict, annotation: str, annotations_record: str | None = None) -> dict | None:
+    """Before the gpu-operator first runs: remember which operator/NFD labels (in `annotation`) and which operator
+    annotations (in `annotations_record`) the node already had, so that teardown removes only the ones that came
+    with it. The annotations are remembered only with the labels, before the operator ran: a node it already ran on
+    has its marks. None when already remembered."""
     meta = node.get("metadata") or {}
     if annotation in (meta.get("annotations") or {}):
         return None
     before = sorted(k for k in (meta.get("labels") or {}) if k.startswith(OPERATOR_PREFIXES))
-    return {"metadata": {"annotations": {annotation: json.dumps(before, separators=(",", ":"))}}}
+    records = {annotation: json.dumps(before, separators=(",", ":"))}
+    if annotations_record:
+        marks = sorted(k for k in (meta.get("annotations") or {}) if k.startswith(OPERATOR_ANNOTATIONS))
+        records[annotations_record] = json.dumps(marks, separators=(",", ":"))
+    return {"metadata": {"annotations": records}}
 
 
-def operator_labels_undo(node: dict, annotation: str, keep: set[str] = frozenset()) -> dict | None:
+def operator_labels_undo(node: dict, annotation: str, keep: set[str] = frozenset(),
+                         annotations_record: str | None = None) -> dict | None:
     """After the gpu-operator is gone: remove the operator/NFD labels the node did not have before it (and that
-    nobody else recorded as theirs, `keep`), and the record itself. None when nothing was remembered."""
+    nobody else recorded as theirs, `keep`), the operator's annotations it did not have (when they were
+    remembered), and the records themselves. None when nothing was remembered."""
     meta = node.get("metadata") or {}
-    text = (meta.get("annotations") or {}).get(annotation)
-    if text is None:
+    annotations = meta.get("annotations") or {}
+    if annotation not in annotations and (annotations_record or "") not in annotations:
         return None
-    try:
-        before = set(json.loads(text))
-    except (ValueError, TypeError):
-        before = set(meta.get("labels") or {})  # an unreadable record removes nothing: unknown is not absent
-    gone = {k: None for k in (meta.get("labels") or {})
-            if k.startswith(OPERATOR_PREFIXES) and k not in before and k not in keep}
-    patch = {"metadata": {"annotations": {annotation: None}}}
-    if gone:
-        patch["metadata"]["labels"] = gone
+    patch: dict = {"metadata": {"annotations": {}}}
+    if annotation in annotations:
+        before = _recorded(annotations[annotation], meta.get("labels") or {})
+        gone = {k: None for k in (meta.get("labels") or {})
+                if k.startswith(OPERATOR_PREFIXES) and k not in before and k not in keep}
+        patch["metadata"]["annotations"][annotation] = None
+        if gone:
+            patch["metadata"]["labels"] = gone
+    if annotations_record and annotations_record in annotations:
+        before = _recorded(annotations[annotations_record], annotations)
+        patch["metadata"]["annotations"].update({k: None for k in annotations if k.startswith(OPERATOR_ANNOTATIONS)
+                                                 and k not in before})
+        patch["metadata"]["annotations"][annotations_record] = None
     return patch
+
+
+def _recorded(text: str, present: dict) -> set[str]:
+    """The keys a record names; an unreadable record names every key present (removes nothing: unknown is not
+    absent)."""
+    try:
+        return set(json.loads(text))
+    except (ValueError, TypeError):
+        return set(present)
 
 
 def describe(patch: dict) -> str:
@@ -175,6 +199,9 @@ def describe(patch: dict) -> str:
     parts = []
     for key, value in ((patch.get("metadata") or {}).get("labels") or {}).items():
         parts.append(f"label {key}={value}" if value is not None else f"remove label {key}")
+    for key, value in ((patch.get("metadata") or {}).get("annotations") or {}).items():
+        if value is None and not key.startswith("gpu-bootstrap.io/"):  # our own records go unsaid
+            parts.append(f"remove annotation {key}")
     taints = (patch.get("spec") or {}).get("taints", "unchanged")
     if taints != "unchanged":
         shown = ", ".join(f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}" for t in taints or [])

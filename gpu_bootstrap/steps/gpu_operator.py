@@ -28,6 +28,9 @@ from gpu_bootstrap.steps.preflight import facts_digest
 
 LABELS_ANNOTATION = "gpu-bootstrap.io/gpu-operator"
 BEFORE_ANNOTATION = "gpu-bootstrap.io/labels-before-gpu-operator"  # operator/NFD labels a node had before it
+# ... and the operator's own node annotations (nvidia.com/gpu-driver-upgrade-enabled: NVIDIA's controller sets it on
+# every GPU node; seen on the real controller, tests/test_gpu_operator_real.py)
+ANNOTATIONS_BEFORE = "gpu-bootstrap.io/annotations-before-gpu-operator"
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}  # on the release's metadata and on its namespace
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap"
 PRIVILEGED_WHY = "the operator's driver, container-toolkit, device-plugin and DCGM pods use the host (NVIDIA's advice)"
@@ -194,7 +197,8 @@ class GpuOperator(Step):
         label_patches = {k: v for k, v in label_patches.items() if v}
         if status is None:  # a first install: remember which operator labels each node has without it
             for name, node in nodes.items():
-                if node is not None and (before := labels_render.labels_before_patch(node, BEFORE_ANNOTATION)):
+                if node is not None and (before := labels_render.labels_before_patch(node, BEFORE_ANNOTATION,
+                                                                                       ANNOTATIONS_BEFORE)):
                     label_patches[name] = labels_render.deep_merge_patch(label_patches.get(name), before)
         release = release_state(ctx, status, chart, version,
                                       plan.merged if ctx.node_facts.reports() else None)
@@ -405,10 +409,11 @@ class GpuOperator(Step):
         for configured in ctx.config.nodes:  # the labels the operator and NFD left behind (not the user's)
             node = ctx.kube.get("v1", "Node", configured.name)
             keep = set(labels_render.read_record(node or {}).get("labels") or {})  # node-prep's own undo
-            patch = labels_render.operator_labels_undo(node, BEFORE_ANNOTATION, keep) if node else None
+            patch = labels_render.operator_labels_undo(node, BEFORE_ANNOTATION, keep, ANNOTATIONS_BEFORE) \
+                if node else None
             if patch:
                 changes.append(Change(Verb.PATCH, Ref.node(configured.name), labels_render.describe(patch),
-                                      "remove the labels the gpu-operator added", patch))
+                                      "remove the labels and annotations the gpu-operator added", patch))
         if ctx.options.purge_crds:
             changes += self._crd_deletions(ctx)
         return changes

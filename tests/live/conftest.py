@@ -3,8 +3,8 @@
 * local (the default when its components are built, and always in .ci/run): the real control plane of
   tests/localcluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler built from Go modules; KWOK's fake
   GPU and CPU nodes; the real OPA, kube-scheduler, Prometheus Operator and Prometheus run by the agent for their
-  pods). `up` runs its whole default playbook there, gpu-operator and validate included (their GPU parts are
-  stand-ins: tests/localcluster/operator.py and standins.py);
+  pods; NVIDIA's gpu-operator controller of the 25.3 line, whose chart `up` installs there). `up` runs its whole
+  default playbook, gpu-operator and validate included (their GPU parts are stand-ins: standins.py);
 * emulator: tests/kubeapi, where neither of the others can be had (GPU_BOOTSTRAP_LIVE_TARGET=emulator forces it).
 
 Everything the tests do goes through what a user has: the gpu-bootstrap CLI, the real kubectl, and Prometheus behind
@@ -232,10 +232,14 @@ def write_config(target: Target, nodes: list[str], folder: Path) -> Path:
     if not target.live:
         from tests.conftest import chart
         monitoring = {"wait_timeout": 90, "chart": str(chart("kube-prometheus-stack-88.5.3.tgz"))}
-    if target.local:  # every step, the charts from ../shared/charts (no chart repository is reachable here)
+    if target.local:  # every step; kube-prometheus-stack from ../shared/charts (no chart repository is reachable
+        # here), and the gpu-operator chart whose real controller the local cluster runs (the 25.3 line's commit:
+        # tests/localcluster/agent.py; Kubernetes 1.37 is outside its validated range, hence skip_version_check)
         from tests.conftest import chart
+        from tests.localcluster.cluster import binaries
         monitoring = {"wait_timeout": 300, "chart": str(chart("kube-prometheus-stack-88.5.3.tgz"))}
-        extra = {"gpu_operator": {"wait_timeout": 300, "chart": str(chart("gpu-operator-v26.7.0.tgz"))},
+        extra = {"gpu_operator": {"wait_timeout": 300, "chart": str(binaries()["gpu-operator-chart"]),
+                                  "skip_version_check": True},
                  "validate": {"enabled": True, "timeout": 300}}
     config = {"cluster": {"kubeconfig": str(target.kubeconfig)}, "nodes": [{"name": n} for n in nodes],
               "monitoring": monitoring, "scheduler": {"wait_timeout": 600}, "admission": {"wait_timeout": 600},
