@@ -68,6 +68,7 @@ class GpuOperator(Step):
         self._chart: tuple[Chart, dict | None] | None = None  # read once per run
         self._choice: versions.Choice | None = None
         self._values: values_render.ValuesPlan | None = None
+        self._service_monitors: bool | None = None  # service_monitors_come, read once per run
 
     # --- what to install -----------------------------------------------------------------------------------------
     def chart(self, ctx) -> tuple[Chart, dict | None]:
@@ -119,12 +120,17 @@ class GpuOperator(Step):
             defaults = charts.local_chart_values(chart.ref) if chart.repo is None else None
             self._values = values_render.derive(facts, ctx.config, self.version_of(chart, meta),
                                                 list(ctx.options.playbook), deployed, no_room, scrape,
-                                                chart_values=defaults, service_monitors=service_monitors_come(ctx))
+                                                chart_values=defaults, service_monitors=self.service_monitors(ctx))
         return self._values
+
+    def service_monitors(self, ctx) -> bool:
+        if self._service_monitors is None:
+            self._service_monitors = service_monitors_come(ctx)
+        return self._service_monitors
 
     def inputs(self, ctx) -> dict:
         chart, meta = self.chart(ctx)
-        extra = {} if service_monitors_come(ctx) else {"service_monitors": False}  # as before, where they come
+        extra = {} if self.service_monitors(ctx) else {"service_monitors": False}  # as before, where they come
         config = ctx.config.gpu_operator.model_dump(mode="json")
         if config["allocation"] == "device-plugin":  # as before DRA: fingerprints recorded then still match
             config.pop("allocation")
