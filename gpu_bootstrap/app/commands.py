@@ -41,6 +41,7 @@ class Options:
     force_unlock: bool = False
     json: bool = False
     purge_crds: bool = False
+    evict_workloads: bool = False  # teardown --evict-workloads
     no_nodes: bool = False  # doctor --no-nodes: no SSH
     no_cluster: bool = False  # doctor --no-cluster: no Kubernetes API
     allow_operand_restart: bool = False
@@ -81,6 +82,7 @@ def build(options: Options, reporter, mode_for_dry_run: str | None = None, confi
     ctx = Context(config=config, kube=kube, helm=helm, node_facts=node_facts,
                   gate=gate_module.Gate(mode, kube, helm, render_dir), reporter=reporter,
                   options=RunOptions(playbook=tuple(playbook.steps), purge_crds=options.purge_crds,
+                                     evict_workloads=options.evict_workloads,
                                      allow_operand_restart=options.allow_operand_restart, selected=tuple(selected),
                                      allow_allocation_change=options.allow_allocation_change),
                   ssh=getattr(node_facts, "ssh", None), kube_version=kube_version)

@@ -14,7 +14,7 @@ from typer import Option
 from typer.core import TyperGroup
 
 from gpu_bootstrap import __version__
-from gpu_bootstrap.cli.common import CLUSTER, PIPELINE, Output, options_from, run, unwrapped
+from gpu_bootstrap.cli.common import CLUSTER, PIPELINE, Output, options_from, relative_path, run, unwrapped
 from gpu_bootstrap.cli.common import command as _command
 from gpu_bootstrap.cli.status import register as register_status
 from gpu_bootstrap.core.errors import EXIT_FAILED, EXIT_LEFT_WAITING, GpuBootstrapError
@@ -335,7 +335,7 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
     def body():
         from gpu_bootstrap.app.export.command import export as run_export
         from gpu_bootstrap.app.export.formats import Target
-        target = Target(repo_url=repo_url, revision=revision, path=repo_path or _relative(out),
+        target = Target(repo_url=repo_url, revision=revision, path=repo_path or relative_path(out),
                         argocd_namespace=argocd_namespace, argocd_project=argocd_project,
                         auto_sync=not no_auto_sync, flux_namespace=namespace or "flux-system", flux_source=name)
         done = run_export(options, format_.value, out, target, chart_repository or [],
@@ -357,10 +357,6 @@ def export(common, format_: Annotated[ExportFormat, Option("--format", help=(
     run("export", common, body)
 
 
-def _relative(path: Path) -> str:
-    return path.as_posix() if not path.is_absolute() else path.name
-
-
 @command(*PIPELINE)
 def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
         "Show what would be removed; change nothing."))] = False,
@@ -374,6 +370,8 @@ def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
                  "renders the charts to name their CRDs where it can)."))] = False,
              kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y[.Z]", help=(
                  "With --offline: the Kubernetes version of that cluster (default 1.33)."))] = None,
+             evict_workloads: Annotated[bool, Option("--evict-workloads", help="Remove the team queues and Kueue "
+                                                     "even while users' jobs are admitted through them.")] = False,
              ) -> None:
     """Undo what `up` did, last step first: removes exactly what gpu-bootstrap added, keeps what you added.
 
@@ -384,7 +382,8 @@ def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
     or anything to undo. docs/what-up-changes.md lists it all.
 
     Pending pods that name the bin-packing scheduler are listed before it is removed (nothing would schedule them
-    after); with --yes teardown goes ahead, names them in its summary and exits 3.
+    after); with --yes teardown goes ahead, names them in its summary and exits 3. Team queues are not removed while
+    users' jobs are admitted through them (--evict-workloads).
 
     [bold]Examples[/]
 
@@ -392,8 +391,8 @@ def teardown(common, dry_run: Annotated[bool, Option("--dry-run", help=(
       gpu-bootstrap teardown --dry-run --offline --kube-version 1.31
       gpu-bootstrap teardown --yes
     """
-    options = options_from(common, dry_run=dry_run, purge_crds=purge_crds, offline=offline,
-                           kube_version=kube_version)
+    options = options_from(common, dry_run=dry_run, purge_crds=purge_crds, offline=offline, kube_version=kube_version,
+                           evict_workloads=evict_workloads)
 
     def body():
         from gpu_bootstrap.app import commands as application

@@ -190,3 +190,8 @@ def run(name: str, common: dict, body) -> None:
         print_error(f"internal error: {error!r} — this is a bug in gpu-bootstrap; please report it with the log "
                     f"file", log_path)
         raise typer.Exit(EXIT_FAILED)
+
+
+def relative_path(path: Path) -> str:
+    """A path as it goes into a Git repository: as given when relative, its last part when absolute."""
+    return path.as_posix() if not path.is_absolute() else path.name

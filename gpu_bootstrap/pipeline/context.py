@@ -79,6 +79,7 @@ class RunOptions:
     allow_operand_restart: bool = False  # up --allow-operand-restart: driver/toolkit changes on a running release
     selected: tuple[str, ...] = ()  # the steps this run runs (--only/--skip applied); () when not known
     allow_allocation_change: bool = False  # up --allow-allocation-change: device plugin <-> DRA on a running cluster
+    evict_workloads: bool = False  # teardown --evict-workloads: remove the queues while users' workloads are admitted
 
 
 @dataclass

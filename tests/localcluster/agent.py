@@ -57,6 +57,7 @@ RUNNABLE = {
     "prometheus/prometheus": ("prometheus", ["/bin/prometheus"]),
     # NVIDIA's controller, for the operator image of the chart built beside it only (OWN_TAG_ONLY)
     "nvidia/gpu-operator": ("gpu-operator", ["/usr/bin/gpu-operator"]),
+    "kueue/kueue": ("kueue", ["/manager"]),  # Kueue's controller manager (the chart's staging or release image)
     "kube-webhook-certgen": ("standin:certgen", []),
     "k8s/dcgm-exporter": ("standin:dcgm-exporter", []),
     "k8s/cuda-sample": ("standin:cuda-sample", []),
@@ -75,10 +76,13 @@ IMAGE_DEFAULTS = {"opa": (["/opa"], []), "kube-scheduler": ([], ["/usr/local/bin
                   "prometheus-config-reloader": (["/bin/prometheus-config-reloader"], []),
                   "prometheus": (["/bin/prometheus"], ["--config.file=/etc/prometheus/prometheus.yml",
                                                        "--storage.tsdb.path=/prometheus"]),
-                  "gpu-operator": (["gpu-operator"], [])}
+                  "gpu-operator": (["gpu-operator"], []), "kueue": (["/manager"], [])}
 # Listening flags whose default is every address: made explicit so that the process takes only the pod's address
 DEFAULT_LISTEN = {"opa": [("--addr", 8181)], "prometheus": [("--web.listen-address", 9090)],
                   "gpu-operator": [("--metrics-bind-address", 8080), ("--health-probe-bind-address", 8081)]}
+# Config files (as the container mounts them) whose listening addresses are moved to the pod's address, as its flags
+# are (rewrite_listen): Kueue takes its health, metrics, webhook and visibility addresses from its Configuration
+CONFIG_LISTEN = {"kueue": "/controller_manager_config.yaml"}
 BACKOFF = 5.0
 SYNC_EVERY = 1.0  # seconds between two looks at the pods (a kubelet's sync loop is 1 s too)
 OPERATOR_EVERY = 2.0  # between two rounds of the gpu-operator stand-in
@@ -130,6 +134,21 @@ def own_tag(suffix: str) -> str | None:
         return None
     found = re.search(r"^appVersion:\s*[\"']?([^\"'\s]+)", chart.read_text(), re.M)
     return found.group(1) if found else None
+
+
+def listen_in_config(binary: str, text: str, ip: str) -> str:
+    """A config file's listening addresses (CONFIG_LISTEN) moved from every address to the pod's own."""
+    import yaml
+    config = yaml.safe_load(text) or {}
+    if binary == "kueue":
+        for section, key, port in (("health", "healthProbeBindAddress", 8081), ("metrics", "bindAddress", 8443)):
+            address = (config.get(section) or {}).get(key) or f":{port}"
+            config.setdefault(section, {})[key] = f"{ip}:{address.rpartition(':')[2]}"
+        config.setdefault("webhook", {})["host"] = ip
+        config.setdefault("visibilityServer", {})["bindAddress"] = ip
+        if config.get("pprofBindAddress"):
+            config["pprofBindAddress"] = f"{ip}:{config['pprofBindAddress'].rpartition(':')[2]}"
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def rewrite_listen(binary: str, args: list[str], ip: str) -> list[str]:
@@ -304,6 +323,7 @@ class Agent:
             root = entry.folder / container.name / "root"
             binds = self.root(root, paths, binary)
             binds += self.mounts(entry, spec, root)
+            binds = self.config_listen(entry, container, binary, binds, ip)
             (entry.folder / container.name / "binds").write_text("".join(f"{s} {t} {m}\n" for s, t, m in binds))
             entrypoint, cmd = IMAGE_DEFAULTS[binary]
             if spec.get("command"):
@@ -322,6 +342,19 @@ class Agent:
         log.close()
         self.note(entry, f"started {container.name} ({binary}, pid {process.pid}) on {ip}")
         return process
+
+    @staticmethod
+    def config_listen(entry: PodEntry, container: Container, binary: str, binds: list, ip: str) -> list:
+        """The container's config file (CONFIG_LISTEN) bound from a copy listening on the pod's address."""
+        wanted = CONFIG_LISTEN.get(binary)
+        out = []
+        for source, target, mode in binds:
+            if target == wanted and Path(source).is_file():
+                copy = entry.folder / container.name / Path(target).name
+                copy.write_text(listen_in_config(binary, Path(source).read_text(), ip))
+                source = str(copy)
+            out.append((source, target, mode))
+        return out
 
     def root(self, root: Path, paths: list[str], binary: str) -> list[tuple[str, str, str]]:
         for path in ("proc", "dev", "tmp", "etc"):

@@ -74,6 +74,7 @@ def binaries() -> dict[str, Path]:
     promop = TOOLS / "prometheus-operator" / gomod_version("prometheus-operator",
                                                             "github.com/prometheus-operator/prometheus-operator")
     gpu_operator = TOOLS / "gpu-operator" / gomod_version("gpu-operator", "github.com/NVIDIA/gpu-operator")
+    kueue = TOOLS / "kueue" / gomod_version("kueue", "sigs.k8s.io/kueue")
     return {"etcd": TOOLS / "etcd" / gomod_version("etcd", "go.etcd.io/etcd/server/v3") / "etcd",
             "kube-apiserver": kube / "kube-apiserver", "kube-controller-manager": kube / "kube-controller-manager",
             "kube-scheduler": kube / "kube-scheduler",
@@ -89,6 +90,7 @@ def binaries() -> dict[str, Path]:
             # NVIDIA's controller of the 25.3 line, its state manifests and the chart of its commit (labelled v25.3.4)
             "gpu-operator": gpu_operator / "gpu-operator", "gpu-operator-assets": gpu_operator / "assets",
             "gpu-operator-chart": gpu_operator / "chart",
+            "kueue": kueue / "kueue", "kueue-chart": kueue / "chart",  # Kueue's controller manager and its chart
             "kubectl": TOOLS / "bin" / "kubectl"}
 
 
@@ -431,6 +433,10 @@ def _certificates(cluster: LocalCluster) -> None:
     ca.issue("kubelet", "local-cluster-kubelet", hosts=("127.0.0.1", *node_specs.addresses(cluster.nodes,
                                                                                        cluster.network)),
              server=True)
+    # The front proxy's own CA, as kubeadm makes it: the API server proxies requests to aggregated APIs (Kueue's
+    # visibility server) with this client certificate, and they trust the user it names by this CA
+    front = pki.Authority(cluster.pki, "front-proxy-ca")
+    front.issue("front-proxy-client", "front-proxy-client", client=True)
     pki.service_account_key(cluster.pki)
     for user in ("admin", "controller-manager", "scheduler"):
         text = kubeconfig_text(f"https://127.0.0.1:{cluster.ports['apiserver']}", cluster.ca,
@@ -481,6 +487,13 @@ def _start_apiserver(cluster: LocalCluster, tools: dict, die_with_parent: bool, 
             # Webhooks and service proxies go to the Service's endpoints (pods' 127.x addresses), not its ClusterIP,
             # which nothing routes here.
             "--enable-aggregator-routing=true",
+            # Aggregated APIs authenticate the API server's proxied requests by the front proxy's certificate
+            # (kubeadm's flags)
+            f"--requestheader-client-ca-file={pki_dir / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client", "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki_dir / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki_dir / 'front-proxy-client.key'}",
             f"--audit-policy-file={cluster.folder / 'audit-policy.yaml'}", f"--audit-log-path={cluster.audit_log}",
             "--audit-log-format=json", "--audit-log-maxsize=0",
             "--profiling=false", "--v=1"]
@@ -508,6 +521,9 @@ def _start_controllers(cluster: LocalCluster, tools: dict, die_with_parent: bool
 
 # Pods KWOK must not complete by itself: the agent runs their container and reports how it ended (agent.py).
 AGENT_COMPLETES = ("kube-webhook-certgen",)
+# A Job pod with this label runs until a test ends it (as its container would, by exiting): KWOK completes other Job
+# pods as soon as they run, which leaves no time to see a training job hold its GPUs
+HOLD_LABEL = "local-cluster.gpu-bootstrap.test/hold"
 
 
 def kwok_stages(tools: dict, folder: Path) -> Path:
@@ -524,6 +540,8 @@ def kwok_stages(tools: dict, folder: Path) -> Path:
                 "key": f'.spec.nodeName // "" | select(startswith("{node_specs.FLEET_PREFIX}"))',
                 "operator": "DoesNotExist"})
         if stage["metadata"]["name"] == "pod-complete":
+            stage["spec"]["selector"]["matchExpressions"].append({
+                "key": f'.metadata.labels["{HOLD_LABEL}"]', "operator": "DoesNotExist"})
             for image in AGENT_COMPLETES:
                 stage["spec"]["selector"]["matchExpressions"].append({
                     "key": f'.spec.containers.[] | select(.image | contains("{image}")) | .image',

@@ -1,0 +1,418 @@
+"""queues: GPU quotas per team, borrowing within a cohort and all-or-nothing admission, by Kueue.
+
+Configured by teams (`queues.teams`: namespaces, GPU quota, borrowing, lending, priority), not by Kueue objects.
+`up` installs Kueue from its pinned chart (a release of its own, labelled ours), with a Configuration that manages
+workloads in the team namespaces only, then applies the objects render/queues.py makes from the teams and the GPU
+nodes preflight found: ResourceFlavors, one ClusterQueue per team in one cohort, a LocalQueue in each team namespace.
+
+Workloads join a queue by the label kueue.x-k8s.io/queue-name (or every one in a team namespace, with
+`require_queue`). Kueue admits a Job's pods as one Workload against the team's quota and leaves placement to the
+scheduler, so GPU pods are still steered to the bin-packing scheduler by admission when they are created.
+
+No teams: nothing is installed, and the queues and Kueue release of an earlier run are removed. Teardown removes only
+our queues and flavors and our release, and refuses while users' admitted workloads exist unless told
+(--evict-workloads): removing Kueue removes its CRDs, and with them every Workload.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpu_bootstrap.core.errors import ClusterError, Unknown, Unreachable
+from gpu_bootstrap.core.objects import differences, served
+from gpu_bootstrap.core.refs import Chart
+from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, Ref, Step, Verb, declare
+from gpu_bootstrap.render import queues as render
+from gpu_bootstrap.security.rbac_rules import APPLY, CLUSTER, DOCTOR, HELM, READ, RUN, WRITE, Need, need
+from gpu_bootstrap.steps.queues_config import QueuesConfig
+
+RELEASE_LABELS = {"app.kubernetes.io/managed-by": "gpu-bootstrap"}  # on the release's metadata and its namespace
+RELEASE_SELECTOR = "app.kubernetes.io/managed-by=gpu-bootstrap"
+EVICT_FLAG = "--evict-workloads"
+
+
+@dataclass
+class QueueFacts:
+    chart: Chart
+    rendered: render.Rendered
+    release: dict  # gpu_operator_release.release_state's answer
+    drift: dict  # Ref -> why
+    leftovers: list  # Refs of ours no longer wanted
+    served: bool  # Kueue's API is served now (else the objects follow the release in the same run)
+    wanted: list = field(default_factory=list)
+
+
+def section_of(config) -> QueuesConfig:
+    return DECLARATION.settings(config)
+
+
+def chart_of(section: QueuesConfig) -> Chart:
+    kueue = section.kueue
+    local = Path(kueue.chart).expanduser()
+    if local.exists() or kueue.chart.endswith(".tgz") or "/" in kueue.chart and not kueue.chart.startswith("oci://"):
+        return Chart(str(local), None, None)
+    if kueue.repository.startswith("oci://"):
+        return Chart(f"{kueue.repository.rstrip('/')}/{kueue.chart}", None, kueue.version)
+    return Chart(kueue.chart, kueue.repository, kueue.version)
+
+
+class Queues(Step):
+    id = "queues"
+    title = "Team GPU quotas and all-or-nothing admission (Kueue)"
+
+    def namespaces(self, ctx) -> list[str]:
+        section = section_of(ctx.config)
+        return [section.kueue.namespace] if section.teams else []
+
+    def inputs(self, ctx) -> dict:
+        from gpu_bootstrap.steps.preflight import facts_digest
+        from gpu_bootstrap.core.catalogue import registry_inputs
+        return {"queues": section_of(ctx.config).model_dump(mode="json"), "facts": facts_digest(
+            ctx.node_facts.reports()), "gpu_labels": self.gpu_labels(ctx), **registry_inputs(ctx.config)}
+
+    @staticmethod
+    def gpu_labels(ctx) -> dict[str, str]:
+        """The labels every GPU node carries: node-prep's (the flavor of "any GPU node" selects them)."""
+        from gpu_bootstrap.render import node_prep as node_render
+        labels, _taint = node_render.labels_and_taint(ctx.config.node_prep)
+        return labels or {"nvidia.com/gpu.present": "true"}
+
+    # --- reading the cluster ------------------------------------------------------------------------------------------
+    def gpu_nodes(self, ctx) -> tuple[list[render.GpuNode], list[str]]:
+        """The GPU nodes (products from preflight's facts, counts from the nodes' allocatable), and the nodes whose
+        facts are unknown: configured nodes without a report, or whose probe failed."""
+        from gpu_bootstrap.render.gpu_operator_values import facts_from_reports
+        reports = ctx.node_facts.reports()
+        facts = facts_from_reports(reports)
+        listed = [n.name for n in ctx.config.nodes] if isinstance(ctx.config.nodes, list) else []
+        unknown = [name for name in listed if name not in reports] if reports else (listed or ["the GPU nodes"])
+        live = {n["metadata"]["name"]: n for n in ctx.kube.list("v1", "Node")} if reports else {}
+        nodes = []
+        for fact in facts:
+            if fact.unknown:
+                unknown.append(fact.name)
+                continue
+            allocatable = ((live.get(fact.name) or {}).get("status") or {}).get("allocatable") or {}
+            count = allocatable.get(render.GPU)
+            nodes.append(render.GpuNode(fact.name, tuple(fact.gpus),
+                                        int(count) if count is not None else len(fact.gpus)))
+        return nodes, unknown
+
+    def check(self, ctx) -> Check:
+        section = section_of(ctx.config)
+        if not section.teams:
+            return self._without_teams(ctx)
+        chart = chart_of(section)
+        nodes, unknown = self.gpu_nodes(ctx)
+        rendered = render.render(section, None if unknown else nodes, self.gpu_labels(ctx), self.image(ctx))
+        release_ours, status = self._release(ctx)
+        if status is not None and not release_ours:
+            return Check(FAIL, f"a Kueue release {section.kueue.namespace}/{section.kueue.release} exists and "
+                               f"gpu-bootstrap did not install it: set queues.kueue.release (and namespace) to another "
+                               f"name, or uninstall that Kueue (only what gpu-bootstrap made is changed)")
+        release = self._release_state(ctx, status, chart, rendered.values)
+        is_served = self._served(ctx)
+        drift, theirs = self._drift(ctx, rendered.objects) if is_served else (
+            {Ref.of(o): "missing" for o in rendered.objects}, [])
+        if theirs:
+            return Check(FAIL, f"{', '.join(theirs[:3])} exist(s) and gpu-bootstrap did not create them: rename the "
+                               f"team (or queues.local_queue), or remove them")
+        leftovers = self._owned(ctx, exclude={Ref.of(o) for o in rendered.objects}) if is_served else []
+        facts = QueueFacts(chart, rendered, release, drift, leftovers, is_served, rendered.objects)
+        warnings = list(rendered.warnings)
+        if unknown:
+            warnings.append(f"the GPUs of {', '.join(unknown[:3])}{' and more' if len(unknown) > 3 else ''} are "
+                            f"unknown (no node facts): the quotas are not compared with the GPUs there are")
+        summary = self._summary(section, release, drift, leftovers)
+        if release["up_to_date"] and not drift and not leftovers:
+            ready = self._queues_active(ctx, section)
+            if ready.status != PASS:
+                return Check(WARN, ready.message, facts=facts, warnings=warnings)
+            return Check(PASS, f"{summary}; {ready.message}", done=True, facts=facts, warnings=warnings)
+        return Check(WARN, summary, facts=facts, warnings=warnings)
+
+    def image(self, ctx) -> str:
+        from gpu_bootstrap.core.catalogue import locate
+        section = section_of(ctx.config)
+        return locate(f"{render.IMAGE}:v{section.kueue.version.lstrip('v')}", ctx.config.registry)
+
+    @staticmethod
+    def _summary(section, release: dict, drift: dict, leftovers: list) -> str:
+        parts = []
+        if not release["up_to_date"]:
+            parts.append(f"Kueue {section.kueue.version}: {release['reason']}")
+        missing = sum(1 for why in drift.values() if why == "missing")
+        for count, what in ((missing, "to create"), (len(drift) - missing, "to update"),
+                            (len(leftovers), "to remove")):
+            if count:
+                parts.append(f"{count} queue object(s) {what}")
+        teams = ", ".join(t.name for t in section.teams)
+        return (", ".join(parts) or f"Kueue {section.kueue.version} and the queues of {teams} in place") + \
+            (f" (teams: {teams})" if parts else "")
+
+    def _release(self, ctx) -> tuple[bool, dict | None]:
+        kueue = section_of(ctx.config).kueue
+        status = ctx.helm.status(kueue.release, kueue.namespace)
+        return status is not None and ctx.helm.labelled(kueue.release, kueue.namespace, RELEASE_SELECTOR), status
+
+    def _release_state(self, ctx, status, chart: Chart, values: dict) -> dict:
+        from gpu_bootstrap.steps.gpu_operator_release import release_state
+        kueue = section_of(ctx.config).kueue
+        return release_state(ctx, status, chart, kueue.version, values, kueue.release, kueue.namespace)
+
+    @staticmethod
+    def _served(ctx) -> bool:
+        try:
+            return all(served(ctx.kube, render.API, kind) for kind in render.KINDS)
+        except Unknown:
+            return False
+
+    @staticmethod
+    def _drift(ctx, desired: list[dict]) -> tuple[dict, list[str]]:
+        drift, theirs = {}, []
+        for obj in desired:
+            ref = Ref.of(obj)
+            live = ctx.kube.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+            if live is None:
+                drift[ref] = "missing"
+            elif not _ours(live):
+                theirs.append(str(ref))
+            elif paths := differences(obj, live):
+                drift[ref] = "differs at " + ", ".join(paths[:3])
+        return drift, theirs
+
+    @staticmethod
+    def _owned(ctx, exclude: set) -> list[Ref]:
+        """Our queue objects `exclude` does not list, in the order they are removed (queues before flavors)."""
+        found = []
+        for kind in reversed(render.KINDS):
+            try:
+                items = ctx.kube.list(render.API, kind, label_selector=render.OWNED_SELECTOR)
+            except Unreachable:
+                raise
+            except ClusterError as error:
+                if error.status:  # we could not read: unknown is not "none"
+                    raise
+                continue  # not served: nothing of ours
+            found += [ref for obj in items if (ref := Ref.of({**obj, "apiVersion": render.API, "kind": kind}))
+                      not in exclude]
+        return found
+
+    def _without_teams(self, ctx) -> Check:
+        leftovers = self._owned(ctx, set()) if self._served(ctx) else []
+        release_ours, _status = self._release(ctx)
+        if not leftovers and not release_ours:
+            return Check(SKIP, "no teams configured (queues.teams)")
+        what = [f"{len(leftovers)} queue object(s)"] if leftovers else []
+        what += ["the Kueue release"] if release_ours else []
+        return Check(WARN, f"no teams configured: {' and '.join(what)} of an earlier run to remove",
+                     facts={"leftovers": leftovers, "release": release_ours})
+
+    # --- planning -----------------------------------------------------------------------------------------------------
+    def plan(self, ctx, check: Check) -> list[Change]:
+        if isinstance(check.facts, dict):  # no teams: what an earlier run left
+            return self._removals(ctx, check.facts["leftovers"], check.facts["release"], "queues.teams is empty")
+        facts: QueueFacts = check.facts
+        changes = []
+        if not facts.release["up_to_date"]:
+            changes.append(self._upgrade(ctx, facts))
+        wanted = {Ref.of(o): o for o in facts.wanted}
+        for ref, why in facts.drift.items():
+            changes.append(Change(Verb.APPLY, ref, "create" if why == "missing" else "update",
+                                  f"queues: {why}" if why != "missing" else "queues.teams", wanted[ref],
+                                  details=tuple(line for line in facts.rendered.explained
+                                                if ref.kind == "ClusterQueue" and line.startswith(
+                                                    f"team {ref.name}:"))))
+        changes += [Change(Verb.DELETE, ref, "remove", "no longer in queues.teams") for ref in facts.leftovers]
+        return changes
+
+    def _upgrade(self, ctx, facts: QueueFacts) -> Change:
+        kueue = section_of(ctx.config).kueue
+        action = "install" if facts.release.get("installed") is None else facts.release["reason"]
+        body = {"release": kueue.release, "namespace": kueue.namespace,
+                "chart": {"ref": facts.chart.ref, "repo": facts.chart.repo, "version": facts.chart.version},
+                "chart_version": kueue.version, "values": facts.rendered.values, "derived": facts.rendered.explained,
+                "warnings": facts.rendered.warnings, "kube_version": ctx.server_version(),
+                "timeout": f"{kueue.wait_timeout}s", "labels": dict(RELEASE_LABELS),
+                "chart_field": "queues.kueue.chart"}
+        return Change(Verb.HELM_UPGRADE, Ref.release(kueue.release, kueue.namespace),
+                      f"{action}: Kueue {kueue.version}",
+                      "queues.teams (Kueue admits each team's workloads against its quota)", body,
+                      details=tuple(facts.rendered.explained))
+
+    def _removals(self, ctx, leftovers: list, release: bool, why: str) -> list[Change]:
+        kueue = section_of(ctx.config).kueue
+        changes = [Change(Verb.DELETE, ref, "remove", why) for ref in leftovers]
+        if release:
+            changes.append(Change(Verb.HELM_UNINSTALL, Ref.release(kueue.release, kueue.namespace),
+                                  f"uninstall {kueue.release}", why,
+                                  {"release": kueue.release, "namespace": kueue.namespace,
+                                   "timeout": f"{kueue.wait_timeout}s"}))
+        return changes
+
+    # --- verifying ----------------------------------------------------------------------------------------------------
+    def verify(self, ctx) -> Check:
+        section = section_of(ctx.config)
+        if not section.teams:
+            return Check(PASS, "no teams configured (the queues of an earlier run are removed)", done=True)
+        deadline = time.monotonic() + section.kueue.wait_timeout
+        while True:
+            state = self._queues_active(ctx, section)
+            if state.status == PASS or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+        if state.status != PASS:
+            return Check(FAIL, f"{state.message} after {section.kueue.wait_timeout}s — kubectl -n "
+                               f"{section.kueue.namespace} logs deploy/{section.kueue.release}-controller-manager")
+        return Check(PASS, f"{state.message}; workloads join with the label {render.QUEUE_LABEL}: "
+                           f"{section.local_queue}", done=True)
+
+    def _queues_active(self, ctx, section) -> Check:
+        """Every team's ClusterQueue Active (Kueue checked its flavors and admits into it) and every LocalQueue
+        Active."""
+        if not self._served(ctx):
+            return Check(WARN, "Kueue's API is not served yet")
+        inactive = []
+        for team in section.teams:
+            live = ctx.kube.get(render.API, "ClusterQueue", team.name)
+            if not _condition(live, "Active"):
+                inactive.append(f"ClusterQueue {team.name} ({_reason(live, 'Active')})")
+            for namespace in sorted(team.namespaces):
+                local = ctx.kube.get(render.API, "LocalQueue", section.local_queue, namespace)
+                if not _condition(local, "Active"):
+                    inactive.append(f"LocalQueue {namespace}/{section.local_queue} ({_reason(local, 'Active')})")
+        if inactive:
+            return Check(WARN, f"not active: {'; '.join(inactive[:4])}")
+        return Check(PASS, f"{len(section.teams)} team queue(s) active in cohort {section.cohort}")
+
+    # --- undo ---------------------------------------------------------------------------------------------------------
+    def undo_plan(self, ctx) -> list[Change]:
+        leftovers = self._owned(ctx, set()) if self._served(ctx) else []
+        release_ours, _status = self._release(ctx)
+        if not leftovers and not release_ours:
+            return []
+        if not ctx.options.evict_workloads:
+            admitted = self.admitted_workloads(ctx)
+            if admitted:
+                raise ClusterError(
+                    f"{len(admitted)} admitted workload(s) of users hold GPUs through our queues "
+                    f"({', '.join(admitted[:3])}): removing the queues and Kueue evicts them",
+                    f"let them finish (kubectl get workloads -A), or rerun teardown with {EVICT_FLAG}")
+        return self._removals(ctx, leftovers, release_ours, "teardown")
+
+    def admitted_workloads(self, ctx) -> list[str]:
+        """Workloads admitted through one of our ClusterQueues (namespace/name)."""
+        if not self._served(ctx) or not served(ctx.kube, render.API, "Workload"):
+            return []
+        ours = {ref.name for ref in self._owned(ctx, set()) if ref.kind == "ClusterQueue"}
+        found = []
+        for workload in ctx.kube.list(render.API, "Workload"):
+            status = workload.get("status") or {}
+            queue = ((status.get("admission") or {}).get("clusterQueue"))
+            if queue in ours and _condition(workload, "Admitted") and not _condition(workload, "Finished"):
+                found.append(f"{workload['metadata'].get('namespace')}/{workload['metadata']['name']}")
+        return sorted(found)
+
+    # --- doctor -------------------------------------------------------------------------------------------------------
+    def doctor(self, ctx) -> list[Check]:
+        check = self.check(ctx)
+        section = section_of(ctx.config)
+        if check.status in (FAIL, SKIP) or not section.teams:
+            return [check]
+        out = [check, self._queues_active(ctx, section)]
+        if section.require_queue:
+            out.append(self._bypassing(ctx, section))
+        return out
+
+    def _bypassing(self, ctx, section) -> Check:
+        """GPU pods in the team namespaces that no queue admitted (require_queue is on)."""
+        bypass = []
+        for team in section.teams:
+            for namespace in team.namespaces:
+                for pod in ctx.kube.list("v1", "Pod", namespace):
+                    if _requests_gpus(pod) and not (pod["metadata"].get("labels") or {}).get(render.QUEUE_LABEL) \
+                            and not _admitted_by_kueue(pod):
+                        bypass.append(f"{namespace}/{pod['metadata']['name']}")
+        if bypass:
+            return Check(WARN, f"GPU pod(s) outside any queue: {', '.join(bypass[:5])} — created before Kueue "
+                               f"managed the namespace? Delete and recreate them")
+        return Check(PASS, "every GPU pod in the team namespaces went through a queue", done=True)
+
+
+def _condition(obj: dict | None, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in ((obj or {}).get("status") or {}).get("conditions") or [])
+
+
+def _reason(obj: dict | None, kind: str) -> str:
+    if obj is None:
+        return "missing"
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c.get("message") or c.get("reason") or c.get("status")
+    return "Kueue has not reported on it"
+
+
+def _ours(obj: dict) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in render.MANAGED.items())
+
+
+def _requests_gpus(pod: dict) -> bool:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        if any(render.GPU in (resources.get(key) or {}) for key in ("limits", "requests")):
+            return True
+    return False
+
+
+def _admitted_by_kueue(pod: dict) -> bool:
+    """A pod of a Job Kueue admitted carries the Job's queue label on the Job, not on itself: Kueue marks what it
+    manages with its own annotations or owner (a Job's pods are owned by the Job it unsuspended)."""
+    meta = pod.get("metadata") or {}
+    return any(key.startswith("kueue.x-k8s.io/") for key in {**(meta.get("labels") or {}),
+                                                              **(meta.get("annotations") or {})})
+
+
+KUEUE_KINDS = ("resourceflavors", "clusterqueues", "localqueues", "workloadpriorityclasses")
+CHART_KINDS = (("", "configmaps", True), ("", "secrets", True), ("", "services", True), ("", "serviceaccounts", True),
+               ("apps", "deployments", True), ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", False),
+               ("admissionregistration.k8s.io", "validatingwebhookconfigurations", False),
+               ("apiregistration.k8s.io", "apiservices", False), ("rbac.authorization.k8s.io", "clusterroles", False),
+               ("rbac.authorization.k8s.io", "clusterrolebindings", False),
+               ("rbac.authorization.k8s.io", "roles", True),
+               ("rbac.authorization.k8s.io", "rolebindings", True),
+               ("apiextensions.k8s.io", "customresourcedefinitions", False))
+
+
+def rbac_needs(config) -> dict:
+    """Reading our queues and the release; with teams, installing Kueue's chart (its roles by name: RBAC lets one
+    create a role only with its permissions or `escalate`) and applying the queues."""
+    reads = [need("kueue.x-k8s.io", " ".join(KUEUE_KINDS), "get list"), need("", "nodes", "list"),
+             need("", "secrets", "get list", "kueue")]
+    removes = [need("kueue.x-k8s.io", " ".join(KUEUE_KINDS), "delete"), need("kueue.x-k8s.io", "workloads", "list"),
+               *[Need(g, (r,), HELM, "kueue" if namespaced else CLUSTER) for g, r, namespaced in CHART_KINDS]]
+    if not section_of(config).teams:
+        return {READ: reads, RUN: removes}
+    release = section_of(config).kueue.release
+    roles = {f"{release}-manager-role", f"{release}-metrics-auth-role"}
+    return {READ: reads,
+            WRITE: [need("kueue.x-k8s.io", " ".join(KUEUE_KINDS), APPLY), need("", "namespaces", APPLY),
+                    *[Need(g, (r,), APPLY, "kueue" if namespaced else CLUSTER) for g, r, namespaced in CHART_KINDS],
+                    need("rbac.authorization.k8s.io", "clusterroles", "bind escalate", CLUSTER, roles),
+                    need("rbac.authorization.k8s.io", "roles", "bind escalate", "kueue",
+                         {f"{release}-leader-election-role", f"{release}-manager-secrets-role",
+                          f"{release}-manager-clusterprofiles-role"}),
+                    need("rbac.authorization.k8s.io", "rolebindings", APPLY, "kube-system")],
+            RUN: [*removes, need("apps", "replicasets", "get list watch", "kueue"),
+                  need("", "pods", "get list watch", "kueue")],
+            DOCTOR: [need("", "pods", "list"), need("kueue.x-k8s.io", "workloads", "list")]}
+
+
+DECLARATION = declare(
+    # no switch: without teams it still runs, to remove the queues and Kueue of an earlier run
+    Queues, section="queues", model=QueuesConfig, needs=rbac_needs,
+    scopes=lambda config: {"kueue": section_of(config).kueue.namespace},
+    summary="when `queues.teams` is set: Kueue, with a GPU quota per team in one cohort (borrowing, reclaim) and "
+            "all-or-nothing admission of distributed jobs ([Team queues](docs/steps/queues.md))")
