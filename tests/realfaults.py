@@ -37,8 +37,9 @@ SKIPPED_KINDS = {"/Event", "events.k8s.io/Event", "coordination.k8s.io/Lease", "
                  "authorization.k8s.io/SelfSubjectReview", "/Endpoints"}
 
 
-def wait_for(check, timeout: float, what: str, interval: float = 0.05):
-    """Poll `check` (errors count as "not yet": the API server may be restarting) until it returns something true."""
+def wait_for(check, timeout: float, what, interval: float = 0.05):
+    """Poll `check` (errors count as "not yet": the API server may be restarting) until it returns something true.
+    `what`: what is awaited, or a function that says it with the state it ended in."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -49,7 +50,8 @@ def wait_for(check, timeout: float, what: str, interval: float = 0.05):
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"not within {timeout:g} s: {what}" + (f" (last error: {last})" if last else ""))
+    said = what() if callable(what) else what
+    raise AssertionError(f"not within {timeout:g} s: {said}" + (f" (last error: {last})" if last else ""))
 
 
 class RealState:

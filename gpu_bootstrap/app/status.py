@@ -530,6 +530,9 @@ def collect(kube, options: StatusOptions, sections) -> dict:
         from gpu_bootstrap.security.rbac import prometheus_service
         result["utilisation"] = utilisation(kube, options.prometheus, options.window, options.idle_below,
                                             prometheus_service(sections))
+    from gpu_bootstrap.app.status_queues import queues
+    if (found := queues(kube)) is not None:
+        result["queues"] = found
     if options.defrag:
         result["defrag"] = defrag(snapshot, _profile(kube, sections.scheduler, len(snapshot.nodes)),
                                   result["pending"])

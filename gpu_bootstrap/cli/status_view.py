@@ -156,6 +156,25 @@ def defrag_lines(plan: dict) -> list[str]:
     return lines
 
 
+def queues_table(section: dict, wide: bool):
+    """The team queues (Kueue): quota, use, borrowed GPUs, and the workloads that wait with Kueue's reason."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+    table = Table(title="GPU queues by team (Kueue)", title_justify="left")
+    for column in ("team", "quota", "used", "borrowed", "admitted", "waiting", "active"):
+        table.add_column(column, justify="left" if column in ("team", "active") else "right")
+    for team in section["teams"]:
+        table.add_row(escape(team["team"]), str(team["quota_gpus"]), str(team["used_gpus"]),
+                      str(team["borrowed_gpus"]), str(team["admitted_workloads"]), str(team["pending_workloads"]),
+                      "yes" if team["active"] else f"[red]no[/]: {escape(team['inactive_reason'] or '')}")
+    lines = [f"  {escape(w['namespace'])}/{escape(w['owner'] or w['workload'])} ({w['gpus']} GPU) waits: "
+             f"{escape(w['reason'])}" for w in section["waiting"]]
+    if section["waiting_total"] > len(section["waiting"]):
+        lines.append(f"  … and {section['waiting_total'] - len(section['waiting'])} more waiting")
+    return Group(table, *[Text.from_markup(line) for line in lines])
+
+
 def renderable(document: dict, by: str, wide: bool):
     """Everything `status` shows, as one rich Group (printed once, or redrawn by --watch)."""
     from rich.console import Group
@@ -165,6 +184,8 @@ def renderable(document: dict, by: str, wide: bool):
     if document["pending"]:
         parts.append(pending_table(document, wide))
     parts += [Text.from_markup(line) for line in fragmentation_lines(document)]
+    if document.get("queues"):
+        parts.append(queues_table(document["queues"], wide))
     if document.get("utilisation"):
         parts.append(utilisation_table(document, wide) if document["utilisation"]["gpus"] else
                      Text(f"GPU utilisation: {document['utilisation']['note']}"))

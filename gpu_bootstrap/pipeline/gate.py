@@ -119,7 +119,27 @@ class Gate:
         return self.kube.create(change.body, dry_run=dry_run)
 
     def _delete(self, change: Change, dry_run: bool):
-        return self.kube.delete(change.target, dry_run=dry_run)
+        """A DELETE whose body asks {"wait_gone": seconds} returns once the object is gone: a controller's finalizer
+        (Kueue's on its queues) must be released while that controller still runs, before a later change removes
+        it."""
+        deleted = self.kube.delete(change.target, dry_run=dry_run)
+        wait = (change.body or {}).get("wait_gone") if isinstance(change.body, dict) else None
+        if deleted and wait and not dry_run:
+            self._wait_gone(change.target, float(wait))
+        return deleted
+
+    def _wait_gone(self, ref, seconds: float) -> None:
+        import time
+
+        from gpu_bootstrap.core.errors import ClusterError
+        deadline = time.monotonic() + seconds
+        while (live := self.kube.get(ref.api_version, ref.kind, ref.name, ref.namespace)) is not None:
+            if time.monotonic() >= deadline:
+                holders = ", ".join((live.get("metadata") or {}).get("finalizers") or []) or "none"
+                raise ClusterError(f"{ref} is still there {seconds:g}s after its deletion (finalizers: {holders})",
+                                   "the controller that owns its finalizer must release it: check that it runs, "
+                                   "then rerun")
+            time.sleep(0.5)
 
     def _helm_upgrade(self, change: Change, dry_run: bool):
         body = change.body

@@ -219,6 +219,8 @@ def status_needs(prometheus: PrometheusService) -> list[Need]:
                                                                "wait; where Prometheus is"),
             need("resource.k8s.io", "resourceslices resourceclaims", "list",
                  why="status: GPUs served through DRA (NVIDIA's driver's ResourceSlices) and the claims that hold them"),
+            need("kueue.x-k8s.io", "clusterqueues localqueues workloads", "list",
+                 why="status: each team's GPU quota, use and waiting workloads (the queues step's Kueue)"),
             need("", "services/proxy", "get", "prometheus", (prometheus.proxy_name,),
                  why=f"status: GPU utilisation from Prometheus ({prometheus.namespace}/{prometheus.proxy_name}) "
                      f"through the API server's proxy, this Service only")]

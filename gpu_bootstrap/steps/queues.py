@@ -41,6 +41,7 @@ class QueueFacts:
     leftovers: list  # Refs of ours no longer wanted
     served: bool  # Kueue's API is served now (else the objects follow the release in the same run)
     wanted: list = field(default_factory=list)
+    namespace_missing: bool = False
 
 
 def section_of(config) -> QueuesConfig:
@@ -103,6 +104,10 @@ class Queues(Step):
         section = section_of(ctx.config)
         if not section.teams:
             return self._without_teams(ctx)
+        live_namespace = ctx.kube.get("v1", "Namespace", section.kueue.namespace)
+        if live_namespace and live_namespace["metadata"].get("deletionTimestamp"):
+            return Check(FAIL, f"namespace {section.kueue.namespace} is being deleted (an earlier teardown): rerun "
+                               f"once it is gone (kubectl get namespace {section.kueue.namespace})")
         chart = chart_of(section)
         nodes, unknown = self.gpu_nodes(ctx)
         rendered = render.render(section, None if unknown else nodes, self.gpu_labels(ctx), self.image(ctx))
@@ -119,7 +124,8 @@ class Queues(Step):
             return Check(FAIL, f"{', '.join(theirs[:3])} exist(s) and gpu-bootstrap did not create them: rename the "
                                f"team (or queues.local_queue), or remove them")
         leftovers = self._owned(ctx, exclude={Ref.of(o) for o in rendered.objects}) if is_served else []
-        facts = QueueFacts(chart, rendered, release, drift, leftovers, is_served, rendered.objects)
+        facts = QueueFacts(chart, rendered, release, drift, leftovers, is_served, rendered.objects,
+                           live_namespace is None)
         warnings = list(rendered.warnings)
         if unknown:
             warnings.append(f"the GPUs of {', '.join(unknown[:3])}{' and more' if len(unknown) > 3 else ''} are "
@@ -178,7 +184,7 @@ class Queues(Step):
                 drift[ref] = "missing"
             elif not _ours(live):
                 theirs.append(str(ref))
-            elif paths := differences(obj, live):
+            elif paths := differences(obj, live) + _removed(obj, live):
                 drift[ref] = "differs at " + ", ".join(paths[:3])
         return drift, theirs
 
@@ -202,7 +208,8 @@ class Queues(Step):
     def _without_teams(self, ctx) -> Check:
         leftovers = self._owned(ctx, set()) if self._served(ctx) else []
         release_ours, _status = self._release(ctx)
-        if not leftovers and not release_ours:
+        namespace = ctx.kube.get("v1", "Namespace", section_of(ctx.config).kueue.namespace)
+        if not leftovers and not release_ours and not (namespace and _ours_release_namespace(namespace)):
             return Check(SKIP, "no teams configured (queues.teams)")
         what = [f"{len(leftovers)} queue object(s)"] if leftovers else []
         what += ["the Kueue release"] if release_ours else []
@@ -216,6 +223,10 @@ class Queues(Step):
         facts: QueueFacts = check.facts
         changes = []
         if not facts.release["up_to_date"]:
+            if facts.namespace_missing:  # made here, labelled ours, so that teardown knows it may remove it
+                changes.append(Change(Verb.APPLY, Ref("v1", "Namespace", section_of(ctx.config).kueue.namespace),
+                                      "create", "Kueue's namespace, labelled as ours",
+                                      namespace_object(section_of(ctx.config).kueue.namespace)))
             changes.append(self._upgrade(ctx, facts))
         wanted = {Ref.of(o): o for o in facts.wanted}
         for ref, why in facts.drift.items():
@@ -241,14 +252,28 @@ class Queues(Step):
                       "queues.teams (Kueue admits each team's workloads against its quota)", body,
                       details=tuple(facts.rendered.explained))
 
-    def _removals(self, ctx, leftovers: list, release: bool, why: str) -> list[Change]:
+    def _removals(self, ctx, leftovers: list, release: bool, why: str, evicted: list | None = None) -> list[Change]:
+        """Our queue objects, each waited for while Kueue releases its finalizer (a ClusterQueue once nothing is
+        admitted into it); with `evicted` (teardown --evict-workloads), the users' workloads are deactivated first
+        and their Kueue finalizers released before Kueue goes, or removing its CRDs would wait on them for good."""
         kueue = section_of(ctx.config).kueue
-        changes = [Change(Verb.DELETE, ref, "remove", why) for ref in leftovers]
+        evicted = evicted or []
+        changes = [Change(Verb.PATCH, ref, "deactivate", f"{EVICT_FLAG}: Kueue evicts it (its Job is suspended, its "
+                                                         f"pods deleted)", {"spec": {"active": False}})
+                   for ref, _finalizers in evicted]
+        changes += [Change(Verb.DELETE, ref, "remove", why, {"wait_gone": kueue.wait_timeout}) for ref in leftovers]
+        changes += [Change(Verb.PATCH, ref, "release Kueue's finalizer",
+                           f"{EVICT_FLAG}: Kueue is removed, and with it its Workloads",
+                           {"metadata": {"finalizers": finalizers}}) for ref, finalizers in evicted]
         if release:
             changes.append(Change(Verb.HELM_UNINSTALL, Ref.release(kueue.release, kueue.namespace),
                                   f"uninstall {kueue.release}", why,
                                   {"release": kueue.release, "namespace": kueue.namespace,
                                    "timeout": f"{kueue.wait_timeout}s"}))
+        live = ctx.kube.get("v1", "Namespace", kueue.namespace)
+        if live and _ours_release_namespace(live):
+            changes.append(Change(Verb.DELETE, Ref("v1", "Namespace", kueue.namespace), "remove",
+                                  "the namespace gpu-bootstrap created for Kueue"))
         return changes
 
     # --- verifying ----------------------------------------------------------------------------------------------------
@@ -290,29 +315,37 @@ class Queues(Step):
     def undo_plan(self, ctx) -> list[Change]:
         leftovers = self._owned(ctx, set()) if self._served(ctx) else []
         release_ours, _status = self._release(ctx)
-        if not leftovers and not release_ours:
+        namespace = ctx.kube.get("v1", "Namespace", section_of(ctx.config).kueue.namespace)
+        if not leftovers and not release_ours and not (namespace and _ours_release_namespace(namespace)):
             return []
-        if not ctx.options.evict_workloads:
-            admitted = self.admitted_workloads(ctx)
-            if admitted:
-                raise ClusterError(
-                    f"{len(admitted)} admitted workload(s) of users hold GPUs through our queues "
-                    f"({', '.join(admitted[:3])}): removing the queues and Kueue evicts them",
-                    f"let them finish (kubectl get workloads -A), or rerun teardown with {EVICT_FLAG}")
-        return self._removals(ctx, leftovers, release_ours, "teardown")
+        unfinished = self.unfinished_workloads(ctx, leftovers)
+        if unfinished and not ctx.options.evict_workloads:
+            names = [f"{ref.namespace}/{ref.name}" for ref, _f in unfinished]
+            raise ClusterError(
+                f"{len(unfinished)} workload(s) of users are admitted or waiting in our queues "
+                f"({', '.join(names[:3])}{' and more' if len(names) > 3 else ''}): removing the queues and Kueue "
+                f"would stop them, and leave their Jobs suspended",
+                f"let them finish (kubectl get workloads -A), or rerun teardown with {EVICT_FLAG}")
+        return self._removals(ctx, leftovers, release_ours, "teardown", unfinished)
 
-    def admitted_workloads(self, ctx) -> list[str]:
-        """Workloads admitted through one of our ClusterQueues (namespace/name)."""
+    def unfinished_workloads(self, ctx, ours: list[Ref]) -> list[tuple[Ref, list[str]]]:
+        """Workloads not finished that are admitted into, or wait in, one of our queues, with the finalizers they
+        would keep without Kueue's own (namespace/name order)."""
         if not self._served(ctx) or not served(ctx.kube, render.API, "Workload"):
             return []
-        ours = {ref.name for ref in self._owned(ctx, set()) if ref.kind == "ClusterQueue"}
+        cluster_queues = {ref.name for ref in ours if ref.kind == "ClusterQueue"}
+        local_queues = {(ref.namespace, ref.name) for ref in ours if ref.kind == "LocalQueue"}
         found = []
         for workload in ctx.kube.list(render.API, "Workload"):
-            status = workload.get("status") or {}
-            queue = ((status.get("admission") or {}).get("clusterQueue"))
-            if queue in ours and _condition(workload, "Admitted") and not _condition(workload, "Finished"):
-                found.append(f"{workload['metadata'].get('namespace')}/{workload['metadata']['name']}")
-        return sorted(found)
+            meta = workload["metadata"]
+            admitted_into = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
+            waits_in = (meta.get("namespace"), (workload.get("spec") or {}).get("queueName"))
+            if _condition(workload, "Finished") or (admitted_into not in cluster_queues and
+                                                    waits_in not in local_queues):
+                continue
+            keep = [f for f in meta.get("finalizers") or [] if not f.startswith("kueue.x-k8s.io/")]
+            found.append((Ref(render.API, "Workload", meta["name"], meta.get("namespace")), keep))
+        return sorted(found, key=lambda item: (item[0].namespace or "", item[0].name))
 
     # --- doctor -------------------------------------------------------------------------------------------------------
     def doctor(self, ctx) -> list[Check]:
@@ -352,6 +385,33 @@ def _reason(obj: dict | None, kind: str) -> str:
         if c.get("type") == kind:
             return c.get("message") or c.get("reason") or c.get("status")
     return "Kueue has not reported on it"
+
+
+def _removed(wanted: dict, live: dict) -> list[str]:
+    """Parts we no longer render that the live object still has (a borrowingLimit dropped when borrowing is turned
+    on, a flavor's node label): a comparison of what we render against the live object cannot see them. Only the
+    keys are compared (their values are differences()'), so the server's defaults and quantity forms do not count."""
+    spec, live_spec = wanted.get("spec") or {}, live.get("spec") or {}
+    if wanted.get("kind") == "ResourceFlavor":
+        extra = set(live_spec.get("nodeLabels") or {}) - set(spec.get("nodeLabels") or {})
+        return ["spec.nodeLabels"] if extra else []
+    if wanted.get("kind") != "ClusterQueue":
+        return []
+
+    def quotas(groups) -> dict:
+        return {(flavor.get("name"), quota.get("name")): set(quota) for group in groups or []
+                for flavor in group.get("flavors") or [] for quota in flavor.get("resources") or []}
+    return ["spec.resourceGroups"] if quotas(spec.get("resourceGroups")) != quotas(
+        live_spec.get("resourceGroups")) else []
+
+
+def namespace_object(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(RELEASE_LABELS)}}
+
+
+def _ours_release_namespace(namespace: dict) -> bool:
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in RELEASE_LABELS.items())
 
 
 def _ours(obj: dict) -> bool:
