@@ -9,6 +9,7 @@ from gpu_bootstrap.core import config as cfg
 from gpu_bootstrap.core.errors import ConfigError
 from gpu_bootstrap.render import queues as render
 
+pytestmark = pytest.mark.unit  # host-free: the fast loop (pytest -m unit)
 H100 = "NVIDIA H100 80GB HBM3"
 L4 = "NVIDIA L4"
 GPU_LABELS = {"nvidia.com/gpu.present": "true"}

@@ -158,7 +158,14 @@ class Queues(Step):
             (f" (teams: {teams})" if parts else "")
 
     def _release(self, ctx) -> tuple[bool, dict | None]:
-        kueue = section_of(ctx.config).kueue
+        """(the Kueue release is ours, helm's status of it). Without teams it is looked for only in a namespace we
+        made: a cluster that never had queues costs no helm call, and a role made before this step needs no read."""
+        section = section_of(ctx.config)
+        kueue = section.kueue
+        if not section.teams:
+            namespace = ctx.kube.get("v1", "Namespace", kueue.namespace)
+            if not namespace or not _ours_release_namespace(namespace):
+                return False, None
         status = ctx.helm.status(kueue.release, kueue.namespace)
         return status is not None and ctx.helm.labelled(kueue.release, kueue.namespace, RELEASE_SELECTOR), status
 
@@ -406,7 +413,10 @@ def _removed(wanted: dict, live: dict) -> list[str]:
 
 
 def namespace_object(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(RELEASE_LABELS)}}
+    """Kueue's namespace: ours (teardown removes it), and held to the restricted Pod Security level, which Kueue's
+    controller pod meets (non-root, no privilege escalation, every capability dropped, RuntimeDefault seccomp)."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
+        **RELEASE_LABELS, "pod-security.kubernetes.io/enforce": "restricted"}}}
 
 
 def _ours_release_namespace(namespace: dict) -> bool:
@@ -447,26 +457,31 @@ CHART_KINDS = (("", "configmaps", True), ("", "secrets", True), ("", "services",
 
 
 def rbac_needs(config) -> dict:
-    """Reading our queues and the release; with teams, installing Kueue's chart (its roles by name: RBAC lets one
-    create a role only with its permissions or `escalate`) and applying the queues."""
-    reads = [need("kueue.x-k8s.io", " ".join(KUEUE_KINDS), "get list"), need("", "nodes", "list"),
-             need("", "secrets", "get list", "kueue")]
-    removes = [need("kueue.x-k8s.io", " ".join(KUEUE_KINDS), "delete"), need("kueue.x-k8s.io", "workloads", "list"),
-               *[Need(g, (r,), HELM, "kueue" if namespaced else CLUSTER) for g, r, namespaced in CHART_KINDS]]
+    """Reading our queues; with teams, installing Kueue's chart (its roles by name: RBAC lets one create a role only
+    with its permissions or `escalate`), applying the queues and removing them. Without teams only the cluster-wide
+    reads and removals of queue objects: no Role in a Kueue namespace that does not exist (a release an earlier run
+    left is removed by the role that run was given)."""
+    kinds = " ".join(KUEUE_KINDS)
+    reads = [need("kueue.x-k8s.io", kinds, "get list"), need("", "namespaces", "get")]
+    removes = [need("kueue.x-k8s.io", kinds, "delete"), need("kueue.x-k8s.io", "workloads", "list patch")]
     if not section_of(config).teams:
         return {READ: reads, RUN: removes}
     release = section_of(config).kueue.release
-    roles = {f"{release}-manager-role", f"{release}-metrics-auth-role"}
-    return {READ: reads,
-            WRITE: [need("kueue.x-k8s.io", " ".join(KUEUE_KINDS), APPLY), need("", "namespaces", APPLY),
-                    *[Need(g, (r,), APPLY, "kueue" if namespaced else CLUSTER) for g, r, namespaced in CHART_KINDS],
-                    need("rbac.authorization.k8s.io", "clusterroles", "bind escalate", CLUSTER, roles),
+    chart = [(g, r, "kueue" if namespaced else CLUSTER) for g, r, namespaced in CHART_KINDS]
+    return {READ: [*reads, need("", "nodes", "list"), need("", "secrets", "get list", "kueue")],
+            WRITE: [need("kueue.x-k8s.io", kinds, APPLY), need("", "namespaces", APPLY),
+                    *[Need(g, (r,), APPLY, scope) for g, r, scope in chart],
+                    need("rbac.authorization.k8s.io", "clusterroles", "bind escalate", CLUSTER,
+                         {f"{release}-manager-role", f"{release}-metrics-auth-role"}),
                     need("rbac.authorization.k8s.io", "roles", "bind escalate", "kueue",
                          {f"{release}-leader-election-role", f"{release}-manager-secrets-role",
                           f"{release}-manager-clusterprofiles-role"}),
-                    need("rbac.authorization.k8s.io", "rolebindings", APPLY, "kube-system")],
-            RUN: [*removes, need("apps", "replicasets", "get list watch", "kueue"),
-                  need("", "pods", "get list watch", "kueue")],
+                    # the visibility server reads the API server's front-proxy CA: a RoleBinding in kube-system
+                    need("rbac.authorization.k8s.io", "rolebindings", APPLY, "kube-system"),
+                    need("rbac.authorization.k8s.io", "roles", "bind", "kube-system",
+                         {"extension-apiserver-authentication-reader"})],
+            RUN: [*removes, need("rbac.authorization.k8s.io", "rolebindings", HELM, "kube-system"), *[Need(g, (r,), HELM, scope) for g, r, scope in chart],
+                  need("apps", "replicasets", "get list watch", "kueue"), need("", "pods", "get list watch", "kueue")],
             DOCTOR: [need("", "pods", "list"), need("kueue.x-k8s.io", "workloads", "list")]}
 
 

@@ -17,6 +17,9 @@ scripts/install-test-tools, as a kubelet would run the container:
 Differences from a kubelet, on purpose: readiness is KWOK's (a pod is Ready at once, not when its probe answers), and
 the process runs as root's child on the host network. Processes' output: <cluster>/pods/<namespace>_<pod>/out.log.
 
+Kueue's controller manager runs for the pod of its chart's Deployment; its Configuration (a ConfigMap it mounts) is
+bound from a copy whose listening addresses are the pod's (CONFIG_LISTEN), as its flags' would be.
+
 NVIDIA's gpu-operator controller is real for the one chart built beside it (the 25.3 line: the only commit of the
 operator's module the Go module proxy serves; OWN_TAG_ONLY): the agent runs it for that chart's operator pod, with
 the commit's state manifests bound at /opt/gpu-operator. For any other chart (v25.10, v26.x: release versions the

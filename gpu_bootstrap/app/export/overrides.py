@@ -13,7 +13,7 @@ from gpu_bootstrap.core.errors import UsageError
 
 # the config sections that name a chart: their key as users write it -> their path in the config model
 CHART_SECTIONS = {"gpu_operator": ("gpu_operator",), "gpu_operator.dra_driver": ("gpu_operator", "dra_driver"),
-                  "monitoring": ("monitoring",)}
+                  "monitoring": ("monitoring",), "queues.kueue": ("queues", "kueue")}
 SCHEMES = ("https://", "http://", "oci://")
 FLAG = "--chart-repository"
 
@@ -68,6 +68,8 @@ def apply(config, chart_repositories: dict[str, str], certificates: str | None):
 
 
 def _enabled(config, section: str) -> bool:
+    if section == "queues.kueue":  # the queues step's own section (absent from a config built without its model)
+        return bool(getattr(getattr(config, "queues", None), "teams", None))
     if section == "gpu_operator.dra_driver":
         return config.gpu_operator.enabled and config.gpu_operator.allocation == "dra"
     return getattr(config, section).enabled
