@@ -256,7 +256,8 @@ def test_default_config_plans_every_step_with_the_documented_versions(minor, dis
     steps = {s["id"]: s for s in doc["steps"]}
     assert {k: s["status"] for k, s in steps.items()} == {
         "preflight": "unchanged", "node-prep": "planned", "gpu-pools": "skipped", "monitoring": "incomplete",
-        "gpu-operator": "incomplete", "binpack-scheduler": "planned", "admission-opa": "planned", "admission": "planned", "validate": "planned"}, doc
+        "gpu-operator": "incomplete", "binpack-scheduler": "planned", "admission-opa": "planned", "admission": "planned", "queues": "skipped",
+        "validate": "planned"}, doc
     assert steps["gpu-operator"]["message"].startswith("planned, but gpu-operator manifests not rendered")
     assert steps["monitoring"]["message"].startswith("planned, but kube-prometheus-stack manifests not rendered")
     monitoring = load(out / "monitoring" / "release.yaml")

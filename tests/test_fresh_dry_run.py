@@ -36,6 +36,7 @@ def test_a_dry_run_on_a_fresh_cluster_plans_every_step(cluster, tmp_path):
     assert result.exit_code == 0, result.output
     steps = {s["id"]: s for s in json.loads(result.stdout)["steps"]}
     assert steps.pop("gpu-pools")["status"] == "skipped"  # no pools configured
+    assert steps.pop("queues")["status"] == "skipped"  # no teams configured
     assert [s for s in steps if steps[s]["status"] not in ("planned", "probed", "unchanged")] == []
     assert steps["gpu-operator"]["status"] == "planned"
     assert "validated client-side" in steps["gpu-operator"]["message"]

@@ -67,7 +67,7 @@ def test_up_installs_waits_for_the_operands_and_validates(cluster, tmp_path):
     assert uncovered(cluster.emu.requests.all(), "up", config) == []
     assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-pools": "skipped", "monitoring": "skipped",
                                   "gpu-operator": "applied", "binpack-scheduler": "applied", "admission-opa": "applied",
-                                  "admission": "applied", "validate": "applied"}
+                                  "admission": "applied", "queues": "skipped", "validate": "applied"}
     operator = next(s for s in document["steps"] if s["id"] == "gpu-operator")
     assert operator["message"] == "operands ready on 3 GPU node(s), 24 GPU(s) advertised"
     validate = next(s for s in document["steps"] if s["id"] == "validate")

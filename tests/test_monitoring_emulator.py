@@ -103,7 +103,7 @@ def test_one_up_installs_the_stack_the_operator_creates_the_dcgm_servicemonitor_
     assert uncovered(cluster.emu.requests.all(), "up", write_config(tmp_path, cluster)) == []
     assert statuses(document) == {"preflight": "probed", "node-prep": "applied", "gpu-pools": "skipped", "monitoring": "applied",
                                   "gpu-operator": "applied", "binpack-scheduler": "applied", "admission-opa": "applied",
-                                  "admission": "applied", "validate": "skipped"}
+                                  "admission": "applied", "queues": "skipped", "validate": "skipped"}
     assert "Prometheus answers; dashboards and alerts in place; the DCGM exporter is not deployed yet" in \
         message(document, "monitoring")
     releases = {r["name"]: r for r in json.loads(cluster.helm("list", "-A", "-o", "json").stdout)}

@@ -351,7 +351,8 @@ def test_a_client_side_plan_with_the_plan_role_reads_only_and_reports_what_it_ca
     # are not read); no OPA runs yet, so its certificate is planned as a first one
     assert statuses == {"preflight": "unchanged", "node-prep": "planned", "gpu-pools": "skipped",
                         "monitoring": "planned", "gpu-operator": "planned", "binpack-scheduler": "planned",
-                        "admission-opa": "planned", "admission": "planned", "validate": "planned"}
+                        "admission-opa": "planned", "admission": "planned", "queues": "skipped",
+                        "validate": "planned"}
 
 
 @pytest.mark.unit

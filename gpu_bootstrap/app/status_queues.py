@@ -56,7 +56,7 @@ def queues(kube) -> dict | None:
     try:
         cluster_queues = kube.list(render.API, "ClusterQueue", label_selector=render.OWNED_SELECTOR)
     except ClusterError as error:
-        if error.status in (None, 404, 403):  # not served (no Kueue), or not ours to read: no section
+        if not error.status or error.status in (404, 403):  # not served (no Kueue), or not ours to read: none
             return None
         raise
     if not cluster_queues:
