@@ -172,8 +172,9 @@ def test_every_figure_equals_the_hand_count(ground_truth, tmp_path):
         "partial_free_gpus": 9, "free_8gpu_nodes": 0, "free_4gpu_nodes": 0,
         "smallest_pod": {"cpu_milli": 1000, "memory_mib": 4096}}
     # nodes, pods, events (one page each), the discovery of resource.k8s.io/v1 (not served by this cluster's version,
-    # so no DRA list follows) and the Service list for Prometheus
-    assert document["requests"] == 5
+    # so no DRA list follows), that of kueue.x-k8s.io/v1beta2 (no Kueue: no queue list follows) and the Service list
+    # for Prometheus
+    assert document["requests"] == 6
 
 
 def test_fragmentation_equals_what_simulate_reads_of_the_same_cluster(ground_truth, tmp_path):
