@@ -162,6 +162,10 @@ def test_up_installs_kueue_and_the_teams_queues_are_active(queues):
         assert condition(cluster_queue, "Active"), cluster_queue.get("status")
         local = api.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{team}/localqueues/{QUEUE}")
         assert local["spec"]["clusterQueue"] == team
+    doctor = queues.gpu_bootstrap("doctor", "--preflight-report", str(queues.folder / "report.json"))
+    checks = [c for c in (doctor.document or {}).get("checks", []) if c["id"] == "queues"]
+    assert checks and all(c["status"] == "pass" for c in checks), doctor.output[-3000:]
+    assert any("3 team queue(s) active" in c["message"] for c in checks), checks
 
 
 def test_without_queues_two_interleaved_gangs_deadlock_half_placed(queues):
