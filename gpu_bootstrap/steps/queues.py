@@ -16,7 +16,7 @@ our queues and flavors and our release, and refuses while users' admitted worklo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_bootstrap.core.errors import ClusterError, Unknown, Unreachable
@@ -39,8 +39,6 @@ class QueueFacts:
     release: dict  # gpu_operator_release.release_state's answer
     drift: dict  # Ref -> why
     leftovers: list  # Refs of ours no longer wanted
-    served: bool  # Kueue's API is served now (else the objects follow the release in the same run)
-    wanted: list = field(default_factory=list)
     namespace_missing: bool = False
 
 
@@ -124,8 +122,7 @@ class Queues(Step):
             return Check(FAIL, f"{', '.join(theirs[:3])} exist(s) and gpu-bootstrap did not create them: rename the "
                                f"team (or queues.local_queue), or remove them")
         leftovers = self._owned(ctx, exclude={Ref.of(o) for o in rendered.objects}) if is_served else []
-        facts = QueueFacts(chart, rendered, release, drift, leftovers, is_served, rendered.objects,
-                           live_namespace is None)
+        facts = QueueFacts(chart, rendered, release, drift, leftovers, live_namespace is None)
         warnings = list(rendered.warnings)
         if unknown:
             warnings.append(f"the GPUs of {', '.join(unknown[:3])}{' and more' if len(unknown) > 3 else ''} are "
@@ -235,7 +232,7 @@ class Queues(Step):
                                       "create", "Kueue's namespace, labelled as ours",
                                       namespace_object(section_of(ctx.config).kueue.namespace)))
             changes.append(self._upgrade(ctx, facts))
-        wanted = {Ref.of(o): o for o in facts.wanted}
+        wanted = {Ref.of(o): o for o in facts.rendered.objects}
         for ref, why in facts.drift.items():
             changes.append(Change(Verb.APPLY, ref, "create" if why == "missing" else "update",
                                   f"queues: {why}" if why != "missing" else "queues.teams", wanted[ref],
@@ -360,7 +357,8 @@ class Queues(Step):
         section = section_of(ctx.config)
         if check.status in (FAIL, SKIP) or not section.teams:
             return [check]
-        out = [check, self._queues_active(ctx, section)]
+        # a passing check has read the queues' state already (its message says it)
+        out = [check] if check.status == PASS else [check, self._queues_active(ctx, section)]
         if section.require_queue:
             out.append(self._bypassing(ctx, section))
         return out
