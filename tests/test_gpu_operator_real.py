@@ -36,7 +36,7 @@ from tests.localcluster.cluster import binaries, require
 from tests.localcluster.rest import ApiError
 from tests.realfaults import UpRun, local_cluster, wait_for
 from tests.test_render_gpu_operator import CRIO, FRESH, K3S, RKE2, node
-from tests.tools import run, tool, tool_env
+from tests.tools import run, tool, tool_env, wait_established
 
 pytestmark = [pytest.mark.tools, pytest.mark.slow, pytest.mark.xdist_group("gpu-operator-real")]
 GPU_NODES = ["gpu-1", "gpu-2"]
@@ -366,7 +366,8 @@ def set_crds(operator: Operator, wanted: bool) -> None:
             member = next(m for m in archive.getmembers() if m.name.endswith("_servicemonitors.yaml"))
             crd = archive.extractfile(member).read().decode()
         operator.kubectl("apply", "--server-side", "-f", "-", input=crd)
-        operator.kubectl("wait", "--for=condition=Established", f"crd/{SERVICE_MONITORS}", "--timeout=60s")
+        wait_established(lambda name: operator.api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"),
+                         SERVICE_MONITORS)
     elif not wanted and present:
         operator.kubectl("delete", "crd", SERVICE_MONITORS, "--wait=true")
         restart_controller(operator)

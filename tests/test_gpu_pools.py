@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from gpu_bootstrap.core import schemas
 from gpu_bootstrap.cli.commands import app
 from tests.nodes.reports import write_report
+from tests.tools import wait_established
 
 runner = CliRunner()
 DATA = Path(__file__).resolve().parent / "data" / "karpenter"
@@ -191,8 +192,8 @@ def emulator_options():
 def install_crds(cluster) -> None:
     for name in CRDS:
         cluster.kubectl("apply", "--server-side", "-f", str(DATA / name), timeout=120)
-    for name in ("nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"):
-        cluster.kubectl("wait", "--for", "condition=Established", f"crd/{name}", "--timeout", "30s")
+    wait_established(lambda name: json.loads(cluster.kubectl("get", f"crd/{name}", "-o", "json").stdout),
+                     "nodepools.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws")
 
 
 def up(cluster, tmp_path: Path, body: str = POOLS, *extra: str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,18 @@ def run(args: list[str], env: dict, timeout: float = 120, check: bool = True, in
                              f"stderr:\n{result.stderr}")
     return result
 
+
+
+def wait_established(read_crd, *crds: str, timeout: float = 60) -> None:
+    """Until each CRD is Established; `read_crd(name)` returns the CRD as a dict. Not `kubectl wait`: on a CRD just
+    created, before the API server has set any condition, it fails at once (".status.conditions accessor error:
+    <nil>") instead of waiting."""
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        while not any(c.get("type") == "Established" and c.get("status") == "True"
+                      for c in (read_crd(crd).get("status") or {}).get("conditions") or []):
+            assert time.monotonic() < deadline, f"CRD {crd} was not Established within {timeout:.0f} s"
+            time.sleep(0.2)
 
 # Examples per hypothesis fuzz test: few in the unit loop a developer runs after each edit (pytest -m unit must stay
 # under 30 s), more in the full suite (scripts/test sets 200, so CI runs twice the 100 it used to).

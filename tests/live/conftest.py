@@ -29,7 +29,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.live import fake_gpus
-from tests.tools import ROOT, tool_env, missing, run, tool
+from tests.tools import ROOT, tool_env, missing, run, tool, wait_established
 
 LIVE_KUBECONFIG = os.environ.get("GPU_BOOTSTRAP_LIVE_KUBECONFIG")
 EMULATOR_VERSION = os.environ.get("GPU_BOOTSTRAP_LIVE_EMULATOR_VERSION", "1.33.2")
@@ -103,14 +103,7 @@ class Target:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
     def wait_established(self, *crds: str, timeout: float = 60) -> None:
-        """Until each CRD is Established. Not `kubectl wait`: on a CRD just created, before the API server has set
-        any condition, it fails at once (".status.conditions accessor error: <nil>") instead of waiting."""
-        deadline = time.monotonic() + timeout
-        for crd in crds:
-            while not any(c.get("type") == "Established" and c.get("status") == "True"
-                          for c in (self.json("get", f"crd/{crd}").get("status") or {}).get("conditions") or []):
-                assert time.monotonic() < deadline, f"CRD {crd} was not Established within {timeout:.0f} s"
-                time.sleep(0.2)
+        wait_established(lambda crd: self.json("get", f"crd/{crd}"), *crds, timeout=timeout)
 
     def cli(self, *args: str) -> tuple:
         """gpu-bootstrap in-process with -o json; its log goes to the artifacts folder (CI uploads it on failure)."""
