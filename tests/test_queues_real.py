@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_bootstrap.steps.queues import bypassing
 from tests.localcluster.cluster import HOLD_LABEL, require
 from tests.localcluster.rest import ApiError
 from tests.realfaults import UpRun, local_cluster, wait_for
@@ -185,6 +186,7 @@ def test_without_queues_two_interleaved_gangs_deadlock_half_placed(queues):
         assert {p["spec"]["schedulerName"] for p in a + b} == {SCHEDULER}
         pending = [p["metadata"]["name"] for p in a + b if not p["spec"].get("nodeName")]
         assert sorted(pending) == ["a4", "b4"]
+        assert len(bypassing(a + b)) == 8  # what doctor lists with require_queue: GPU pods no queue admitted
     finally:
         remove(api, NO_QUEUE, "pods", names)
 
@@ -209,6 +211,7 @@ def test_with_a_queue_one_gang_runs_whole_and_the_other_waits_without_pods(queue
         assert pods_of(api, TEAM_A, "second") == []
         first = pods_of(api, TEAM_A, "first")
         assert {p["spec"]["schedulerName"] for p in first} == {SCHEDULER}
+        assert bypassing(first) == []  # the pods of a Job Kueue admitted are known as such (doctor, require_queue)
         shown = queues.gpu_bootstrap("status")
         assert shown.code == 0, shown.output[-2000:]
         team = next(t for t in shown.document["queues"]["teams"] if t["team"] == TEAM_A)
@@ -317,3 +320,21 @@ def test_teardown_refuses_while_a_user_s_workload_is_admitted_and_then_leaves_no
                  WITHIN, "Kueue's namespace to be gone", interval=0.5)
         restored = queues.up("queues")
         assert restored.code == 0, restored.output[-3000:]
+
+
+@pytest.mark.parametrize("release", ["kueue", "queues"])
+def test_the_up_role_names_every_role_the_pinned_chart_makes(release, tmp_path):
+    """`rbac --for up` gives escalate and bind on Kueue's chart roles by name (steps/queues.py CHART_CLUSTER_ROLES):
+    the list must be exactly what the chart renders, for a release named after the chart or not."""
+    import yaml
+    from gpu_bootstrap.steps.queues import CHART_CLUSTER_ROLES, CHART_ROLES, chart_fullname
+    from tests.localcluster.cluster import binaries
+    from tests.tools import run, tool, tool_env
+    require("kueue-chart")
+    rendered = run([tool("helm"), "template", release, str(binaries()["kueue-chart"]), "-n", "kueue-system"],
+                   tool_env(tmp_path)).stdout
+    made = [d for d in yaml.safe_load_all(rendered) if d]
+    name = chart_fullname(release)
+    assert {d["metadata"]["name"] for d in made if d["kind"] == "ClusterRole"} == \
+        {f"{name}-{role}" for role in CHART_CLUSTER_ROLES}
+    assert {d["metadata"]["name"] for d in made if d["kind"] == "Role"} == {f"{name}-{role}" for role in CHART_ROLES}

@@ -112,6 +112,29 @@ def test_kueue_s_configuration_manages_the_team_namespaces_only(settings, expect
         "repository": render.IMAGE, "tag": "v0.17.0", "pullPolicy": "IfNotPresent"}
 
 
+@pytest.mark.parametrize("dra", [False, True])
+def test_dra_mode_turns_kueue_s_dra_gates_on_and_counts_gpu_claims_as_gpus(dra):
+    """DRA mode: both gates (DRAExtendedResources is refused by Kueue without DynamicResourceAllocation) and the
+    mapping of NVIDIA's whole-GPU class to nvidia.com/gpu, the resource the quotas name; device-plugin mode: neither."""
+    conf = section(teams=[{"name": "a", "namespaces": ["a"], "gpus": 4}])
+    rendered = render.render(conf, [render.GpuNode("gpu-1", (H100,) * 4, 4)], GPU_LABELS, dra=dra)
+    config = yaml.safe_load(rendered.values["managerConfig"]["controllerManagerConfigYaml"])
+    gates = rendered.values["controllerManager"].get("featureGates")
+    if dra:
+        assert gates == [{"name": "DynamicResourceAllocation", "enabled": True},
+                         {"name": "DRAExtendedResources", "enabled": True}]
+        assert config["resources"] == {
+            "deviceClassMappings": [{"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]}],
+            "transformations": [{"input": "deviceclass.resource.kubernetes.io/gpu.nvidia.com", "strategy": "Replace",
+                                 "outputs": {"nvidia.com/gpu": "1"}}]}
+        assert any("DRA" in line for line in rendered.explained)
+    else:
+        assert gates is None and "resources" not in config
+        assert not any("DRA" in line for line in rendered.explained)
+    assert gpu_quota(by_kind(rendered.objects, "ClusterQueue")["a"]) == {
+        render.ANY_GPU_FLAVOR: {"name": render.GPU, "nominalQuota": "4"}}  # the quotas are the same either way
+
+
 def test_a_mirrored_image_keeps_its_registry_port():
     conf = section(teams=[{"name": "a", "namespaces": ["a"], "gpus": 1}])
     image = render.chart_values(conf, "mirror.example:5000/kueue/kueue:v0.17.0")["controllerManager"]["manager"]
@@ -144,3 +167,25 @@ def test_bad_teams_are_refused_naming_the_field(tmp_path, teams, field, words):
         cfg.load(path, environ={}, model=registry.config_model())
     message = str(refused.value)
     assert "queues" in message and field.split(".")[-1] in message and words in message, message
+
+
+def _pod(name: str, gpus: int = 1, labels: dict | None = None, annotations: dict | None = None,
+         phase: str = "Running") -> dict:
+    resources = {"limits": {render.GPU: str(gpus)}} if gpus else {}
+    return {"metadata": {"name": name, "namespace": "team-a", "labels": labels or {},
+                         "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "main", "resources": resources}]}, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize("pod, listed", [
+    (_pod("plain"), True),  # a GPU pod no queue admitted: what doctor lists with require_queue
+    (_pod("cpu-only", gpus=0), False),
+    (_pod("named", labels={render.QUEUE_LABEL: "gpus"}), False),  # a pod of the pod integration, in a queue
+    (_pod("of-a-job", labels={"kueue.x-k8s.io/podset": "main"}), False),  # Kueue marked it when it admitted the Job
+    (_pod("done", phase="Succeeded"), False),  # holds no GPU any more
+    (_pod("failed", phase="Failed"), False),
+    (_pod("pending", phase="Pending"), True),
+])
+def test_doctor_lists_the_gpu_pods_that_bypass_the_queues(pod, listed):
+    from gpu_bootstrap.steps.queues import bypassing
+    assert bypassing([pod]) == ([f"team-a/{pod['metadata']['name']}"] if listed else [])

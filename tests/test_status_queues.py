@@ -80,3 +80,15 @@ def test_no_section_without_a_queue_of_ours_to_read(listing):
 def test_an_api_error_is_not_taken_for_no_queues():
     with pytest.raises(ClusterError):
         queues(Listing({}, served=False, status=500))
+
+
+def test_a_waiting_workload_s_gpus_include_what_it_claims_through_dra():
+    """A Job whose pods claim GPUs from a ResourceClaimTemplate asks for no nvidia.com/gpu in its pod template: the
+    count comes from what Kueue recorded when it considered the workload (status.resourceRequests, all pods)."""
+    claiming = workload("claims", "a", "gpus", 2, 0, message="insufficient unused quota for nvidia.com/gpu")
+    claiming["status"]["resourceRequests"] = [{"name": "main", "resources": {"cpu": "2", render.GPU: "4"}}]
+    found = queues(Listing({"ClusterQueue": [cluster_queue("team-a", 4, 4, 0, 1, 1)],
+                            "LocalQueue": [{"metadata": {"name": "gpus", "namespace": "a", "labels": OURS},
+                                            "spec": {"clusterQueue": "team-a"}}],
+                            "Workload": [claiming]}))
+    assert [(w["workload"], w["gpus"]) for w in found["waiting"]] == [("claims", 4)]

@@ -41,6 +41,11 @@ def _waiting_reason(workload: dict) -> str:
 
 
 def _gpus_asked(workload: dict) -> int:
+    """Kueue's own totals once it has considered the workload (they include GPUs claimed through DRA, which a pod
+    template's resources do not show), else the pod templates' GPU requests."""
+    considered = (workload.get("status") or {}).get("resourceRequests")
+    if considered:
+        return sum(_count((r.get("resources") or {}).get(render.GPU)) for r in considered)
     total = 0
     for pod_set in (workload.get("spec") or {}).get("podSets") or []:
         spec = (pod_set.get("template") or {}).get("spec") or {}

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from gpu_bootstrap.core.dra import GPU_CLASS, IMPLICIT_PREFIX
+
 API = "kueue.x-k8s.io/v1beta2"
 CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 KINDS = ("ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue", "LocalQueue")  # the order they are applied in
@@ -34,6 +36,17 @@ FRAMEWORKS = ("batch/job", "pod", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorc
               "trainer.kubeflow.org/trainjob", "ray.io/rayjob", "ray.io/raycluster",
               "leaderworkerset.x-k8s.io/leaderworkerset")
 IMAGE = "registry.k8s.io/kueue/kueue"
+# gpu_operator.allocation: dra. Kueue counts DRA devices only with its DynamicResourceAllocation gate (alpha in 0.17,
+# off by default): a claim from a ResourceClaimTemplate of a mapped DeviceClass counts as the mapping's resource. With
+# DRAExtendedResources too (alpha in 0.17; it needs the first), a pod asking for nvidia.com/gpu that a DeviceClass's
+# spec.extendedResourceName serves (KEP-5004) is resolved through that class, so both ways count against the same
+# nvidia.com/gpu quota.
+DRA_GATES = ("DynamicResourceAllocation", "DRAExtendedResources")
+DRA_GPU_CLASSES = (GPU_CLASS,)  # whole GPUs; MIG slices and VFIO GPUs are not one nvidia.com/gpu each
+# DRAExtendedResources resolves a class's spec.extendedResourceName only, not the name every class has implicitly
+# (KEP-5004's deviceclass.resource.kubernetes.io/<class>): a resource transformation counts that one as GPUs too,
+# where it would otherwise be a resource no queue covers (and its workloads never admitted)
+DRA_IMPLICIT_GPU = tuple(IMPLICIT_PREFIX + name for name in DRA_GPU_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -129,9 +142,10 @@ def namespaces_of(section) -> list[str]:
     return sorted(n for team in section.teams for n in team.namespaces)
 
 
-def configuration(section) -> dict:
+def configuration(section, dra: bool = False) -> dict:
     """Kueue's Configuration: the chart's defaults, with the workloads it manages limited to the team namespaces (its
-    pod webhook then asks nothing of pods elsewhere), and all-or-nothing admission."""
+    pod webhook then asks nothing of pods elsewhere), and all-or-nothing admission. `dra`: claims of NVIDIA's GPU
+    DeviceClass count as nvidia.com/gpu."""
     config = {
         "apiVersion": CONFIG_API, "kind": "Configuration", "namespace": section.kueue.namespace,
         "health": {"healthProbeBindAddress": ":8081"},
@@ -152,19 +166,28 @@ def configuration(section) -> dict:
         # split the free GPUs between them; one that does not get all its pods ready in time is evicted and requeued
         config["waitForPodsReady"] = {"timeout": section.timeout, "blockAdmission": True,
                                       "requeuingStrategy": {"timestamp": "Eviction"}}
+    if dra:
+        config["resources"] = {
+            "deviceClassMappings": [{"name": GPU, "deviceClassNames": list(DRA_GPU_CLASSES)}],
+            "transformations": [{"input": name, "strategy": "Replace", "outputs": {GPU: "1"}}
+                                for name in DRA_IMPLICIT_GPU]}
     return config
 
 
-def chart_values(section, image: str | None = None) -> dict:
-    """The values for Kueue's chart: our Configuration, the image (pinned where the catalogue knows its digest) and
-    nothing of the optional parts (visibility API priority, KueueViz, cert-manager, Prometheus)."""
+def chart_values(section, image: str | None = None, dra: bool = False) -> dict:
+    """The values for Kueue's chart: our Configuration, the image (pinned where the catalogue knows its digest), the
+    DRA gates in DRA mode, and nothing of the optional parts (visibility API priority, KueueViz, cert-manager,
+    Prometheus)."""
     repository, _, tag = (image or f"{IMAGE}:v{section.kueue.version.lstrip('v')}").rpartition(":")
     if "/" in tag:  # a registry port, no tag
         repository, tag = image, f"v{section.kueue.version.lstrip('v')}"
+    manager = {"manager": {"image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}}}
+    if dra:
+        manager["featureGates"] = [{"name": gate, "enabled": True} for gate in DRA_GATES]
     return {
-        "controllerManager": {"manager": {"image": {"repository": repository, "tag": tag,
-                                                    "pullPolicy": "IfNotPresent"}}},
-        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(configuration(section), sort_keys=False)},
+        "controllerManager": manager,
+        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(configuration(section, dra),
+                                                                        sort_keys=False)},
     }
 
 
@@ -203,7 +226,7 @@ def warnings(section, nodes: list[GpuNode] | None) -> list[str]:
     return out
 
 
-def explain(section) -> list[str]:
+def explain(section, dra: bool = False) -> list[str]:
     lines = []
     for team in section.teams:
         quota = ", ".join(f"{n} {p}" for p, n in sorted(team.gpus.items())) if isinstance(team.gpus, dict) else \
@@ -216,13 +239,19 @@ def explain(section) -> list[str]:
     if section.all_or_nothing:
         lines.append(f"all-or-nothing: a workload's pods are admitted together; not all ready within "
                      f"{section.timeout}: evicted and requeued")
+    if dra:
+        lines.append(f"DRA: GPUs asked as nvidia.com/gpu or {', '.join(DRA_IMPLICIT_GPU)}, or claimed from "
+                     f"DeviceClass {', '.join(DRA_GPU_CLASSES)}, count against the GPU quotas (Kueue gates "
+                     f"{' and '.join(DRA_GATES)}, alpha)")
     return lines
 
 
-def render(section, nodes: list[GpuNode] | None, gpu_labels: dict[str, str], image: str | None = None) -> Rendered:
+def render(section, nodes: list[GpuNode] | None, gpu_labels: dict[str, str], image: str | None = None,
+           dra: bool = False) -> Rendered:
+    """`dra`: the GPUs are served through DRA (gpu_operator.allocation: dra)."""
     objects = flavors(section, gpu_labels) + priority_classes(section)
     for team in section.teams:
         objects.append(cluster_queue(section, team))
     for team in section.teams:
         objects += local_queues(section, team)
-    return Rendered(objects, chart_values(section, image), warnings(section, nodes), explain(section))
+    return Rendered(objects, chart_values(section, image, dra), warnings(section, nodes), explain(section, dra))

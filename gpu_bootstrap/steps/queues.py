@@ -46,6 +46,11 @@ def section_of(config) -> QueuesConfig:
     return DECLARATION.settings(config)
 
 
+def dra_mode(config) -> bool:
+    """The GPUs are served through DRA: Kueue must count claims and DRA-served extended resources as GPUs."""
+    return config.gpu_operator.enabled and config.gpu_operator.allocation == "dra"
+
+
 def chart_of(section: QueuesConfig) -> Chart:
     kueue = section.kueue
     local = Path(kueue.chart).expanduser()
@@ -67,7 +72,8 @@ class Queues(Step):
     def inputs(self, ctx) -> dict:
         from gpu_bootstrap.steps.preflight import facts_digest
         from gpu_bootstrap.core.catalogue import registry_inputs
-        return {"queues": section_of(ctx.config).model_dump(mode="json"), "facts": facts_digest(
+        return {"queues": section_of(ctx.config).model_dump(mode="json"), "dra": dra_mode(ctx.config),
+                "facts": facts_digest(
             ctx.node_facts.reports()), "gpu_labels": self.gpu_labels(ctx), **registry_inputs(ctx.config)}
 
     @staticmethod
@@ -108,7 +114,8 @@ class Queues(Step):
                                f"once it is gone (kubectl get namespace {section.kueue.namespace})")
         chart = chart_of(section)
         nodes, unknown = self.gpu_nodes(ctx)
-        rendered = render.render(section, None if unknown else nodes, self.gpu_labels(ctx), self.image(ctx))
+        rendered = render.render(section, None if unknown else nodes, self.gpu_labels(ctx), self.image(ctx),
+                                 dra=dra_mode(ctx.config))
         release_ours, status = self._release(ctx)
         if status is not None and not release_ours:
             return Check(FAIL, f"a Kueue release {section.kueue.namespace}/{section.kueue.release} exists and "
@@ -365,17 +372,23 @@ class Queues(Step):
 
     def _bypassing(self, ctx, section) -> Check:
         """GPU pods in the team namespaces that no queue admitted (require_queue is on)."""
-        bypass = []
-        for team in section.teams:
-            for namespace in team.namespaces:
-                for pod in ctx.kube.list("v1", "Pod", namespace):
-                    if _requests_gpus(pod) and not (pod["metadata"].get("labels") or {}).get(render.QUEUE_LABEL) \
-                            and not _admitted_by_kueue(pod):
-                        bypass.append(f"{namespace}/{pod['metadata']['name']}")
+        pods = [pod for team in section.teams for namespace in team.namespaces
+                for pod in ctx.kube.list("v1", "Pod", namespace)]
+        bypass = bypassing(pods)
         if bypass:
-            return Check(WARN, f"GPU pod(s) outside any queue: {', '.join(bypass[:5])} — created before Kueue "
-                               f"managed the namespace? Delete and recreate them")
+            more = f" and {len(bypass) - 5} more" if len(bypass) > 5 else ""
+            return Check(WARN, f"{len(bypass)} GPU pod(s) outside any queue: {', '.join(bypass[:5])}{more} — "
+                               f"created before Kueue managed the namespace? Delete and recreate them")
         return Check(PASS, "every GPU pod in the team namespaces went through a queue", done=True)
+
+
+def bypassing(pods: list[dict]) -> list[str]:
+    """'namespace/name' of the pods that ask for GPUs and that no queue admitted: no queue label of their own, and
+    nothing Kueue marks on what it manages (a Job's pods carry the Job's workload through Kueue's labels). Pods that
+    have finished hold no GPU and are left out."""
+    return [f"{pod['metadata']['namespace']}/{pod['metadata']['name']}" for pod in pods
+            if _requests_gpus(pod) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not (pod["metadata"].get("labels") or {}).get(render.QUEUE_LABEL) and not _admitted_by_kueue(pod)]
 
 
 def _condition(obj: dict | None, kind: str) -> bool:
@@ -454,6 +467,25 @@ CHART_KINDS = (("", "configmaps", True), ("", "secrets", True), ("", "services",
                ("apiextensions.k8s.io", "customresourcedefinitions", False))
 
 
+# The roles Kueue's chart (0.17.0) makes, after its full name (`helm template` of the pinned chart lists them): the
+# controller's own, and the editor/viewer roles it ships for users (aggregated into admin/edit/view). RBAC lets one
+# create or bind a role only holding its permissions or with `escalate`/`bind` on it by name; holding them would
+# mean editing every job kind Kueue knows, so `up` gets escalate and bind on these names only.
+CHART_CLUSTER_ROLES = ("manager-role", "metrics-auth-role", "metrics-reader", "batch-admin-role", "batch-user-role",
+                       "pending-workloads-cq-viewer-role", "pending-workloads-lq-viewer-role",
+                       *(f"{kind}-{access}-role" for kind in (
+                           "clusterqueue", "cohort", "localqueue", "resourceflavor", "topology", "workload", "job",
+                           "jaxjob", "jobset", "leaderworkerset", "mpijob", "paddlejob", "pytorchjob", "raycluster",
+                           "rayjob", "rayservice", "sparkapplication", "tfjob", "trainjob", "xgboostjob")
+                         for access in ("editor", "viewer")))
+CHART_ROLES = ("leader-election-role", "manager-secrets-role", "manager-clusterprofiles-role")
+
+
+def chart_fullname(release: str, chart: str = "kueue") -> str:
+    """The chart's `kueue.fullname`: the release's name when it holds the chart's, else `<release>-kueue`."""
+    return release[:63].rstrip("-") if chart in release else f"{release}-{chart}"[:63].rstrip("-")
+
+
 def rbac_needs(config) -> dict:
     """Reading our queues; with teams, installing Kueue's chart (its roles by name: RBAC lets one create a role only
     with its permissions or `escalate`), applying the queues and removing them. Without teams only the cluster-wide
@@ -464,16 +496,15 @@ def rbac_needs(config) -> dict:
     removes = [need("kueue.x-k8s.io", kinds, "delete"), need("kueue.x-k8s.io", "workloads", "list patch")]
     if not section_of(config).teams:
         return {READ: reads, RUN: removes}
-    release = section_of(config).kueue.release
+    fullname = chart_fullname(section_of(config).kueue.release)
     chart = [(g, r, "kueue" if namespaced else CLUSTER) for g, r, namespaced in CHART_KINDS]
     return {READ: [*reads, need("", "nodes", "list"), need("", "secrets", "get list", "kueue")],
             WRITE: [need("kueue.x-k8s.io", kinds, APPLY), need("", "namespaces", APPLY),
                     *[Need(g, (r,), APPLY, scope) for g, r, scope in chart],
                     need("rbac.authorization.k8s.io", "clusterroles", "bind escalate", CLUSTER,
-                         {f"{release}-manager-role", f"{release}-metrics-auth-role"}),
+                         {f"{fullname}-{name}" for name in CHART_CLUSTER_ROLES}),
                     need("rbac.authorization.k8s.io", "roles", "bind escalate", "kueue",
-                         {f"{release}-leader-election-role", f"{release}-manager-secrets-role",
-                          f"{release}-manager-clusterprofiles-role"}),
+                         {f"{fullname}-{name}" for name in CHART_ROLES}),
                     # the visibility server reads the API server's front-proxy CA: a RoleBinding in kube-system
                     need("rbac.authorization.k8s.io", "rolebindings", APPLY, "kube-system"),
                     need("rbac.authorization.k8s.io", "roles", "bind", "kube-system",
