@@ -42,6 +42,8 @@ RUNS = {
                           ("traces", "local-cluster")),
     "profile_search.py": (["--seeds", "1", "--only", "steeper gpu bal=cpu,mem,gpu w1/1", "--traces", "{traces}"],
                           ["steeper", "bar ("], 300, ("traces",)),
+    "queue_admission.py": (["--nodes", "10", "--jobs", "20", "--teams", "2"],
+                           ["no-queue ", "queue ", "queue / no-queue"], 420, ("local-cluster", "helm")),
     "real_faults.py": (["-k", "test_a_teardown_of_the_steps_an_only_run_made_leaves_no_state"],
                        ["teardown"], 600, ("local-cluster", "helm")),
     "scheduler_throughput.py": (["--nodes", "60", "--pods", "30", "--rounds", "1", "--modes", "lifted",

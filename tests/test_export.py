@@ -347,6 +347,28 @@ def test_a_local_chart_is_refused_for_argocd_and_flux(tmp_path):
         assert "gpu_operator.chart" in result.output and "local file" in result.output and not out.exists()
 
 
+@pytest.mark.tools
+@pytest.mark.parametrize("section, field", [
+    ("dra_driver", "gpu_operator.dra_driver.chart"),  # the gpu-operator step's second release
+    ("kueue", "queues.kueue.chart"),
+])
+def test_a_refused_local_chart_names_the_field_that_set_it(tmp_path, section, field):
+    report = write_report(tmp_path / "report.json", ["gpu-a1", "gpu-a2"])
+    config = yaml.safe_load((EXAMPLES / "fleet-gitops.yaml").read_text())
+    if section == "dra_driver":
+        config["gpu_operator"] = {"allocation": "dra", "dra_driver": {"chart": str(chart("dra-driver-nvidia-gpu-0.5.0"))}}
+    else:
+        from tests.localcluster.cluster import binaries, require
+        require("kueue-chart")
+        config["queues"] = {"kueue": {"chart": str(binaries()["kueue-chart"])},
+                            "teams": [{"name": "research", "namespaces": ["research"], "gpus": 8}]}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result, out = export(tmp_path, "argocd", path, "1.35", report)
+    assert result.exit_code == 2, result.output
+    assert f"set {field}" in result.output and "local file" in result.output and not out.exists(), result.output
+
+
 def up_config(tmp_path: Path) -> Path:
     """A config as `up` runs it from a machine without a chart repository: local chart archives, a generated CA."""
     config = yaml.safe_load((EXAMPLES / "minimal.yaml").read_text())

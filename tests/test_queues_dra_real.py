@@ -73,6 +73,17 @@ def claiming_job(name: str, pods: int) -> dict:
     return job
 
 
+def status_text(config) -> str:
+    """`gpu-bootstrap status` as a user runs it in a terminal: the text view, not JSON."""
+    import subprocess
+    import sys
+    from tests.tools import ROOT, tool_env
+    done = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "status", "-c", str(config)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=tool_env(NO_COLOR="1", COLUMNS="200"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def gpus_counted(workload: dict) -> str | None:
     usage = [a.get("resourceUsage") or {} for a in ((workload.get("status") or {}).get("admission") or {})
              .get("podSetAssignments") or []]
@@ -123,6 +134,9 @@ def test_in_dra_mode_extended_and_claimed_gpus_count_against_one_quota_and_gangs
         team = next(t for t in shown.document["queues"]["teams"] if t["team"] == TEAM)
         assert (team["quota_gpus"], team["used_gpus"]) == (QUOTA, QUOTA), team
         assert [(w["owner"], w["gpus"]) for w in shown.document["queues"]["waiting"]] == [("Job/claims", QUOTA)]
+        text = status_text(config)  # what a user reads: the table and why the Job waits
+        assert "GPU queues by team (Kueue)" in text and TEAM in text, text
+        assert f"{TEAM}/Job/claims ({QUOTA} GPU) waits:" in text and "quota" in text.lower(), text
 
         end_pods(api, TEAM, pods_of(api, TEAM, "extended"))
         wait_for(lambda: len(bound(pods_of(api, TEAM, "claims"))) == 2, WITHIN,

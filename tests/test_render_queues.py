@@ -92,9 +92,11 @@ def test_unknown_gpus_are_not_taken_for_none():
 
 @pytest.mark.parametrize("settings, expected", [
     ({}, {"manageJobsWithoutQueueName": False, "waitForPodsReady": {
+        "timeout": "5m", "blockAdmission": False, "requeuingStrategy": {"timestamp": "Eviction"}}}),
+    ({"sequential_admission": True}, {"waitForPodsReady": {
         "timeout": "5m", "blockAdmission": True, "requeuingStrategy": {"timestamp": "Eviction"}}}),
     ({"all_or_nothing": False}, {"waitForPodsReady": None}),
-    ({"timeout": "90s"}, {"waitForPodsReady": {"timeout": "90s", "blockAdmission": True,
+    ({"timeout": "90s"}, {"waitForPodsReady": {"timeout": "90s", "blockAdmission": False,
                                                 "requeuingStrategy": {"timestamp": "Eviction"}}}),
     ({"require_queue": True}, {"manageJobsWithoutQueueName": True}),
 ])

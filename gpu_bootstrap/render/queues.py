@@ -162,9 +162,11 @@ def configuration(section, dra: bool = False) -> dict:
         "integrations": {"frameworks": list(FRAMEWORKS)},
     }
     if section.all_or_nothing:
-        # blockAdmission: the next workload is admitted once the last one's pods all run, so two admitted gangs never
-        # split the free GPUs between them; one that does not get all its pods ready in time is evicted and requeued
-        config["waitForPodsReady"] = {"timeout": section.timeout, "blockAdmission": True,
+        # A workload's quota is reserved whole and its pods made at once; one whose pods are not all ready in time is
+        # evicted and requeued, releasing its GPUs. blockAdmission (sequential_admission) also keeps the next one out
+        # until then, so two gangs never split the free GPUs even where quotas exceed what is free (GPUs used outside
+        # the queues, or scattered); it admits one workload at a time cluster-wide (benchmarks/queue_admission.py).
+        config["waitForPodsReady"] = {"timeout": section.timeout, "blockAdmission": section.sequential_admission,
                                       "requeuingStrategy": {"timestamp": "Eviction"}}
     if dra:
         config["resources"] = {
@@ -238,7 +240,8 @@ def explain(section, dra: bool = False) -> list[str]:
                      f"{section.local_queue} in {', '.join(sorted(team.namespaces))}")
     if section.all_or_nothing:
         lines.append(f"all-or-nothing: a workload's pods are admitted together; not all ready within "
-                     f"{section.timeout}: evicted and requeued")
+                     f"{section.timeout}: evicted and requeued"
+                     + ("; the next is admitted once they are (sequential)" if section.sequential_admission else ""))
     if dra:
         lines.append(f"DRA: GPUs asked as nvidia.com/gpu or {', '.join(DRA_IMPLICIT_GPU)}, or claimed from "
                      f"DeviceClass {', '.join(DRA_GPU_CLASSES)}, count against the GPU quotas (Kueue gates "

@@ -102,8 +102,12 @@ class QueuesConfig(Section):
                                                    "workloads end")
     all_or_nothing: bool = Field(True, description="a workload's pods start together or not at all: admitted "
                                                    "workloads whose pods are not all ready within `timeout` are "
-                                                   "evicted and requeued, and the next waits until they are")
+                                                   "evicted and requeued")
     timeout: str = Field("5m", description="how long an admitted workload's pods may take to be ready")
+    sequential_admission: bool = Field(False, description="with all_or_nothing: the next workload is admitted only "
+                                                          "once every pod of the last one is ready (Kueue's "
+                                                          "blockAdmission), so no two gangs ever hold part of the "
+                                                          "free GPUs at once; admissions become one at a time")
     require_queue: bool = Field(False, description="every Job and pod in a team namespace goes through the team's "
                                                    "queue, named or not (Kueue's manageJobsWithoutQueueName)")
     kueue: KueueChartConfig = Field(default_factory=KueueChartConfig)

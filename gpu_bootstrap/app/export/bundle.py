@@ -36,6 +36,7 @@ class Release:
     # secret as a placeholder naming its path, and whole the lists that hold one (helm replaces a list, never merges it)
     secret_skeleton: dict = field(default_factory=dict)
     skip_crds: bool = False  # its CRDs are another release's (the DRA driver's ComputeDomain CRDs: the operator's)
+    chart_field: str | None = None  # the config field that names the chart, where it is not `<step>.chart`
 
 
 @dataclass
@@ -141,7 +142,7 @@ def _release(body: dict) -> Release:
     chart = body["chart"]
     return Release(body["release"], body["namespace"], chart["ref"], chart.get("repo"), chart.get("version"),
                    values, _without(list(body.get("derived") or []), secrets), secrets, skeleton,
-                   bool(body.get("skip_crds")))
+                   bool(body.get("skip_crds")), body.get("chart_field"))
 
 
 def _without(derived: list[str], secrets: list[str]) -> list[str]:

@@ -172,8 +172,7 @@ def _refuse_local_charts(made, engine: str) -> None:
     for unit in made.units:
         release = unit.release
         if release is not None and release.repo is None and not release.chart.startswith("oci://"):
-            key = {"gpu-operator": "gpu_operator.chart", "queues": "queues.kueue.chart"}.get(
-                unit.step, f"{unit.step.replace('-', '_')}.chart")
+            key = release.chart_field or f"{unit.step.replace('-', '_')}.chart"
             raise UsageError(f"{release.name}: the chart is a local file ({release.chart}), which {engine} cannot "
                              f"fetch", f"export with --chart-repository default (every local chart from its own "
                                        f"repository, at the same version) or --chart-repository "
