@@ -391,6 +391,23 @@ def _local_routes() -> list:
     return found
 
 
+def _listening_addresses() -> list:
+    """IPv4 addresses some process listens on (/proc/net/tcp, state LISTEN). A pod process of an earlier cluster
+    that outlived it (its agent killed with SIGKILL, a user-switched child that no parent-death signal reaches) keeps
+    its pod's address: a new cluster on that /20 would find its webhook's address taken, or reach the old server."""
+    found = []
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A":
+            address = fields[1].split(":")[0]
+            found.append(ipaddress.ip_address(bytes(reversed(bytes.fromhex(address)))))
+    return found
+
+
 def _route_network(cluster: LocalCluster) -> None:
     """Route a free /20 of NETWORKS to loopback (needs root: CAP_NET_ADMIN). Two clusters starting at once (the
     suite's two xdist groups) may both find the same /20 free: `ip route add` is the arbiter, and the one that loses
@@ -398,8 +415,9 @@ def _route_network(cluster: LocalCluster) -> None:
     if shutil.which("ip") is None:
         raise ClusterError("the ip command (Debian package iproute2) is needed to route the pods' addresses")
     taken = _local_routes()
+    listening = _listening_addresses()
     for network in ipaddress.ip_network(NETWORKS).subnets(new_prefix=NETWORK_PREFIX):
-        if any(network.overlaps(other) for other in taken):
+        if any(network.overlaps(other) for other in taken) or any(address in network for address in listening):
             continue
         result = subprocess.run(["ip", "route", "add", "local", str(network), "dev", "lo"], capture_output=True,
                                 text=True)
