@@ -73,8 +73,8 @@ class Queues(Step):
         from gpu_bootstrap.steps.preflight import facts_digest
         from gpu_bootstrap.core.catalogue import registry_inputs
         return {"queues": section_of(ctx.config).model_dump(mode="json"), "dra": dra_mode(ctx.config),
-                "facts": facts_digest(
-            ctx.node_facts.reports()), "gpu_labels": self.gpu_labels(ctx), **registry_inputs(ctx.config)}
+                "facts": facts_digest(ctx.node_facts.reports()), "gpu_labels": self.gpu_labels(ctx),
+                **registry_inputs(ctx.config)}
 
     @staticmethod
     def gpu_labels(ctx) -> dict[str, str]:
