@@ -311,12 +311,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    import signal
+    # SIGTERM ends the run through `finally`, which stops the cluster and its pods' processes (Python's default
+    # would leave them running, holding their pods' addresses)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from gpu_bootstrap import steps as registry
     from gpu_bootstrap.render import node_prep
     from tests.localcluster import cluster as local
     from tests.localcluster.nodes import FLEET_PREFIX
     from tests.realfaults import UpRun
-    absent = [n for n in local.missing_binaries()]
+    absent = local.missing_binaries()
     if absent:
         print(f"not built: {', '.join(absent)} (scripts/install-test-tools)", file=sys.stderr)
         return 2

@@ -57,6 +57,9 @@ class Operator:
     config: Path
     first: object = None  # realfaults.Ended of the first `up`
     ready_after_first: str | None = None  # the ClusterPolicy's status.state then
+    # (its image, its own log) of the controller that reconciled the first `up`: read in the fixture, because a
+    # layout test run before the test that reads it starts a new controller (restart_controller)
+    first_controller: tuple = ("", "")
     second: object = None
     second_writes: list = field(default_factory=list)
     before: dict = field(default_factory=dict)  # node -> (labels, taints) before the first `up`
@@ -119,6 +122,7 @@ def operator(tmp_path_factory):
             except AssertionError:
                 pass
             found.ready_after_first = policy_state(found.api)
+            found.first_controller = controller_image_and_log(found)
             mark = audit_mark(cluster)
             found.second = found.up()
             found.second_writes = audit_writes(cluster, since=mark)
@@ -135,10 +139,9 @@ def test_up_is_reconciled_by_the_real_controller_to_ready_and_a_second_up_writes
     assert {s["id"]: s["status"] for s in operator.second.document["steps"]} == {
         "node-prep": "unchanged", "gpu-operator": "unchanged"}
     assert operator.second_writes == []
-    controller = controller_pods(operator.api)
-    assert controller and controller[0]["spec"]["containers"][0]["image"].endswith(f"/gpu-operator:{LINE}")
-    log = operator.cluster.folder / "pods" / f"{NAMESPACE}_{controller[0]['metadata']['name']}" / "gpu-operator.log"
-    assert "ClusterPolicy is ready" in log.read_text() or "clusterpolicy" in log.read_text().lower(), \
+    image, log = operator.first_controller
+    assert image.endswith(f"/gpu-operator:{LINE}"), image
+    assert "ClusterPolicy is ready" in log or "clusterpolicy" in log.lower(), \
         "the controller's own log shows no reconcile: the stand-in may have played it"
 
 
@@ -384,6 +387,15 @@ def restart_controller(operator: Operator) -> None:
                      "--wait=true")
     wait_for(lambda: [p for p in controller_pods(api) if p["metadata"]["uid"] not in old and
                       (p.get("status") or {}).get("phase") == "Running"], 120, "a new gpu-operator pod", interval=1.0)
+
+
+def controller_image_and_log(operator: Operator) -> tuple[str, str]:
+    """The running controller pod's image and the log the agent keeps of its process ('' where there is none)."""
+    pods = controller_pods(operator.api)
+    if not pods:
+        return "", ""
+    log = operator.cluster.folder / "pods" / f"{NAMESPACE}_{pods[0]['metadata']['name']}" / "gpu-operator.log"
+    return pods[0]["spec"]["containers"][0]["image"], log.read_text() if log.exists() else ""
 
 
 def controller_pods(api) -> list[dict]:
