@@ -310,8 +310,9 @@ def token_kubeconfig(faults: Faults, account: tuple[str, str]) -> tuple[Path, st
     return path, token
 
 
-def grant_up(faults: Faults) -> str:
-    """`rbac --for up` applied as its header says (the namespaces first), for CI_ACCOUNT: the grant's YAML."""
+def grant_up(faults: Faults, others: tuple = (FLOODER,)) -> str:
+    """`rbac --for up` applied as its header says (the namespaces first, those not there yet), for CI_ACCOUNT: the
+    grant's YAML. `faults`: anything with a cluster, folder and config. `others`: accounts made beside it, no role."""
     import shlex
     import subprocess
     import sys
@@ -319,13 +320,17 @@ def grant_up(faults: Faults) -> str:
     text = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "rbac", "--for", "up", "-c", str(faults.config),
                            "--service-account", "/".join(CI_ACCOUNT)], capture_output=True, text=True, check=True,
                           cwd=ROOT, env=tool_env()).stdout
+    existing = set(kubectl(faults, "get", "namespaces", "-o", "name").replace("namespace/", "").split())
     for line in text.splitlines():
         if line.startswith("#   kubectl create namespace "):
-            for command in line[len("#   "):].split(" && "):
-                kubectl(faults, *shlex.split(command)[1:])
-    for namespace, name in (CI_ACCOUNT, FLOODER):
-        kubectl(faults, "create", "namespace", namespace)
-        kubectl(faults, "create", "serviceaccount", name, "-n", namespace)
+            commands = [shlex.split(c)[1:] for c in line[len("#   "):].split(" && ")]
+            if commands[0][-1] not in existing:
+                for command in commands:
+                    kubectl(faults, *command)
+    for namespace, name in (CI_ACCOUNT, *others):
+        if namespace not in existing:
+            kubectl(faults, "create", "namespace", namespace)
+            kubectl(faults, "create", "serviceaccount", name, "-n", namespace)
     kubectl(faults, "apply", "-f", "-", input=text)
     return text
 

@@ -173,34 +173,13 @@ def test_the_kueue_controller_runs_with_the_dra_gates_in_dra_mode(platform):
     assert "deviceClassMappings" in json.dumps(manager["data"])
 
 
-CI_ACCOUNT = ("gpu-bootstrap-ci", "runner")
-
-
 def grant_up(cluster, folder, config) -> Path:
-    """`rbac --for up` applied as its header says (its namespaces made as gpu-bootstrap's where missing), bound to a
-    ServiceAccount, and a kubeconfig with its TokenRequest token: `up` as a deploy job runs it."""
-    import shlex
-    import subprocess
-    import sys
+    """`rbac --for up` applied as its header says, bound to a ServiceAccount, and a kubeconfig with its TokenRequest
+    token: `up` as a deploy job runs it (tests/test_faults_real.py's grant)."""
     from types import SimpleNamespace
-    from tests.test_faults_real import kubectl, token_kubeconfig
-    from tests.tools import ROOT, tool_env
-    text = subprocess.run([sys.executable, "-m", "gpu_bootstrap", "rbac", "--for", "up", "-c", str(config),
-                           "--service-account", "/".join(CI_ACCOUNT)], capture_output=True, text=True, check=True,
-                          cwd=ROOT, env=tool_env()).stdout
-    api = cluster.admin()
-    existing = {n["metadata"]["name"] for n in api.get("/api/v1/namespaces")["items"]}
+    from tests.test_faults_real import CI_ACCOUNT, grant_up as grant, token_kubeconfig
     here = SimpleNamespace(cluster=cluster, folder=folder, config=config)
-    for line in text.splitlines():
-        if line.startswith("#   kubectl create namespace "):
-            commands = [shlex.split(c)[1:] for c in line[len("#   "):].split(" && ")]
-            if commands[0][-1] not in existing:
-                for command in commands:
-                    kubectl(here, *command)
-    if CI_ACCOUNT[0] not in existing:
-        kubectl(here, "create", "namespace", CI_ACCOUNT[0])
-        kubectl(here, "create", "serviceaccount", CI_ACCOUNT[1], "-n", CI_ACCOUNT[0])
-    kubectl(here, "apply", "-f", "-", input=text)
+    grant(here, others=())
     return token_kubeconfig(here, CI_ACCOUNT)[0]
 
 
