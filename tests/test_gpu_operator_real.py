@@ -423,13 +423,26 @@ def apply_policy(operator: Operator, documents: list[dict]) -> set[str]:
             document["metadata"]["namespace"] = NAMESPACE
             operator.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(document))
     policy = next(d for d in documents if d["kind"] == "ClusterPolicy")
-    live = api.get(POLICY)["items"][0]
     old = operands(api)
     for name in old:
         api.request("DELETE", f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/{name}")
-    live["spec"] = policy["spec"]
-    api.request("PUT", f"{POLICY}/{live['metadata']['name']}", live)
+    replace_spec(api, policy["spec"])
     return {d["metadata"]["uid"] for d in old.values()}
+
+
+def replace_spec(api, spec: dict, tries: int = 20) -> None:
+    """The live ClusterPolicy's spec replaced by `spec`. The controller writes the policy's status while it reconciles
+    (more so right after its operands were deleted), so a read-then-PUT can lose the race and get 409 Conflict; read
+    again and retry, as any client of a busy object must (custom resources refuse an update without resourceVersion)."""
+    for attempt in range(tries):
+        live = api.get(POLICY)["items"][0]
+        live["spec"] = spec
+        try:
+            api.request("PUT", f"{POLICY}/{live['metadata']['name']}", live)
+            return
+        except ApiError as error:
+            if error.status != 409 or attempt == tries - 1:
+                raise
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=[layout.id for layout in LAYOUTS])
