@@ -42,6 +42,8 @@ RUNS = {
                           ("traces", "local-cluster")),
     "profile_search.py": (["--seeds", "1", "--only", "steeper gpu bal=cpu,mem,gpu w1/1", "--traces", "{traces}"],
                           ["steeper", "bar ("], 300, ("traces",)),
+    "autoscale_real.py": (["--pods", "6", "--span", "5", "--runs-for", "5,10", "--consolidate-after", "5"],
+                          ["default ", "binpack ", "ratio binpack / default"], 900, ("local-cluster", "karpenter")),
     "queue_admission.py": (["--nodes", "10", "--jobs", "20", "--teams", "2"],
                            ["no-queue ", "queue ", "queue / no-queue"], 420, ("local-cluster", "helm")),
     "real_faults.py": (["-k", "test_a_teardown_of_the_steps_an_only_run_made_leaves_no_state"],
@@ -101,8 +103,9 @@ def _needs(what: tuple[str, ...]) -> None:
             tool(name)
     if "local-cluster" in what:
         from tests.localcluster.cluster import missing_binaries
-        if missing_binaries():
-            missing("the local cluster's components are not built: " + ", ".join(missing_binaries()))
+        absent = missing_binaries(karpenter="karpenter" in what)
+        if absent:
+            missing("the local cluster's components are not built: " + ", ".join(absent))
 
 
 @pytest.mark.tools

@@ -23,7 +23,7 @@ from tests.tools import wait_established
 
 runner = CliRunner()
 DATA = Path(__file__).resolve().parent / "data" / "karpenter"
-CRDS = ("karpenter.sh_nodepools.yaml", "karpenter.k8s.aws_ec2nodeclasses.yaml")
+CRDS = ("karpenter.sh_nodepools.yaml", "karpenter.k8s.aws_ec2nodeclasses.yaml", "karpenter.kwok.sh_kwoknodeclasses.yaml")
 NODES = ["gpu-1", "gpu-2"]
 POOLS = """pools:
   - name: gpu
@@ -110,6 +110,44 @@ def test_rendered_pools_are_valid_karpenter_v1_objects(tmp_path):
     assert families == {"gpu": [{"alias": "al2023@latest"}], "gpu-bottlerocket": [{"alias": "bottlerocket@latest"}]}
 
 
+KWOK_POOL = """pools:
+  - name: sim
+    cloud: kwok
+    requirements: {gpu_count: 8, gpu_names: [h100], instance_families: [gpu]}
+    limits: {nvidia.com/gpu: 16}
+"""
+
+
+@pytest.mark.unit
+def test_a_kwok_pool_differs_from_an_aws_pool_only_in_its_node_class_and_instance_labels(tmp_path):
+    """One NodePool rendering: the same pool on KWOK and on AWS differs in the node class it names and the domain
+    of the instance GPU labels it selects on, nothing else; both are valid against Karpenter's CRDs."""
+    (tmp_path / "kwok").mkdir()
+    (tmp_path / "aws").mkdir()
+    kwok = render(tmp_path / "kwok", KWOK_POOL)
+    aws = render(tmp_path / "aws", KWOK_POOL.replace("cloud: kwok", "role: r\n    discovery_tag: d"))
+    known = schemas.crd_schemas(crds())
+    for document in kwok + aws:
+        assert schemas.problems(document, known[(document["apiVersion"], document["kind"])]) == [], document
+    assert [(d["apiVersion"], d["kind"]) for d in kwok] == [("karpenter.kwok.sh/v1alpha1", "KWOKNodeClass"),
+                                                            ("karpenter.sh/v1", "NodePool")]
+    assert kwok[0]["spec"] == {}
+    kwok_pool, aws_pool = kwok[1], aws[1]
+    assert kwok_pool["spec"]["template"]["spec"]["nodeClassRef"] == {
+        "group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "sim"}
+    requirements = kwok_pool["spec"]["template"]["spec"]["requirements"]
+    assert {r["key"]: r["values"] for r in requirements if "kwok" in r["key"]} == {
+        "kwok.gpu-bootstrap.io/instance-gpu-count": ["7"], "kwok.gpu-bootstrap.io/instance-gpu-manufacturer": ["nvidia"],
+        "karpenter.kwok.sh/instance-family": ["gpu"], "kwok.gpu-bootstrap.io/instance-gpu-name": ["h100"]}
+    # the KWOK chart's NodePool CRD (Karpenter v1.14.1) refuses any other key of the provider's own domain
+    allowed = {"karpenter.kwok.sh/kwoknodeclass", "karpenter.kwok.sh/instance-cpu", "karpenter.kwok.sh/instance-memory",
+               "karpenter.kwok.sh/instance-family", "karpenter.kwok.sh/instance-size"}
+    assert {r["key"] for r in requirements if r["key"].startswith("karpenter.kwok.sh/")} <= allowed
+    as_aws = json.loads(json.dumps(kwok_pool).replace("kwok.gpu-bootstrap.io", "karpenter.k8s.aws")
+                        .replace("karpenter.kwok.sh", "karpenter.k8s.aws").replace("KWOKNodeClass", "EC2NodeClass"))
+    assert as_aws == aws_pool
+
+
 @pytest.mark.unit
 def test_the_schemas_catch_what_karpenter_refuses(tmp_path):
     """The validation above can fail: a pool Karpenter would refuse is refused by the kept schemas too."""
@@ -171,6 +209,11 @@ def test_no_pools_no_op(tmp_path):
      ":8: pools[0].ami_family: must be 'al2023' or 'bottlerocket'"),
     ("pools:\n  - name: gpu\n    role: r\n    discovery_tag: d\n    disruption: {budgets: [{nodes: '0', "
      "schedule: '@daily'}]}\n", ":8: pools[0].disruption.budgets[0]: schedule and duration go together"),
+    ("pools:\n  - name: gpu\n    cloud: kwok\n    volume_size: 100Gi\n",
+     ":7: pools[0].volume_size: an EC2NodeClass field, not used with cloud kwok"),
+    ("pools:\n  - name: gpu\n    cloud: gce\n", ":6: pools[0].cloud: must be 'aws' or 'kwok'"),
+    ("gpu_operator: {allocation: dra}\npools:\n  - name: gpu\n    cloud: kwok\n",
+     ":6: pools[0]: autoscaled pools cannot serve gpu_operator.allocation: dra: Karpenter 1.14 does not provision"),
     ("node_prep: {labels: {karpenter.sh/team: ml}}\npools:\n  - name: gpu\n    role: r\n    discovery_tag: d\n",
      ":4: node_prep.labels: 'karpenter.sh/team' cannot go on a Karpenter node template"),
 ])

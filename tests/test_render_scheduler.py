@@ -145,6 +145,49 @@ def test_the_share_of_nodes_scored_follows_the_cluster_size_unless_the_config_se
     assert render.profile_line(settings, "1.37.2", nodes).endswith(", " + says)
 
 
+def _node(name: str, pool: str | None = None) -> dict:
+    return {"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": pool} if pool else {}}}
+
+
+def _pool(name: str, gpus: str, per_node: int = 1):
+    from gpu_bootstrap.core.config.pools import PoolConfig
+    return PoolConfig(name=name, cloud="kwok", limits={"nvidia.com/gpu": gpus},
+                      requirements={"gpu_count": per_node})
+
+
+@pytest.mark.parametrize("nodes, pools, expected", [
+    ([_node("a"), _node("b")], [], 2),
+    # a pool counts at the most its limit allows (16 GPUs / 8 per node), not at the nodes it has now
+    ([_node("a"), _node("p1", "gpu"), _node("p2", "gpu")], [("gpu", "16", 8)], 1 + 2),
+    ([_node("a")], [("gpu", "16", 8)], 1 + 2),
+    ([_node("a"), _node("x", "theirs")], [("gpu", "3", 2)], 2 + 1),  # another NodePool's node is a node like any
+    ([_node(f"n{i}") for i in range(10)], [("big", "12k", 8)], 10 + 1500),
+])
+def test_the_node_count_the_share_is_chosen_for_counts_pools_at_their_limits(nodes, pools, expected):
+    assert render.nodes_to_plan_for(nodes, [_pool(*p) for p in pools]) == expected
+
+
+def test_pools_that_can_grow_the_cluster_past_the_threshold_get_the_adaptive_share_from_the_start():
+    small = [_node("a"), _node("b")]
+    reach = render.nodes_to_plan_for(small, [_pool("gpu", "12008", 8)])  # 2 + 1501 nodes reachable
+    assert render.scheduler_configuration(SchedulerConfig(), "1.37.2", reach)["percentageOfNodesToScore"] == 0
+    assert render.scheduler_configuration(SchedulerConfig(), "1.37.2", len(small))["percentageOfNodesToScore"] == 100
+
+
+@pytest.mark.parametrize("configured, live, nodes, warns", [
+    (None, 100, 1501, True),  # rendered for a small cluster, which then grew
+    (None, 100, 1500, False),
+    (None, 0, 20000, False),  # already the adaptive share
+    (100, 100, 20000, False),  # the config chose every node: its call
+    (None, None, 20000, False),  # no share in the live config (kube-scheduler's default is adaptive)
+])
+def test_a_scheduler_rendered_for_a_smaller_cluster_is_named_with_its_fix(configured, live, nodes, warns):
+    problem = render.outgrown(SchedulerConfig(percentage_of_nodes_to_score=configured), live, nodes)
+    assert (problem is not None) == warns
+    if warns:
+        assert f"this one has {nodes:,}" in problem and "Fix: run gpu-bootstrap up" in problem
+
+
 @pytest.mark.parametrize("settings, line", [
     ({}, "RequestedToCapacityRatio on nvidia.com/gpu (0:0, 50:1, 100:10) x3 + BalancedAllocation over cpu, memory, "
          "nvidia.com/gpu x1, every node scored (40 nodes: up to 1,500)"),

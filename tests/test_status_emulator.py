@@ -172,9 +172,10 @@ def test_every_figure_equals_the_hand_count(ground_truth, tmp_path):
         "partial_free_gpus": 9, "free_8gpu_nodes": 0, "free_4gpu_nodes": 0,
         "smallest_pod": {"cpu_milli": 1000, "memory_mib": 4096}}
     # nodes, pods, events (one page each), the discovery of resource.k8s.io/v1 (not served by this cluster's version,
-    # so no DRA list follows), that of kueue.x-k8s.io/v1beta2 (no Kueue: no queue list follows) and the Service list
-    # for Prometheus
-    assert document["requests"] == 6
+    # so no DRA list follows), that of kueue.x-k8s.io/v1beta2 (no Kueue: no queue list follows), that of
+    # karpenter.sh/v1 (no Karpenter: no NodePool list follows), the scheduler's ConfigMap (whether it scores every node
+    # of a cluster that outgrew it) and the Service list for Prometheus
+    assert document["requests"] == 8
 
 
 def test_fragmentation_equals_what_simulate_reads_of_the_same_cluster(ground_truth, tmp_path):

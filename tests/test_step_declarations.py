@@ -100,9 +100,13 @@ def test_every_declared_section_is_a_key_of_the_config():
             assert declaration.section in keys, declaration.id
 
 
-def test_every_declared_need_has_a_known_phase_and_namespace():
-    conf = config(pools=[{"name": "gpu", "role": "r", "discovery_tag": "t", "limits": {"nvidia.com/gpu": 8}}],
-                  gpu_operator={"allocation": "dra"})
+@pytest.mark.parametrize("sections", [
+    {"pools": [{"name": "gpu", "role": "r", "discovery_tag": "t", "limits": {"nvidia.com/gpu": 8}},
+               {"name": "sim", "cloud": "kwok"}]},
+    {"gpu_operator": {"allocation": "dra"}},  # pools refuse DRA mode: each alone
+])
+def test_every_declared_need_has_a_known_phase_and_namespace(sections):
+    conf = config(**sections)
     built_in = set(rbac.namespaces(conf)) | {"prometheus"}
     for declaration in registry.declarations():
         own = set(declaration.scopes(conf))

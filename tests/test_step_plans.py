@@ -31,7 +31,7 @@ from gpu_bootstrap.render import monitoring as monitoring_render
 from gpu_bootstrap.steps import shipped
 from gpu_bootstrap.steps.node_prep import NodePrep, NodePrepFacts
 from gpu_bootstrap.steps.preflight import Preflight, judge
-from gpu_bootstrap.steps.validate import Validate, ValidateFacts
+from gpu_bootstrap.steps.validate import Validate, ValidateFacts, pinned_to
 
 PLAYBOOK = shipped()  # the steps this version ships, in the default playbook's order
 NODE_PREP_RECORD = "gpu-bootstrap.io/node-prep"
@@ -217,7 +217,7 @@ def test_validate_runs_one_pod_per_chosen_node_after_removing_leftovers(playbook
     for change, name in zip(changes[2:], pods):
         spec = change.body["spec"]
         assert spec.get("schedulerName") == scheduler
-        assert spec["nodeSelector"] == {"kubernetes.io/hostname": name}
+        assert spec["affinity"] == pinned_to(name) and "nodeSelector" not in spec  # by name: hostname labels vary
         assert spec["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
 
@@ -244,7 +244,8 @@ def test_validate_in_dra_mode_adds_a_pod_whose_gpu_comes_from_a_claim_template()
     spec = pod["spec"]
     assert spec["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "gpu-bootstrap-validate-gpu"}]
     assert spec["containers"][0]["resources"] == {"claims": [{"name": "gpu"}]}  # no nvidia.com/gpu: the claim's GPU
-    assert spec["nodeSelector"] == {"kubernetes.io/hostname": first}
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [first]}]}]}
     assert spec["schedulerName"] == conf.scheduler.name
     for change in changes[2:-2]:
         assert change.body["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}

@@ -238,6 +238,8 @@ def _node_row(node: dict, on_node: list[dict], requests: dict, settings: Setting
         "sharing": _sharing(labels),
         # the gpu-operator's driver upgrade controller: upgrade-required ... upgrade-done | upgrade-failed (or None)
         "driver_upgrade": labels.get("nvidia.com/gpu-driver-upgrade-state") or None,
+        # the Karpenter NodePool that launched it (it comes and goes with the pods), or None: a node of the cluster's own
+        "pool": labels.get("karpenter.sh/nodepool") or None,
         "gpu_pods": sum(1 for p in on_node if nvidia(requests[_key(p)])),
         "cpu": {"allocatable_milli": int(cpu_alloc * 1000), "requested_milli": int(used.get("cpu", 0) * 1000)},
         "memory": {"allocatable_mib": int(mem_alloc / 2 ** 20), "requested_mib": int(used.get("memory", 0) / 2 ** 20)},
@@ -530,6 +532,11 @@ def collect(kube, options: StatusOptions, sections) -> dict:
         from gpu_bootstrap.security.rbac import prometheus_service
         result["utilisation"] = utilisation(kube, options.prometheus, options.window, options.idle_below,
                                             prometheus_service(sections))
+    from gpu_bootstrap.app import status_pools
+    status_pools.annotate(result["pending"], {(p["metadata"].get("namespace", ""), p["metadata"]["name"]): p
+                                              for p in snapshot.pods}, status_pools.read(kube))
+    if (note := _outgrown(kube, sections, snapshot.nodes)) is not None:
+        result["notes"].append(note)
     from gpu_bootstrap.app.status_queues import queues
     if (found := queues(kube)) is not None:
         result["queues"] = found
@@ -538,6 +545,26 @@ def collect(kube, options: StatusOptions, sections) -> dict:
                                   result["pending"])
     result["requests"] = kube.requests - before  # API requests this document took (attempts, retries included)
     return result
+
+
+def _outgrown(kube, sections, nodes: list[dict]) -> str | None:
+    """A note when the running bin-packing scheduler scores every node of a cluster that grew past what that suits
+    (render.scheduler.outgrown); None when it fits, or its config cannot be read (status shows what it can)."""
+    import yaml
+    from gpu_bootstrap.core.errors import ClusterError, Unreachable
+    from gpu_bootstrap.render import scheduler as render
+    settings = sections.scheduler
+    try:
+        live = kube.get("v1", "ConfigMap", f"{settings.name}-config", settings.namespace)
+        percentage = (yaml.safe_load(((live or {}).get("data") or {}).get(render.CONFIG_FILE) or "") or {}).get(
+            "percentageOfNodesToScore")
+    except Unreachable:
+        raise
+    except (ClusterError, yaml.YAMLError, AttributeError):
+        return None
+    count = render.nodes_to_plan_for(nodes, getattr(sections, "pools", None) or [])
+    problem = render.outgrown(settings, percentage, count)
+    return f"{settings.name}: {problem}" if problem else None
 
 
 @contextlib.contextmanager

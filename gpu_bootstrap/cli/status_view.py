@@ -39,6 +39,8 @@ def nodes_table(document: dict, wide: bool):
     columns += ["GPU pods", "cpu req/alloc", "memory req/alloc (GiB)"] if wide else []
     upgrading = any(node.get("driver_upgrade") for node in document["nodes"])
     columns += ["driver upgrade"] if upgrading else []  # only while the gpu-operator's upgrade controller works
+    pooled = any(node.get("pool") for node in document["nodes"])
+    columns += ["pool"] if pooled else []  # only where Karpenter launched some of the nodes
     for column in columns:
         table.add_column(column, overflow="fold",
                          justify="right" if column in ("GPUs", "req", "free", "GPU pods") else "left")
@@ -59,6 +61,8 @@ def nodes_table(document: dict, wide: bool):
         if upgrading:
             state = node.get("driver_upgrade") or "-"
             row.append(f"[red]{state}[/]" if state == "upgrade-failed" else escape(state))
+        if pooled:
+            row.append(escape(node.get("pool") or "-"))
         table.add_row(*row)
     return table
 
@@ -94,7 +98,9 @@ def pods_table(document: dict, wide: bool):
 def pending_table(document: dict, wide: bool):
     from rich.table import Table
     table = Table(title=f"pending GPU pods ({len(document['pending'])})", title_justify="left")
-    for column in ("namespace", "pod", "GPUs", "scheduler", "age", "why (PodScheduled / latest scheduling event)"):
+    pooled = any(pod.get("pools") for pod in document["pending"])  # Karpenter's NodePools exist
+    for column in ("namespace", "pod", "GPUs", "scheduler", "age", "why (PodScheduled / latest scheduling event)",
+                   *(["NodePools"] if pooled else [])):
         table.add_column(column, overflow="fold")
     for pod in document["pending"]:
         event = pod["event"] or {}
@@ -105,8 +111,10 @@ def pending_table(document: dict, wide: bool):
         if pod.get("stale"):  # its scheduler no longer runs: the reason is from before it stopped
             why = f"[bold]{escape(pod['scheduler'])} does not run[/]: nothing will schedule it [dim](stale: {why})[/]"
         mark = " (ours)" if pod["ours"] else ""
+        pools = [f"{escape(name)}: {escape(said)}" for name, said in (pod.get("pools") or {}).items()]
         table.add_row(escape(pod["namespace"]), escape(pod["name"]), str(pod["gpus"]),
-                      escape(pod["scheduler"] + mark), _age(pod["age_seconds"]), why)
+                      escape(pod["scheduler"] + mark), _age(pod["age_seconds"]), why,
+                      *(["; ".join(pools) or "-"] if pooled else []))
     return table
 
 

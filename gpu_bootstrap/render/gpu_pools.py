@@ -1,4 +1,8 @@
-"""Karpenter v1 NodePool and EC2NodeClass per configured GPU pool. Pure: config in, manifests out.
+"""Karpenter v1 NodePool and its node class per configured GPU pool. Pure: config in, manifests out.
+
+One NodePool rendering for every cloud: the node class (an EC2NodeClass on AWS, a KWOKNodeClass for Karpenter's KWOK
+provider) and the instance labels its requirements select on (karpenter.k8s.aws/instance-gpu-* on AWS; on KWOK
+kwok.gpu-bootstrap.io/instance-gpu-* and karpenter.kwok.sh/instance-family: CLOUDS) are the only per-cloud parts.
 
 The node template carries exactly the taint and labels node-prep puts on GPU nodes (`node_prep.labels_and_taint`, the one
 source of both), so a node Karpenter launches arrives prepared, before any pod can land on it, with no SSH.
@@ -9,9 +13,41 @@ from __future__ import annotations
 
 from gpu_bootstrap.render import node_prep
 
+from dataclasses import dataclass
+
 NODEPOOL_GROUP = "karpenter.sh"
-NODECLASS_GROUP = "karpenter.k8s.aws"
 API_VERSION = "v1"  # the only Karpenter API whose fields these manifests use (Karpenter >= 1.0)
+
+
+@dataclass(frozen=True)
+class Cloud:
+    """What differs per Karpenter provider: the node class's API and kind, and the domains of the instance labels a
+    NodePool's requirements select on (instance-gpu-count, -gpu-manufacturer, -gpu-name; instance-family)."""
+    group: str
+    version: str
+    kind: str
+    gpu_labels: str  # the domain of instance-gpu-count, -gpu-manufacturer, -gpu-name
+    family_label: str  # the domain of instance-family
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def resource(self) -> str:
+        return self.kind.lower() + "es"
+
+
+# The KWOK provider labels its nodes with karpenter.kwok.sh/instance-family (-cpu, -memory, -size) but knows no GPU:
+# its instance types carry whatever labels their offerings name, and Karpenter's NodePool CRD refuses requirements on
+# any other key of karpenter.kwok.sh/. So the GPU labels of KWOK instance types are gpu-bootstrap's own domain, named
+# as AWS names them (tests/localcluster/karpenter.py writes such instance types; docs/steps/gpu-pools.md the format).
+KWOK_GPU_LABELS = "kwok.gpu-bootstrap.io"
+CLOUDS = {
+    "aws": Cloud("karpenter.k8s.aws", "v1", "EC2NodeClass", "karpenter.k8s.aws", "karpenter.k8s.aws"),
+    "kwok": Cloud("karpenter.kwok.sh", "v1alpha1", "KWOKNodeClass", KWOK_GPU_LABELS, "karpenter.kwok.sh"),
+}
+NODECLASS_GROUP = CLOUDS["aws"].group  # the documented cloud
 COMPONENT = "gpu-pools"
 MANAGED = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/component": COMPONENT}
 OWNED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
@@ -34,9 +70,17 @@ IMAGE_REASON = {
 }
 
 
-def kinds(api_version: str = API_VERSION) -> tuple[tuple[str, str], tuple[str, str]]:
-    """(apiVersion, kind) of the node class and the node pool, in apply order."""
-    return (f"{NODECLASS_GROUP}/{api_version}", "EC2NodeClass"), (f"{NODEPOOL_GROUP}/{api_version}", "NodePool")
+def kinds(api_version: str = API_VERSION, cloud: str = "aws") -> tuple[tuple[str, str], tuple[str, str]]:
+    """(apiVersion, kind) of a cloud's node class and of the node pool, in apply order (`api_version`: Karpenter's
+    own, of the NodePool and the EC2NodeClass; the KWOKNodeClass has one of its own)."""
+    node_class_api = f"{CLOUDS[cloud].group}/{api_version}" if cloud == "aws" else CLOUDS[cloud].api_version
+    return (node_class_api, CLOUDS[cloud].kind), (f"{NODEPOOL_GROUP}/{api_version}", "NodePool")
+
+
+def clouds_of(config) -> list[str]:
+    """The clouds the configured pools use, in CLOUDS' order."""
+    used = {pool.cloud for pool in config.pools}
+    return [cloud for cloud in CLOUDS if cloud in used]
 
 
 def template_labels(pool, node_prep_section) -> dict[str, str]:
@@ -46,6 +90,10 @@ def template_labels(pool, node_prep_section) -> dict[str, str]:
 
 
 def node_class(pool) -> dict:
+    cloud = CLOUDS[pool.cloud]
+    if pool.cloud == "kwok":  # the KWOK provider's class has no fields (its instance types come from a file)
+        return {"apiVersion": cloud.api_version, "kind": cloud.kind,
+                "metadata": {"name": pool.name, "labels": dict(MANAGED)}, "spec": {}}
     discovery = [{"tags": {"karpenter.sh/discovery": pool.discovery_tag}}]
     return {
         "apiVersion": f"{NODECLASS_GROUP}/{API_VERSION}", "kind": "EC2NodeClass",
@@ -65,26 +113,27 @@ def node_class(pool) -> dict:
 
 
 def requirements(pool) -> list[dict]:
-    wanted = pool.requirements
+    wanted, cloud = pool.requirements, CLOUDS[pool.cloud]
+    domain = cloud.gpu_labels
     found = [
-        {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": [str(wanted.gpu_count - 1)]},
-        {"key": "karpenter.k8s.aws/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]},
+        {"key": f"{domain}/instance-gpu-count", "operator": "Gt", "values": [str(wanted.gpu_count - 1)]},
+        {"key": f"{domain}/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]},
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": list(wanted.capacity_types)},
         {"key": "kubernetes.io/arch", "operator": "In", "values": list(wanted.architectures)},
         {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
     ]
     if wanted.instance_families:
-        found.append({"key": "karpenter.k8s.aws/instance-family", "operator": "In",
+        found.append({"key": f"{cloud.family_label}/instance-family", "operator": "In",
                       "values": list(wanted.instance_families)})
     if wanted.gpu_names:
-        found.append({"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": list(wanted.gpu_names)})
+        found.append({"key": f"{domain}/instance-gpu-name", "operator": "In", "values": list(wanted.gpu_names)})
     return found
 
 
 def node_pool(pool, node_prep_section) -> dict:
     _, taint = node_prep.labels_and_taint(node_prep_section)
     template_spec = {
-        "nodeClassRef": {"group": NODECLASS_GROUP, "kind": "EC2NodeClass", "name": pool.name},
+        "nodeClassRef": {"group": CLOUDS[pool.cloud].group, "kind": CLOUDS[pool.cloud].kind, "name": pool.name},
         "requirements": requirements(pool),
         "expireAfter": pool.expire_after,
     }
@@ -103,7 +152,7 @@ def node_pool(pool, node_prep_section) -> dict:
 
 
 def manifests(config) -> list[dict]:
-    """Every pool's EC2NodeClass then NodePool (a NodePool names its class, which should exist first)."""
+    """Every pool's node class then NodePool (a NodePool names its class, which should exist first)."""
     out = []
     for pool in config.pools:
         out += [node_class(pool), node_pool(pool, config.node_prep)]
@@ -119,7 +168,9 @@ def explain(pool, node_prep_section) -> list[str]:
              f"template taint {node_prep.describe_taint(taint)}  ← node-prep's taint: ordinary pods stay off",
              f"disruption WhenEmpty after {pool.disruption.consolidate_after}  ← a node running GPU pods is never "
              f"consolidated",
-             f"AMI {pool.ami_family}@{pool.ami_version}  ← its NVIDIA variant on GPU instance types",
+             f"AMI {pool.ami_family}@{pool.ami_version}  ← its NVIDIA variant on GPU instance types"
+             if pool.cloud == "aws" else f"KWOKNodeClass  ← simulated nodes standing for {pool.ami_family}'s NVIDIA "
+                                         f"image (Karpenter's KWOK provider)",
              f"{', '.join(f'{k}=false' for k in IMAGE_OPERAND_LABELS[pool.ami_family])}  ← "
              f"{IMAGE_REASON[pool.ami_family]}: the gpu-operator skips those operands on these nodes"]
     return lines

@@ -130,7 +130,7 @@ def _equal(want, have, path: str) -> bool:
     if isinstance(want, (int, float)) and not isinstance(want, bool) and str(want) == str(have):
         return True
     if ".resources." in f".{path}." or path.startswith("resources."):
-        return _quantity(want) is not None and _quantity(want) == _quantity(have)
+        return quantity(want) is not None and quantity(want) == quantity(have)
     return False
 
 
@@ -138,7 +138,8 @@ _SUFFIX = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 *
            "u": "1e-6", "m": "1e-3", "k": "1e3", "M": "1e6", "G": "1e9", "T": "1e12", "P": "1e15", "E": "1e18"}
 
 
-def _quantity(value):
+def quantity(value):
+    """A Kubernetes quantity as an exact Decimal of base units; None when it is not one."""
     import decimal
     text = str(value).strip()
     for suffix in sorted(_SUFFIX, key=len, reverse=True):

@@ -69,6 +69,38 @@ def nodes_to_score(settings, node_count: int | None) -> int:
     return 100 if node_count is not None and node_count <= EVERY_NODE_UP_TO else 0
 
 
+POOL_LABEL = "karpenter.sh/nodepool"
+
+
+def pool_reach(pool) -> int:
+    """The most nodes a pool can hold: its GPU limit over the fewest GPUs a node of it has."""
+    from gpu_bootstrap.render.live_diff import quantity
+    return int(quantity(pool.limits["nvidia.com/gpu"]) // pool.requirements.gpu_count)
+
+
+def nodes_to_plan_for(nodes: list[dict], pools) -> int:
+    """The node count percentageOfNodesToScore is chosen for: the cluster's nodes, with each of our autoscaled pools
+    counted at the most its limits allow instead of the nodes it has now. A cluster that will grow past
+    EVERY_NODE_UP_TO gets the adaptive share from the start, and the choice does not flip as pool nodes come and go."""
+    names = {pool.name for pool in pools}
+    fixed = [n for n in nodes if ((n.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL) not in names]
+    return len(fixed) + sum(pool_reach(pool) for pool in pools)
+
+
+def outgrown(settings, live_percentage, node_count: int) -> str | None:
+    """Why the running scheduler scores more nodes than a cluster of `node_count` should (its config was rendered
+    for a smaller cluster: every node scored, now over EVERY_NODE_UP_TO), with the fix; None when it fits or the
+    config sets the share itself."""
+    if settings.percentage_of_nodes_to_score is not None or live_percentage != 100:
+        return None
+    if node_count <= EVERY_NODE_UP_TO:
+        return None
+    return (f"the scheduler scores every node (rendered for a cluster of at most {EVERY_NODE_UP_TO:,} nodes), and "
+            f"this one has {node_count:,}: each placement scores them all, which slows binding several-fold at this "
+            f"size. Fix: run gpu-bootstrap up (it renders kube-scheduler's adaptive share), or set "
+            f"scheduler.percentage_of_nodes_to_score; with pools, their limits count from the start")
+
+
 def for_version(settings, kube_version: str):
     """`settings` with the default profile of `kube_version`'s scheduler when the config sets no scoring key."""
     if set(SCORING_KEYS) & settings.model_fields_set or minor_of(kube_version) < (1, 36):

@@ -75,8 +75,9 @@ class BinpackScheduler(Step):
         if no_room_warning(nodes, ctx.config, ctx.options.playbook):
             tolerations = [toleration_for(gpu_taint(ctx.config, ctx.options.playbook))]
         # pinned to the catalogue's digest for this tag and moved to registry.mirror (core/catalogue.py)
-        return locate_pods(render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations, len(nodes),
-                                            dra_classes), ctx.config.registry)
+        return locate_pods(render.manifests(ctx.config.scheduler, ctx.server_version(), tolerations,
+                                            render.nodes_to_plan_for(nodes, ctx.config.pools), dra_classes),
+                           ctx.config.registry)
 
     @staticmethod
     def dra_gpu_classes(ctx) -> tuple[str, ...]:
@@ -110,7 +111,9 @@ class BinpackScheduler(Step):
         leftovers = self._owned(ctx, exclude={Ref.of(obj) for obj in desired})
         facts = SchedulerFacts(desired, drift, leftovers)
         if drift or leftovers:
-            return Check(WARN, self._summary(settings, ctx, drift, leftovers, len(nodes), dra_classes), facts=facts)
+            return Check(WARN, self._summary(settings, ctx, drift, leftovers,
+                                             render.nodes_to_plan_for(nodes, ctx.config.pools), dra_classes),
+                         facts=facts)
         running = self._running(ctx)
         if running.status != PASS:
             return Check(WARN, running.message, facts=facts)
@@ -211,8 +214,24 @@ class BinpackScheduler(Step):
         if check.status == FAIL:
             return [check]
         alive = check.status == PASS or self._running(ctx).status == PASS  # drift (a changed config) is not death
-        skew = self._skew(ctx)
-        return [check, *([skew] if skew else []), self._waiting_pods(ctx, alive)]
+        extra = [found for found in (self._skew(ctx), self._outgrown(ctx)) if found]
+        return [check, *extra, self._waiting_pods(ctx, alive)]
+
+    def _outgrown(self, ctx) -> Check | None:
+        """The running config scores every node, and the cluster grew past what that suits (render.outgrown)."""
+        import yaml
+        settings = ctx.config.scheduler
+        live = ctx.kube.get("v1", "ConfigMap", f"{settings.name}-config", settings.namespace)
+        text = ((live or {}).get("data") or {}).get(render.CONFIG_FILE)
+        if not text:
+            return None
+        try:
+            percentage = (yaml.safe_load(text) or {}).get("percentageOfNodesToScore")
+        except yaml.YAMLError:
+            return None  # not ours to judge: the drift check above names a changed config
+        nodes = render.nodes_to_plan_for(ctx.kube.list("v1", "Node"), ctx.config.pools)
+        problem = render.outgrown(settings, percentage, nodes)
+        return Check(WARN, problem) if problem else None
 
     def _skew(self, ctx) -> Check | None:
         """The running scheduler's version against the API server's (after a cluster upgrade it lags until the next

@@ -1,10 +1,10 @@
-"""gpu-pools: a Karpenter NodePool and EC2NodeClass per configured pool, so GPU nodes that do not exist yet arrive
-with node-prep's taint and labels (no SSH, no window in which ordinary pods land on them).
+"""gpu-pools: a Karpenter NodePool and node class (EC2NodeClass on AWS, KWOKNodeClass on KWOK) per configured pool,
+so GPU nodes that do not exist yet arrive with node-prep's taint and labels (no SSH, no window in which ordinary pods land on them).
 
 The Karpenter API is read from discovery: the manifests are Karpenter v1's, and a cluster without Karpenter's v1 CRDs
 is refused with what to do (a plan without a cluster renders them anyway, saying it could not check). With no pools
 configured the step does nothing (pools it created earlier are removed). Objects it owns carry the managed-by and
-component labels; teardown deletes those and nothing else (each NodePool before its EC2NodeClass).
+component labels; teardown deletes those and nothing else (each NodePool before its node class).
 """
 from __future__ import annotations
 
@@ -29,8 +29,11 @@ class GpuPools(Step):
 
     # --- reading the cluster ------------------------------------------------------------------------------------------
     def karpenter(self, ctx) -> str | None:
-        """None when Karpenter's v1 API is served; else why not (a sentence saying what to do)."""
-        missing = [f"{kind} {api}" for api, kind in render.kinds() if not served(ctx.kube, api, kind)]
+        """None when Karpenter's v1 API (and the node class of each cloud the pools use) is served; else why not (a
+        sentence saying what to do)."""
+        wanted = dict.fromkeys(kind for cloud in render.clouds_of(ctx.config) or ["aws"]
+                               for kind in render.kinds(cloud=cloud))
+        missing = [f"{kind} {api}" for api, kind in wanted if not served(ctx.kube, api, kind)]
         if not missing:
             return None
         old = [kind for api, kind in render.kinds(OLD_API) if served(ctx.kube, api, kind)]
@@ -73,12 +76,15 @@ class GpuPools(Step):
 
     @staticmethod
     def _names(ctx) -> str:
-        return ", ".join(f"{p.name}: {p.ami_family}" for p in ctx.config.pools)
+        return ", ".join(f"{p.name}: {p.ami_family}" + (f" on {p.cloud}" if p.cloud != "aws" else "")
+                         for p in ctx.config.pools)
 
     def _owned(self, ctx, exclude: set) -> list[Ref]:
-        """Our NodePools, then our EC2NodeClasses, that `exclude` does not list (the order undo deletes them in)."""
+        """Our NodePools, then our node classes of every cloud, that `exclude` does not list (the order undo deletes
+        them in)."""
         found = []
-        for api_version, kind in reversed(render.kinds()):
+        node_pool = render.kinds()[1]
+        for api_version, kind in [node_pool, *(render.kinds(cloud=cloud)[0] for cloud in render.CLOUDS)]:
             try:
                 items = ctx.kube.list(api_version, kind, label_selector=render.OWNED_SELECTOR)
             except Unreachable:
@@ -128,7 +134,7 @@ class GpuPools(Step):
                 not_ready.append(f"{pool.name} ({ready.get('message') or 'Karpenter has not reported Ready'})")
         if not_ready:
             return Check(WARN, f"NodePool(s) not Ready: {'; '.join(not_ready)} — kubectl describe nodepool, and "
-                               f"check the EC2NodeClass (role, subnets, security groups)")
+                               f"check its node class (on AWS: the EC2NodeClass's role, subnets, security groups)")
         return Check(PASS, f"{len(ctx.config.pools)} NodePool(s) Ready", done=True)
 
     def _pool_nodes(self, ctx) -> Check:
@@ -223,17 +229,19 @@ def _summary(drift: dict, leftovers: list) -> str:
 
 
 def rbac_needs(config) -> dict:
-    kinds = (("karpenter.sh", "nodepools"), ("karpenter.k8s.aws", "ec2nodeclasses"))
+    kinds = (("karpenter.sh", "nodepools"), *((c.group, c.resource) for c in render.CLOUDS.values()))
     leftovers = {READ: [need(group, resource, "get list") for group, resource in kinds],
                  RUN: [need(group, resource, "delete") for group, resource in kinds]}
     if not config.pools:  # it still looks for pools of ours no longer configured, and removes them
         return leftovers
+    used = {("karpenter.sh", "nodepools"), *((c.group, c.resource) for name, c in render.CLOUDS.items()
+                                             if name in render.clouds_of(config))}
     return {READ: [*leftovers[READ], need("", "pods", "list")], RUN: leftovers[RUN],
-            WRITE: [need(group, resource, APPLY) for group, resource in kinds]}
+            WRITE: [need(group, resource, APPLY) for group, resource in kinds if (group, resource) in used]}
 
 
 DECLARATION = declare(
     # no switch: without `pools` it still runs, to remove the pools of ours no longer configured
     GpuPools, section="pools", needs=rbac_needs,
-    summary="when `pools` is set: Karpenter v1 NodePools and EC2NodeClasses whose nodes arrive with node-prep's taint "
-            "and labels, never consolidated while they run GPU pods ([Autoscaled GPU pools](docs/steps/gpu-pools.md))")
+    summary="when `pools` is set: Karpenter v1 NodePools and their node classes (EC2NodeClass, KWOKNodeClass) whose "
+            "nodes arrive with node-prep's taint and labels, never consolidated while they run GPU pods ([Autoscaled GPU pools](docs/steps/gpu-pools.md))")

@@ -1,7 +1,8 @@
 """validate: prove the GPUs work by running NVIDIA's CUDA vector-add sample on the GPU nodes, then clean up.
 
-One pod per node (or a sample of nodes), pinned by the kubernetes.io/hostname label so the scheduler still places
-it, tolerating the GPU taint and requesting one nvidia.com/gpu. It passes when every pod completes with the sample's
+One pod per node (or a sample of nodes), pinned by the node's name (a required node affinity on the metadata.name
+field, as the DaemonSet controller pins its pods: a node's kubernetes.io/hostname label need not be its name, and is
+not on the nodes Karpenter's KWOK provider makes) so the scheduler still places it, tolerating the GPU taint and requesting one nvidia.com/gpu. It passes when every pod completes with the sample's
 "Test PASSED". The record's fingerprint covers the operator's inputs, so it runs again after any change to them.
 
 With gpu_operator.allocation: dra those pods get their GPU through the extended resource (the driver's DeviceClass
@@ -27,6 +28,13 @@ CLAIM_TEMPLATE = "gpu-bootstrap-validate-gpu"
 EXPECTED = "Test PASSED"
 NODE_CHECK_INTERVAL = 5.0  # seconds between checks that the pending pods' nodes are still in the cluster
 LABEL = {"app.kubernetes.io/name": "gpu-bootstrap-validate", "app.kubernetes.io/managed-by": "gpu-bootstrap"}
+
+
+def pinned_to(node: str) -> dict:
+    """The affinity that lets a pod onto `node` only, by the node's name (not its hostname label), through the
+    scheduler (spec.nodeName would skip it, and admission refuses it on GPU pods)."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
 
 
 @dataclass(frozen=True)
@@ -112,7 +120,7 @@ class Validate(Step):
             tolerations.append({"key": taint.key, "operator": "Exists", "effect": taint.effect})
         # The restricted Pod Security profile: the sample needs no root, no capability and no syscall beyond the
         # runtime's default (the device plugin hands it the GPU device files, readable by any user).
-        spec = {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node},
+        spec = {"restartPolicy": "Never", "affinity": pinned_to(node),
                 "tolerations": tolerations, "automountServiceAccountToken": False,
                 "securityContext": pod_security.restricted_pod(),
                 "containers": [{"name": "vectoradd", "image": ctx.config.validation.image,

@@ -75,6 +75,7 @@ def binaries() -> dict[str, Path]:
                                                             "github.com/prometheus-operator/prometheus-operator")
     gpu_operator = TOOLS / "gpu-operator" / gomod_version("gpu-operator", "github.com/NVIDIA/gpu-operator")
     kueue = TOOLS / "kueue" / gomod_version("kueue", "sigs.k8s.io/kueue")
+    karpenter = TOOLS / "karpenter" / gomod_version("karpenter", "sigs.k8s.io/karpenter")
     return {"etcd": TOOLS / "etcd" / gomod_version("etcd", "go.etcd.io/etcd/server/v3") / "etcd",
             "kube-apiserver": kube / "kube-apiserver", "kube-controller-manager": kube / "kube-controller-manager",
             "kube-scheduler": kube / "kube-scheduler",
@@ -91,11 +92,17 @@ def binaries() -> dict[str, Path]:
             "gpu-operator": gpu_operator / "gpu-operator", "gpu-operator-assets": gpu_operator / "assets",
             "gpu-operator-chart": gpu_operator / "chart",
             "kueue": kueue / "kueue", "kueue-chart": kueue / "chart",  # Kueue's controller manager and its chart
+            # Karpenter's core with its KWOK cloud provider, and its CRDs (with the KWOKNodeClass)
+            "karpenter": karpenter / "karpenter-kwok", "karpenter-crds": karpenter / "crds",
             "kubectl": TOOLS / "bin" / "kubectl"}
 
 
-def missing_binaries() -> list[str]:
-    return [f"{name} ({path})" for name, path in binaries().items() if not path.exists()]
+KARPENTER_PARTS = ("karpenter", "karpenter-crds")  # needed only by a cluster started with karpenter=True
+
+
+def missing_binaries(karpenter: bool = False) -> list[str]:
+    return [f"{name} ({path})" for name, path in binaries().items()
+            if not path.exists() and (karpenter or name not in KARPENTER_PARTS)]
 
 
 def require(*names: str) -> None:
@@ -259,12 +266,13 @@ def _write_private(path: Path, text: str) -> Path:
 
 def up(folder: Path, *, gpu_nodes: int = 2, gpus_per_node: int = 4, cpu_nodes: int = 2,
        die_with_parent: bool = False, agent: bool = True, timeout: float = 180, progress=None,
-       dra: bool = False) -> LocalCluster:
+       dra: bool = False, karpenter: bool = False) -> LocalCluster:
     """Start the cluster in `folder` (made 0700; it must not hold a running cluster) and return it when every
     component answers, the nodes are Ready and the default service account exists. `dra`: the GPU nodes' GPUs are
-    ResourceSlices of NVIDIA's DRA driver (its DeviceClasses come with its chart), no `nvidia.com/gpu` capacity."""
+    ResourceSlices of NVIDIA's DRA driver (its DeviceClasses come with its chart), no `nvidia.com/gpu` capacity.
+    `karpenter`: the real Karpenter with its KWOK provider and GPU instance types runs too (karpenter.py)."""
     say = progress or (lambda message: None)
-    absent = missing_binaries()
+    absent = missing_binaries(karpenter)
     if absent:
         raise ClusterError("not built: " + ", ".join(absent) + "; run scripts/install-test-tools")
     existing = LocalCluster.load(folder)
@@ -276,7 +284,8 @@ def up(folder: Path, *, gpu_nodes: int = 2, gpus_per_node: int = 4, cpu_nodes: i
     # suite with it. Such a start is repeated from scratch with new ports.
     for attempt in range(1, PORT_ATTEMPTS + 1):
         try:
-            return _up_once(folder, gpu_nodes, gpus_per_node, cpu_nodes, die_with_parent, agent, timeout, say, dra)
+            return _up_once(folder, gpu_nodes, gpus_per_node, cpu_nodes, die_with_parent, agent, timeout, say, dra,
+                            karpenter)
         except ClusterError as error:
             if "address already in use" not in str(error) or attempt == PORT_ATTEMPTS:
                 raise
@@ -288,7 +297,7 @@ PORT_ATTEMPTS = 3
 
 
 def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, die_with_parent: bool, agent: bool,
-             timeout: float, say, dra: bool = False) -> LocalCluster:
+             timeout: float, say, dra: bool = False, karpenter: bool = False) -> LocalCluster:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, mode=0o700)
@@ -297,6 +306,8 @@ def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, d
     cluster = LocalCluster(folder.resolve(), version=kubernetes_version())
     cluster.ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port(),
                      "kubelet": free_port(), "kwok": free_port()}
+    if karpenter:
+        cluster.ports.update({"karpenter-metrics": free_port(), "karpenter-health": free_port()})
     cluster.nodes = node_specs.layout(gpu_nodes, gpus_per_node, cpu_nodes, dra)
     cluster.save()
     try:
@@ -315,6 +326,9 @@ def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, d
         if dra:
             _publish_dra_gpus(cluster, api)
         _start_kwok(cluster, tools, die_with_parent)
+        if karpenter:
+            say("Karpenter (its KWOK provider, GPU instance types)")
+            _start_karpenter(cluster, tools, api, die_with_parent, timeout)
         if agent:
             say("agent (OPA and kube-scheduler pods; the gpu-operator controller, real for the chart built beside it)")
             _start_agent(cluster, die_with_parent)
@@ -582,6 +596,31 @@ def _start_kwok(cluster: LocalCluster, tools: dict, die_with_parent: bool) -> No
         die_with_parent)
 
 
+def _start_karpenter(cluster: LocalCluster, tools: dict, api, die_with_parent: bool, timeout: float) -> None:
+    """Karpenter's CRDs, applied as its chart would (and established), then Karpenter itself, ready when its health
+    endpoint answers."""
+    import urllib.request
+    from tests.localcluster import karpenter
+    for crd in karpenter.crd_documents(tools["karpenter-crds"]):
+        api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+
+    def established() -> bool:
+        items = api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
+        found = {c["metadata"]["name"] for c in items for cond in (c.get("status") or {}).get("conditions") or []
+                 if cond["type"] == "Established" and cond["status"] == "True"}
+        return {"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "kwoknodeclasses.karpenter.kwok.sh"} <= found
+    cluster.wait("kube-apiserver", established, timeout)
+    types = karpenter.write_instance_types(cluster.folder)
+    cluster.spawn("karpenter", karpenter.command(tools["karpenter"], cluster.ports), die_with_parent,
+                  env=karpenter.environment(_clean_env(), cluster.folder / "admin.kubeconfig", types))
+
+    def healthy() -> bool:
+        url = f"http://127.0.0.1:{cluster.ports['karpenter-health']}/readyz"
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own loopback endpoint
+            return response.status == 200
+    cluster.wait("karpenter", healthy, timeout)
+
+
 def _start_agent(cluster: LocalCluster, die_with_parent: bool) -> None:
     env = _clean_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -607,7 +646,7 @@ def _wait_usable(cluster: LocalCluster, timeout: float) -> None:
 def stop_processes(cluster: LocalCluster, grace: float = 10) -> list[str]:
     """SIGTERM to each recorded process that is still ours, then SIGKILL after `grace`; returns what was stopped."""
     alive = cluster.running()
-    order = ["agent", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+    order = ["agent", "karpenter", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
     names = [n for n in order if n in alive] + [n for n in alive if n not in order]
     for name in names:
         _signal_group(alive[name], signal.SIGTERM)

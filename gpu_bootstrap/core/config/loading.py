@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpu_bootstrap.core.config.fields import DEFAULT_CONFIG, ENV_OVERRIDES
 from gpu_bootstrap.core.config.model import Config
 from gpu_bootstrap.core.config.monitoring import MonitoringConfig
+from gpu_bootstrap.core.config.pools import PoolConfig
 from gpu_bootstrap.core.config.scheduling import SchedulerConfig
 from gpu_bootstrap.core.config.sections import ClusterConfig, NodePrepConfig
 from gpu_bootstrap.core.errors import ConfigError
@@ -219,6 +220,7 @@ class _Sections(BaseModel):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     node_prep: NodePrepConfig = Field(default_factory=NodePrepConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)  # where status finds Prometheus
+    pools: list[PoolConfig] = Field(default_factory=list)  # the size the scheduler's config was chosen for
 
 
 def load_sections(path: Path | None, environ: dict | None = None,

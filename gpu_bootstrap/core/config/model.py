@@ -8,7 +8,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, create_model, model_validat
 from gpu_bootstrap.core.config.fields import Section, selector_problem
 from gpu_bootstrap.core.config.monitoring import MonitoringConfig
 from gpu_bootstrap.core.config.operator import GpuOperatorConfig
-from gpu_bootstrap.core.config.pools import KARPENTER_DOMAINS, PoolConfig, RegistryConfig
+from gpu_bootstrap.core.config.pools import KARPENTER_DOMAINS, POOLS_WITHOUT_DRA, PoolConfig, RegistryConfig
 from gpu_bootstrap.core.config.scheduling import AdmissionConfig, SchedulerConfig
 from gpu_bootstrap.core.config.sections import (ClusterConfig, NodeConfig, NodePrepConfig, PreflightConfig, SshConfig,
                                                ValidateConfig)
@@ -101,6 +101,10 @@ class Config(Section):
             if pool.name in names:
                 raise ValueError(f"pools[{index}].name: pool {pool.name!r} is listed twice")
             names.add(pool.name)
+            if problem := pool.cloud_problem():
+                raise ValueError(f"pools[{index}].{problem[0]}: {problem[1]}")
+        if self.pools and self.gpu_operator.allocation == "dra":
+            raise ValueError(f"pools[0]: {POOLS_WITHOUT_DRA}")
         if self.pools:
             for key in self.node_prep.labels:
                 if key.partition("/")[0].endswith(KARPENTER_DOMAINS) or key == "kubernetes.io/hostname":

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from gpu_bootstrap.core.config.fields import DNS1123_SUBDOMAIN, QUANTITY, SCHEDULER_RESOURCE, Section
 
 __all__ = [
-    "AWS_NAME", "BUDGET_DURATION", "BUDGET_NODES", "KARPENTER_DOMAINS", "KARPENTER_DURATION", "PoolBudget",
+    "AWS_NAME", "POOLS_WITHOUT_DRA", "BUDGET_DURATION", "BUDGET_NODES", "KARPENTER_DOMAINS", "KARPENTER_DURATION", "PoolBudget",
     "PoolConfig", "PoolDisruption", "PoolRequirements", "RegistryConfig", "check_karpenter_duration"]
 
 
@@ -18,6 +18,21 @@ BUDGET_NODES = re.compile(r"(100|[0-9]{1,2})%|[0-9]+")
 BUDGET_DURATION = re.compile(r"(([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?")
 AWS_NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.+=,@/]{0,127}")  # an IAM role name, a tag value
 KARPENTER_DOMAINS = ("karpenter.sh", "karpenter.k8s.aws")  # label domains a NodePool template may not set
+
+
+# Read in sigs.k8s.io/karpenter v1.14.1 (pkg/controllers/provisioning/scheduling/scheduler.go, pkg/operator/options):
+# by default (--ignore-dra-requests) Karpenter refuses to provision for a pod with ResourceClaims ("not yet supported
+# by Karpenter"); with the flag off it places claims only on instance types that declare their devices
+# (InstanceType.DynamicResources), which its KWOK provider's instance types cannot. And in DRA mode a GPU node has no
+# nvidia.com/gpu capacity, so a pod's extended-resource request served through a DeviceClass (KEP-5004) matches no
+# instance type as Karpenter simulates them. Nothing here proves a GPU node launched for a DRA pod: refused.
+POOLS_WITHOUT_DRA = (
+    "autoscaled pools cannot serve gpu_operator.allocation: dra: Karpenter 1.14 does not provision for pods whose GPUs "
+    "come through DRA (it refuses pods with ResourceClaims by default, and its simulation knows no devices of nodes "
+    "not yet launched); use allocation: device-plugin with pools, or DRA on the cluster's own nodes without pools "
+    "(docs/steps/gpu-pools.md)")
+AWS_ONLY_REQUIRED = ("role", "discovery_tag")
+AWS_ONLY = (*AWS_ONLY_REQUIRED, "ami_version", "volume_size")  # the EC2NodeClass's own fields
 
 
 def check_karpenter_duration(value: str) -> str:
@@ -86,13 +101,20 @@ class PoolConfig(Section):
     """An autoscaled GPU pool: a Karpenter NodePool and its EC2NodeClass, whose nodes arrive with node-prep's taint
     and labels."""
 
-    name: str = Field(description="the NodePool's and EC2NodeClass's name")
+    name: str = Field(description="the NodePool's and its node class's name")
     provider: Literal["karpenter"] = "karpenter"
-    role: str = Field(description="the IAM role of the nodes (EC2NodeClass spec.role)")
-    discovery_tag: str = Field(description="subnets and security groups tagged karpenter.sh/discovery=<this> (usually "
-                                           "the EKS cluster's name)")
+    cloud: Literal["aws", "kwok"] = Field(
+        "aws", description="aws: an EC2NodeClass (Karpenter's AWS provider); kwok: a KWOKNodeClass (Karpenter's KWOK "
+                           "provider: simulated nodes, for the local control plane and tests). Only the node class "
+                           "and the instance GPU labels the NodePool selects on differ")
+    role: str | None = Field(None, description="the IAM role of the nodes (EC2NodeClass spec.role); required with "
+                                               "cloud aws")
+    discovery_tag: str | None = Field(
+        None, description="subnets and security groups tagged karpenter.sh/discovery=<this> (usually the EKS "
+                          "cluster's name); required with cloud aws")
     ami_family: Literal["al2023", "bottlerocket"] = Field(
-        "al2023", description="al2023: the EKS-optimized NVIDIA AMI; bottlerocket: Bottlerocket's NVIDIA variant")
+        "al2023", description="al2023: the EKS-optimized NVIDIA AMI; bottlerocket: Bottlerocket's NVIDIA variant "
+                              "(with cloud kwok: the image the simulated nodes stand for)")
     ami_version: str = Field("latest", description="the AMI alias version, e.g. latest or v20250301")
     requirements: PoolRequirements = Field(default_factory=PoolRequirements)
     limits: dict[str, str | int] = Field(default_factory=lambda: {"nvidia.com/gpu": "8"},
@@ -112,10 +134,26 @@ class PoolConfig(Section):
 
     @field_validator("role", "discovery_tag")
     @classmethod
-    def _aws_name(cls, value: str) -> str:
-        if not AWS_NAME.fullmatch(value):
+    def _aws_name(cls, value: str | None) -> str | None:
+        if value is not None and not AWS_NAME.fullmatch(value):
             raise ValueError(f"{value[:60]!r} is not an IAM role name or tag value")
         return value
+
+    def cloud_problem(self) -> tuple[str, str] | None:
+        """(field, why) when a field does not fit the pool's cloud: the EC2NodeClass's fields are required on AWS
+        and mean nothing to a KWOKNodeClass (refused there, so that a config copied between the two says what it
+        lost). Checked by the Config, which knows the pool's index for the error's path."""
+        if self.cloud == "aws":
+            absent = next((name for name in AWS_ONLY_REQUIRED if getattr(self, name) is None), None)
+            if absent:
+                return absent, (f"required key is missing (cloud aws: the EC2NodeClass's {absent.replace('_', ' ')}"
+                                f"; or set cloud: kwok for simulated nodes)")
+            return None
+        given = next((name for name in AWS_ONLY if name in self.model_fields_set), None)
+        if given:
+            return given, (f"an EC2NodeClass field, not used with cloud {self.cloud} (its KWOKNodeClass has no "
+                           f"fields): remove it, or set cloud: aws")
+        return None
 
     @field_validator("ami_version")
     @classmethod

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""GPU node-seconds on the real Karpenter: the same arrivals and departures of GPU pods under kube-scheduler's default
+profile and under gpu-bootstrap's bin-packing one, with consolidation on.
+
+    python benchmarks/autoscale_real.py --quick                   # 24 pods over 60 s: about 8 minutes
+    python benchmarks/autoscale_real.py [--pods 60] [--span 180] [--seed 1] [--runs-for 20,120]
+                                        [--consolidate-after 15] [--profiles default,binpack] [--json FILE]
+
+Protocol, per profile, on a fresh local control plane (scripts/local-cluster up --karpenter --gpu-nodes 0): `up`
+creates a KWOK pool of 8-GPU nodes (cloud: kwok, consolidate_after as given); `binpack` also installs the bin-packing
+scheduler and admission, which steer the pods to it; `default` installs neither, so the pods (given the pool's
+toleration by hand) go to the cluster's kube-scheduler with its default profile. Then one workload, the same for
+both: pods of 1, 2, 4 or 8 GPUs (openb's GPU shape mix: 70/15/10/5 %) arriving uniformly over SPAN seconds, each
+running for its own duration (--runs-for, 20-120 s, drawn with SEED) from the moment it is bound, then deleted (a finished Job's
+pod). Karpenter launches nodes for the pods no node can take, and removes a node once it has been empty for
+consolidate_after.
+
+Counted from the first arrival until the last pool node is gone: the nodes Karpenter launched and the GPU node-seconds
+(each node's life, first seen to gone, in a 1 s poll). A scheduler that packs leaves whole nodes empty when pods end,
+so consolidation returns them; one that spreads keeps a pod on each. Same-run ratio: binpack / default node-seconds,
+target <= 0.85 (15 % fewer).
+
+Only time is compressed: a real cluster's jobs run for hours and consolidate_after is minutes. What no kubelet does
+here, this benchmark does: it ends each pod at its time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+POOL = "gpus"
+NAMESPACE = "work"
+PAUSE = "registry.k8s.io/pause:3.10"
+SHAPES = ((1, 0.70), (2, 0.15), (4, 0.10), (8, 0.05))  # GPUs per pod, share (openb's GPU pods, rounded)
+QUICK = dict(pods=24, span=60)
+PROFILES = ("default", "binpack")
+STEPS = {"default": "node-prep,gpu-pools", "binpack": "node-prep,binpack-scheduler,admission-opa,admission,gpu-pools"}
+
+
+@dataclass
+class Arrival:
+    name: str
+    at: float  # seconds after the start
+    gpus: int
+    runs_for: float
+
+
+def workload(pods: int, span: float, seed: int, runs_for: tuple[float, float] = (20, 120)) -> list[Arrival]:
+    draw = random.Random(seed)
+    shapes, weights = zip(*SHAPES)
+    arrivals = [Arrival(f"job-{index:03d}", draw.uniform(0, span), draw.choices(shapes, weights)[0],
+                        draw.uniform(*runs_for)) for index in range(pods)]
+    return sorted(arrivals, key=lambda a: a.at)
+
+
+@dataclass
+class Run:
+    profile: str
+    launched: dict[str, float] = field(default_factory=dict)  # pool node -> first seen
+    gone: dict[str, float] = field(default_factory=dict)  # pool node -> first seen gone
+    bound: dict[str, float] = field(default_factory=dict)  # pod -> when first seen bound
+    ended: set[str] = field(default_factory=set)
+    started: float = 0.0
+    finished: float = 0.0
+
+    def node_seconds(self) -> float:
+        return sum(self.gone.get(name, self.finished) - first for name, first in self.launched.items())
+
+
+def pod(arrival: Arrival, profile: str, taint: dict) -> dict:
+    spec = {"containers": [{"name": "work", "image": PAUSE,
+                            "resources": {"limits": {"nvidia.com/gpu": str(arrival.gpus)}}}]}
+    if profile == "default":  # no admission steers it: the pool's toleration by hand, kube-scheduler's default profile
+        spec["tolerations"] = [{"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}]
+    from tests.localcluster.cluster import HOLD_LABEL
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": arrival.name, "labels": {HOLD_LABEL: "true", "app": "autoscale"}}, "spec": spec}
+
+
+def config(cluster, path: Path, consolidate_after: int, limit: int) -> Path:
+    path.write_text(json.dumps({
+        "cluster": {"kubeconfig": str(cluster.kubeconfig)}, "nodes": f"karpenter.sh/nodepool={POOL}",
+        "admission": {"wait_timeout": 300}, "monitoring": {"enabled": False},
+        "pools": [{"name": POOL, "cloud": "kwok", "requirements": {"gpu_count": 8},
+                   "limits": {"nvidia.com/gpu": limit},
+                   "disruption": {"consolidate_after": f"{consolidate_after}s", "budgets": [{"nodes": "100%"}]}}]}))
+    return path
+
+
+def drive(cluster, run: Run, arrivals: list[Arrival], taint: dict, timeout: float) -> None:
+    """Create each pod at its time, end it (delete) `runs_for` after it was bound, and follow the pool's nodes until
+    every pod ended and every pool node is gone."""
+    api = cluster.admin()
+    pending = list(arrivals)
+    durations = {a.name: a.runs_for for a in arrivals}
+    run.started = time.monotonic()
+    deadline = run.started + timeout
+    while time.monotonic() < deadline:
+        now = time.monotonic() - run.started
+        while pending and pending[0].at <= now:
+            api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod(pending.pop(0), run.profile, taint))
+        for item in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector="app=autoscale")["items"]:
+            name = item["metadata"]["name"]
+            if item["spec"].get("nodeName") and name not in run.bound:
+                run.bound[name] = time.monotonic()
+            if name in run.bound and name not in run.ended and \
+                    time.monotonic() - run.bound[name] >= durations[name]:
+                api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}?gracePeriodSeconds=0")
+                run.ended.add(name)
+        seen = {n["metadata"]["name"] for n in
+                api.get("/api/v1/nodes", labelSelector=f"karpenter.sh/nodepool={POOL}")["items"]}
+        stamp = time.monotonic()
+        for name in seen - set(run.launched):
+            run.launched[name] = stamp
+        for name in set(run.launched) - seen - set(run.gone):
+            run.gone[name] = stamp
+        if not pending and len(run.ended) == len(arrivals) and not seen:
+            break
+        time.sleep(1)
+    run.finished = time.monotonic()
+
+
+def one(profile: str, arrivals: list[Arrival], args, taint: dict) -> Run:
+    from tests.localcluster import cluster as local
+    from tests.realfaults import UpRun
+    with tempfile.TemporaryDirectory(prefix=f"autoscale-{profile}-") as temp:
+        folder = Path(temp)
+        cluster = local.up(folder / "cluster", gpu_nodes=0, cpu_nodes=1, die_with_parent=True, karpenter=True,
+                           timeout=300)
+        try:
+            cluster.admin().create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+            limit = 8 * len(arrivals)
+            path = config(cluster, folder / "gpu-bootstrap.yaml", args.consolidate_after, limit)
+            ended = UpRun(["up", "-c", str(path), "--only", STEPS[profile]], folder).wait(900)
+            if ended.code != 0:
+                raise SystemExit(f"{profile}: up failed:\n{ended.output[-4000:]}")
+            run = Run(profile)
+            drive(cluster, run, arrivals, taint, args.timeout)
+            print(f"{profile}: {len(run.launched)} node(s) launched, {run.node_seconds():.0f} node-seconds, "
+                  f"{len(run.ended)}/{len(arrivals)} pods ran", file=sys.stderr)
+            return run
+        finally:
+            local.down(folder / "cluster")
+
+
+def report(runs: dict[str, Run], arrivals: list[Arrival], args) -> dict:
+    result = {"pods": len(arrivals), "gpus_asked": sum(a.gpus for a in arrivals), "span_s": args.span,
+              "seed": args.seed, "consolidate_after_s": args.consolidate_after,
+              "profiles": {name: {"nodes_launched": len(run.launched), "gpu_node_seconds": round(run.node_seconds()),
+                                  "pods_ran": len(run.ended), "wall_s": round(run.finished - run.started)}
+                           for name, run in runs.items()}}
+    if {"default", "binpack"} <= set(runs) and runs["default"].node_seconds():
+        result["ratio"] = round(runs["binpack"].node_seconds() / runs["default"].node_seconds(), 3)
+    return result
+
+
+def table(result: dict) -> str:
+    lines = [f"{result['pods']} GPU pods ({result['gpus_asked']} GPUs) over {result['span_s']:g} s, seed "
+             f"{result['seed']}, consolidate_after {result['consolidate_after_s']} s; 8-GPU nodes",
+             f"{'profile':<10} {'nodes launched':>15} {'GPU node-seconds':>17} {'pods ran':>9}"]
+    for name, row in result["profiles"].items():
+        lines.append(f"{name:<10} {row['nodes_launched']:>15} {row['gpu_node_seconds']:>17} {row['pods_ran']:>9}")
+    if "ratio" in result:
+        lines.append(f"ratio binpack / default node-seconds: {result['ratio']:.3f} (target <= 0.85)")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK['pods']} pods over {QUICK['span']} s")
+    parser.add_argument("--pods", type=int, default=60)
+    parser.add_argument("--span", type=float, default=180.0, help="seconds over which the pods arrive")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs-for", default="20,120", metavar="MIN,MAX",
+                        help="seconds each pod runs once bound, drawn between these")
+    parser.add_argument("--consolidate-after", type=int, default=15, help="seconds (the pool's consolidate_after)")
+    parser.add_argument("--profiles", default=",".join(PROFILES), help="default,binpack (or one of them)")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per profile's workload")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.pods, args.span = QUICK["pods"], QUICK["span"]
+    try:
+        low, high = (float(part) for part in args.runs_for.split(","))
+    except ValueError:
+        parser.error(f"--runs-for: {args.runs_for!r} is not MIN,MAX seconds (e.g. 20,120)")
+    if not 0 < low <= high:
+        parser.error(f"--runs-for: {args.runs_for!r} needs 0 < MIN <= MAX")
+    args.runs_for = (low, high)
+    args.profiles = [p for p in args.profiles.split(",") if p]
+    unknown = [p for p in args.profiles if p not in PROFILES]
+    if unknown or not args.profiles:
+        parser.error(f"--profiles: {', '.join(unknown) or 'none given'}; choose from {', '.join(PROFILES)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    import signal
+    # SIGTERM ends the run through `finally`, which stops the cluster (and Karpenter) it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    from gpu_bootstrap import steps as registry
+    from gpu_bootstrap.render import node_prep
+    from tests.localcluster import cluster as local
+    absent = local.missing_binaries(karpenter=True)
+    if absent:
+        print(f"not built: {', '.join(absent)} (scripts/install-test-tools)", file=sys.stderr)
+        return 2
+    _labels, taint = node_prep.labels_and_taint(
+        registry.config_model().model_validate({"nodes": [{"name": "x"}]}).node_prep)
+    arrivals = workload(args.pods, args.span, args.seed, args.runs_for)
+    runs = {profile: one(profile, arrivals, args, taint) for profile in args.profiles}
+    result = report(runs, arrivals, args)
+    print(table(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
