@@ -3,16 +3,17 @@
 profile and under gpu-bootstrap's bin-packing one, with consolidation on.
 
     python benchmarks/autoscale_real.py --quick                   # 24 pods over 60 s: about 8 minutes
-    python benchmarks/autoscale_real.py [--pods 60] [--span 180] [--seed 1] [--runs-for 20,120]
+    python benchmarks/autoscale_real.py [--pods 60] [--span 240] [--seed 1] [--runs-for 20,120]
                                         [--consolidate-after 15] [--profiles default,binpack] [--json FILE]
 
 Protocol, per profile, on a fresh local control plane (scripts/local-cluster up --karpenter --gpu-nodes 0): `up`
 creates a KWOK pool of 8-GPU nodes (cloud: kwok, consolidate_after as given); `binpack` also installs the bin-packing
 scheduler and admission, which steer the pods to it; `default` installs neither, so the pods (given the pool's
 toleration by hand) go to the cluster's kube-scheduler with its default profile. Then one workload, the same for
-both: pods of 1, 2, 4 or 8 GPUs (openb's GPU shape mix: 70/15/10/5 %) arriving uniformly over SPAN seconds, each
-running for its own duration (--runs-for, 20-120 s, drawn with SEED) from the moment it is bound, then deleted (a finished Job's
-pod). Karpenter launches nodes for the pods no node can take, and removes a node once it has been empty for
+both: pods of 1, 2, 4 or 8 GPUs (openb's GPU shape mix: 70/15/10/5 %), 60 % of them arriving in the first third of
+SPAN seconds (a peak) and the rest over the other two thirds (the quieter hours after it), each running for its own
+duration (--runs-for, 20-120 s, drawn with SEED) from the moment it is bound, then deleted (a finished Job's pod).
+Karpenter launches nodes for the pods no node can take, and removes a node once it has been empty for
 consolidate_after.
 
 Counted from the first arrival until the last pool node is gone: the nodes Karpenter launched and the GPU node-seconds
@@ -54,11 +55,18 @@ class Arrival:
     runs_for: float
 
 
+PEAK_SHARE = 0.6  # of the pods arrive in the first third of the span (a busy hour), the rest over the other two
+
+
 def workload(pods: int, span: float, seed: int, runs_for: tuple[float, float] = (20, 120)) -> list[Arrival]:
+    """A peak, then a quieter tail: the load that falls after the peak is what lets nodes empty out. Under a steady
+    load every node stays busy whatever the profile, and a burst alone launches the same nodes for both."""
     draw = random.Random(seed)
     shapes, weights = zip(*SHAPES)
-    arrivals = [Arrival(f"job-{index:03d}", draw.uniform(0, span), draw.choices(shapes, weights)[0],
-                        draw.uniform(*runs_for)) for index in range(pods)]
+    peak = round(pods * PEAK_SHARE)
+    arrivals = [Arrival(f"job-{index:03d}",
+                        draw.uniform(0, span / 3) if index < peak else draw.uniform(span / 3, span),
+                        draw.choices(shapes, weights)[0], draw.uniform(*runs_for)) for index in range(pods)]
     return sorted(arrivals, key=lambda a: a.at)
 
 
@@ -178,7 +186,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK['pods']} pods over {QUICK['span']} s")
     parser.add_argument("--pods", type=int, default=60)
-    parser.add_argument("--span", type=float, default=180.0, help="seconds over which the pods arrive")
+    parser.add_argument("--span", type=float, default=240.0, help="seconds over which the pods arrive")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runs-for", default="20,120", metavar="MIN,MAX",
                         help="seconds each pod runs once bound, drawn between these")

@@ -462,3 +462,23 @@ def test_without_node_prep_labels_nfd_follows_an_equality_selector(tmp_path):
     assert result.exit_code == 0, result.output
     values = yaml.safe_load((out / "gpu-operator" / "values.yaml").read_text())
     assert values["node-feature-discovery"]["worker"]["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
+
+
+@pytest.mark.tools
+@pytest.mark.parametrize("limit, share", [("16", 100), ("12008", 0)])
+def test_pools_that_can_take_the_cluster_past_1500_nodes_get_the_adaptive_share_from_the_start(cluster, tmp_path,
+                                                                                                  limit, share):
+    """The cluster has 3 nodes now; a pool of 8-GPU nodes whose limit allows 1,501 of them could take it past 1,500,
+    so the scheduler `up` renders scores kube-scheduler's adaptive share from the start (one allowing 2: every node)."""
+    install_crds(cluster)
+    body = POOLS.replace("    limits: {nvidia.com/gpu: 16, cpu: 512}\n", "").replace(
+        "  - name: gpu\n", f"  - name: gpu\n    limits: {{nvidia.com/gpu: {limit}}}\n").replace(
+        "instance_families: [g6, p5]", "gpu_count: 8, instance_families: [g6, p5]")
+    config = write_config(tmp_path, body, cluster.kubeconfig)
+    out = tmp_path / "out"
+    result, _document = invoke("up", "--dry-run", "-c", str(config), "--preflight-report",
+                               str(write_report(tmp_path / "report.json", NODES)), "--only",
+                               "binpack-scheduler,gpu-pools", "--render-dir", str(out), tmp_path=tmp_path)
+    assert result.exit_code == 0, result.output
+    rendered = next(yaml.safe_load(p.read_text()) for p in (out / "binpack-scheduler").glob("*configmap*.yaml"))
+    assert yaml.safe_load(rendered["data"]["config.yaml"])["percentageOfNodesToScore"] == share
