@@ -461,10 +461,15 @@ def test_the_service_proxy_reaches_only_the_prometheus_it_reads(tmp_path):
                                     "resourceNames": ["prom-kube-prometheus-stack-prometheus:http-web"],
                                     "verbs": ["get"], rbac_module.WHY: proxies[0][1][rbac_module.WHY]})], command
     given = rbac_module.prometheus_service(config, "metrics/prometheus-k8s:web")
-    assert rbac_module.rules("status", config, [], given).namespaced == {"metrics": [
+    namespaced = rbac_module.rules("status", config, [], given).namespaced
+    assert namespaced["metrics"] == [
         {"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["prometheus-k8s:web"], "verbs": ["get"],
          rbac_module.WHY: [next(n.why for n in rbac_module.needs("status", config, [], given)
-                                if "services/proxy" in n.resources)]}]}
+                                if "services/proxy" in n.resources)]}]
+    # beside it, status reads one ConfigMap by name: the bin-packing scheduler's config (which share it scores)
+    assert [(r["resources"], r.get("resourceNames"), r["verbs"]) for r in namespaced["kube-system"]] == [
+        (["configmaps"], ["gpu-binpack-scheduler-config"], ["get"])]
+    assert set(namespaced) == {"metrics", "kube-system"}
 
 
 @pytest.mark.unit

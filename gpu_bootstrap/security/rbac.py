@@ -2,8 +2,9 @@
 
 The roles, from the least to the most, and what keeps each one to its job (docs/security.md has the table of
 attacks each was put to on the real API server):
-  status   lists nodes, pods, events and services; proxies only to the Prometheus Service it reads (resourceNames,
-           in its namespace).
+  status   lists nodes, pods, events, services (and DRA's slices and claims, Kueue's queues, Karpenter's
+           NodePools); gets one ConfigMap by name (the scheduler's config); proxies only to the Prometheus Service it
+           reads (resourceNames, in its namespace).
   plan     `up --dry-run=client`: get/list only, no Secrets, ConfigMaps only in the namespaces it plans; for a pull
            request's CI, which runs code anyone may propose.
   doctor   reads, and the server-side dry runs of its admission checks. RBAC cannot tell a dry run from a write, so
@@ -59,7 +60,10 @@ class StepNeeds(Protocol):
 
 
 def namespaces(config, prometheus: PrometheusService | None = None) -> dict[str, str]:
-    found = {"state": STATE_NAMESPACE, "probe-default": "default", "kube-system": "kube-system"}
+    found = {"state": STATE_NAMESPACE, "probe-default": "default", "kube-system": "kube-system",
+             # the scheduler's namespace: status reads its config there (node-free sections carry it too)
+             "scheduler": config.scheduler.namespace if config is not None and hasattr(config, "scheduler")
+             else "kube-system"}
     if config is not None and hasattr(config, "gpu_operator"):  # status reads only the node-free sections
         found.update({"operator": config.gpu_operator.namespace, "monitoring": config.monitoring.namespace,
                       "opa": config.admission.opa.namespace, "scheduler": config.scheduler.namespace,
@@ -81,7 +85,8 @@ def needs(command: str, config, steps: Sequence[StepNeeds], prometheus: Promethe
     if command not in COMMANDS:
         raise ValueError(command)
     if command == "status":
-        return status_needs(prometheus or prometheus_service(config))
+        scheduler = config.scheduler.name if config is not None and hasattr(config, "scheduler") else None
+        return status_needs(prometheus or prometheus_service(config), *([scheduler] if scheduler else []))
     phases = {"up": (READ, WRITE, RUN), "dry-run": (READ, WRITE), "plan": (READ,), "doctor": (READ, DOCTOR),
               "probe": (READ, DOCTOR)}[command]
     out = [n for phase in phases for n in pipeline_needs().get(phase, [])]

@@ -212,15 +212,20 @@ def prometheus_service(config, given: str | None = None) -> PrometheusService:
     return PrometheusService(namespace, f"{_fullname(release, 'kube-prometheus-stack', 26)}-prometheus", "http-web")
 
 
-def status_needs(prometheus: PrometheusService) -> list[Need]:
+def status_needs(prometheus: PrometheusService, scheduler: str = "gpu-binpack-scheduler") -> list[Need]:
     """`status`: nodes, pods, FailedScheduling events, Services (to find Prometheus), and the proxy to the one
-    Prometheus Service only, in its namespace: a proxy to any Service would reach around NetworkPolicy."""
+    Prometheus Service only, in its namespace: a proxy to any Service would reach around NetworkPolicy. `scheduler`:
+    the bin-packing scheduler's name, whose config (one ConfigMap, by name) says which share of nodes it scores."""
     return [need("", "nodes pods events services", "list", why="status: GPUs per node, namespace and pod; why pods "
                                                                "wait; where Prometheus is"),
             need("resource.k8s.io", "resourceslices resourceclaims", "list",
                  why="status: GPUs served through DRA (NVIDIA's driver's ResourceSlices) and the claims that hold them"),
             need("kueue.x-k8s.io", "clusterqueues localqueues workloads", "list",
                  why="status: each team's GPU quota, use and waiting workloads (the queues step's Kueue)"),
+            need("karpenter.sh", "nodepools", "list",
+                 why="status: which Karpenter NodePool can launch a node for each pending GPU pod, and why not"),
+            need("", "configmaps", "get", "scheduler", (f"{scheduler}-config",),
+                 why="status: whether the bin-packing scheduler scores every node of a cluster that has outgrown it"),
             need("", "services/proxy", "get", "prometheus", (prometheus.proxy_name,),
                  why=f"status: GPU utilisation from Prometheus ({prometheus.namespace}/{prometheus.proxy_name}) "
                      f"through the API server's proxy, this Service only")]
