@@ -11,9 +11,9 @@ budgets cap how many go at once.
 """
 from __future__ import annotations
 
-from gpu_bootstrap.render import node_prep
-
 from dataclasses import dataclass
+
+from gpu_bootstrap.render import node_prep
 
 NODEPOOL_GROUP = "karpenter.sh"
 API_VERSION = "v1"  # the only Karpenter API whose fields these manifests use (Karpenter >= 1.0)

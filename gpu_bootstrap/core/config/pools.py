@@ -9,8 +9,8 @@ from pydantic import Field, field_validator, model_validator
 from gpu_bootstrap.core.config.fields import DNS1123_SUBDOMAIN, QUANTITY, SCHEDULER_RESOURCE, Section
 
 __all__ = [
-    "AWS_NAME", "POOLS_WITHOUT_DRA", "BUDGET_DURATION", "BUDGET_NODES", "KARPENTER_DOMAINS", "KARPENTER_DURATION", "PoolBudget",
-    "PoolConfig", "PoolDisruption", "PoolRequirements", "RegistryConfig", "check_karpenter_duration"]
+    "AWS_NAME", "BUDGET_DURATION", "BUDGET_NODES", "KARPENTER_DOMAINS", "KARPENTER_DURATION", "POOLS_WITHOUT_DRA",
+    "PoolBudget", "PoolConfig", "PoolDisruption", "PoolRequirements", "RegistryConfig", "check_karpenter_duration"]
 
 
 KARPENTER_DURATION = re.compile(r"([0-9]+(s|m|h))+|Never")  # Karpenter's own pattern for expireAfter/consolidateAfter
@@ -98,8 +98,8 @@ class PoolDisruption(Section):
 
 
 class PoolConfig(Section):
-    """An autoscaled GPU pool: a Karpenter NodePool and its EC2NodeClass, whose nodes arrive with node-prep's taint
-    and labels."""
+    """An autoscaled GPU pool: a Karpenter NodePool and its node class (an EC2NodeClass on AWS, a KWOKNodeClass on
+    Karpenter's KWOK provider), whose nodes arrive with node-prep's taint and labels."""
 
     name: str = Field(description="the NodePool's and its node class's name")
     provider: Literal["karpenter"] = "karpenter"
