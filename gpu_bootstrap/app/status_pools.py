@@ -13,6 +13,7 @@ Karpenter's own event."""
 from __future__ import annotations
 
 from gpu_bootstrap.core.errors import ClusterError, Unreachable
+from gpu_bootstrap.render.admission import tolerates
 
 GPU = "nvidia.com/gpu"
 NODEPOOL = ("karpenter.sh/v1", "NodePool")
@@ -34,17 +35,6 @@ def _whole(value) -> int:
         return int(float(str(value or "0")))
     except ValueError:
         return 0
-
-
-def _tolerates(tolerations: list[dict], taint: dict) -> bool:
-    for toleration in tolerations:
-        if toleration.get("effect") not in (None, "", taint.get("effect")):
-            continue
-        if toleration.get("operator") == "Exists" and toleration.get("key") in (None, "", taint.get("key")):
-            return True
-        if toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
-            return True
-    return False
 
 
 def _allows(requirement: dict, value: str | None) -> bool:
@@ -100,7 +90,7 @@ def verdict(pod: dict, gpus: int, pool: dict) -> str:
     template = spec.get("template") or {}
     tolerations = (pod.get("spec") or {}).get("tolerations") or []
     for taint in (template.get("spec") or {}).get("taints") or []:
-        if not _tolerates(tolerations, taint):
+        if not any(tolerates(toleration, taint) for toleration in tolerations):
             return f"the pod does not tolerate its taint {taint.get('key')}:{taint.get('effect')}"
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     reasons = [_selector_conflict({**selector, **term}, template) for term in _affinity_selectors(pod)]
