@@ -12,6 +12,7 @@ instance types are the cloud's), so a pod no instance type fits shows here as se
 Karpenter's own event."""
 from __future__ import annotations
 
+from gpu_bootstrap.app.status_queues import _count  # a GPU quantity as a whole count, as the queues section reads it
 from gpu_bootstrap.core.errors import ClusterError, Unreachable
 from gpu_bootstrap.render.admission import tolerates
 
@@ -28,13 +29,6 @@ def read(kube) -> list[dict]:
         raise
     except ClusterError:
         return []
-
-
-def _whole(value) -> int:
-    try:
-        return int(float(str(value or "0")))
-    except ValueError:
-        return 0
 
 
 def _allows(requirement: dict, value: str | None) -> bool:
@@ -84,9 +78,9 @@ def verdict(pod: dict, gpus: int, pool: dict) -> str:
     spec, status = pool.get("spec") or {}, pool.get("status") or {}
     limit = (spec.get("limits") or {}).get(GPU)
     if limit is not None:
-        used = _whole((status.get("resources") or {}).get(GPU))
-        if used + gpus > _whole(limit):
-            return f"at its GPU limit ({used} of {_whole(limit)} in use, the pod asks for {gpus})"
+        used = _count((status.get("resources") or {}).get(GPU))
+        if used + gpus > _count(limit):
+            return f"at its GPU limit ({used} of {_count(limit)} in use, the pod asks for {gpus})"
     template = spec.get("template") or {}
     tolerations = (pod.get("spec") or {}).get("tolerations") or []
     for taint in (template.get("spec") or {}).get("taints") or []:
