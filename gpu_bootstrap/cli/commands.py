@@ -461,12 +461,24 @@ def simulate(common, pods: Annotated[Optional[Path], Option("--pods", metavar="C
              kube_version: Annotated[Optional[str], Option("--kube-version", metavar="X.Y", help=(
                  "The kube-scheduler version to model (its scoring changed in 1.36: BalancedAllocation scores the "
                  "change a pod makes to a node's balance). Default: the cluster's with --from-cluster, else 1.33."
-             ))] = None) -> None:
+             ))] = None,
+             autoscale: Annotated[bool, Option("--autoscale", help=(
+                 "Replay the trace's pods at their own times (creation_time, deletion_time) on nodes an autoscaler "
+                 "adds when a pod fits nowhere (the inventory's largest GPU node shape) and removes once empty for "
+                 "--consolidate-after, as a NodePool of `pools` does; report the node-hours each profile costs."
+             ))] = False,
+             consolidate_after: Annotated[str, Option("--consolidate-after", metavar="DURATION", help=(
+                 "With --autoscale: how long a node stays empty before it is removed (your pool's "
+                 "disruption.consolidate_after; the pools' default is 10m)."))] = "10m") -> None:
     """Replay a GPU workload trace onto nodes with kube-scheduler's scoring: the default profile against the
     bin-packing profile `up` deploys (from your config's `scheduler` section), before you deploy it.
 
     With --shapes, no trace: pods of four typical shapes arrive instead, and what counts is how many whole GPU nodes
     each profile leaves empty for whole-node jobs, against the fewest nodes the pods fit on.
+
+    With --autoscale, the cluster grows and shrinks: the trace's pods arrive and leave at their own times, a node is
+    added when a pod fits on none and removed after --consolidate-after empty (pods are never moved), and what
+    counts is node-hours, the bill: a packing profile lets the emptiest nodes drain and go.
 
     Pods are drawn at random from --pods until their GPU requests reach --tune x the GPUs, then placed one by one.
     Reported per policy (medians over seeds): GPUs allocated at 100% and 130% arrived, fragmentation failures
@@ -480,16 +492,19 @@ def simulate(common, pods: Annotated[Optional[Path], Option("--pods", metavar="C
       gpu-bootstrap simulate --from-cluster --pods P.csv --set fit_weight=2
       gpu-bootstrap simulate --nodes N.csv --pods P.csv --sharing --replicas 4
       gpu-bootstrap simulate --nodes N.csv --shapes --kube-version 1.35
+      gpu-bootstrap simulate --nodes N.csv --pods P.csv --autoscale --consolidate-after 10m
     """
     from gpu_bootstrap.sim.command import SimOptions
     if kube_version is not None and not re.fullmatch(r"v?1\.\d+(\.\d+)?", kube_version):
         raise typer.BadParameter(f"{kube_version!r} is not a Kubernetes version (e.g. 1.36 or 1.37.2)",
                                  param_hint="--kube-version")
-    if shapes and plot_file:
-        raise typer.BadParameter("--plot draws a trace's replay; --shapes prints a table", param_hint="--plot")
+    if (shapes or autoscale) and plot_file:
+        raise typer.BadParameter("--plot draws a trace's replay; --shapes and --autoscale print a table",
+                                 param_hint="--plot")
     sim_options = SimOptions(pods, nodes, from_cluster, list(set_ or []), track.value, seeds, tune, list(policy or []),
                              default_nodes_to_score, departures, workers, sharing, replicas,
-                             kube_version.removeprefix("v") if kube_version else None, shapes)
+                             kube_version.removeprefix("v") if kube_version else None, shapes, autoscale,
+                             consolidate_after)
 
     def body():
         from gpu_bootstrap.app import commands as application

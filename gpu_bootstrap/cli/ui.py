@@ -336,7 +336,7 @@ def show_simulation(run, as_json: bool, plot_file: Path | None) -> None:
     if plot_file:
         plot(document, plot_file)
     if as_json:
-        print_json(document if "sharing" in document or "shapes" in document else
+        print_json(document if {"sharing", "shapes", "autoscale"} & set(document) else
                    document | {"policies": [{k: v for k, v in p.items() if k != "curve"}
                                             for p in document["policies"]]})
         return
@@ -344,6 +344,11 @@ def show_simulation(run, as_json: bool, plot_file: Path | None) -> None:
     if "shapes" in document:
         out.print(shapes_table(document["shapes"]))
         for line in shapes_notes(document["shapes"]):
+            out.print(escape(line))
+        return
+    if "autoscale" in document:
+        out.print(autoscale_table(document["autoscale"]))
+        for line in autoscale_notes(document["autoscale"]):
             out.print(escape(line))
         return
     if "sharing" in document:
@@ -492,6 +497,39 @@ def shapes_table(shapes: dict):
             cells.append(text if cell["share_pct"] >= shapes["target_share_pct"] else f"[red]{text}[/]")
         grid.add_row(row["shape"], f"{row['load_pct']} %", str(row["ideal"]), *cells)
     return grid
+
+
+def autoscale_table(run: dict):
+    """One row per profile: node-hours (and against the baseline), nodes launched, most nodes up at once."""
+    from rich.table import Table
+    instance = run["instance"]
+    grid = Table(title=f"Autoscaled {instance['gpus']}-GPU nodes ({instance['cpu_milli'] // 1000} cpu, "
+                       f"{instance['memory_mib'] // 1024} Gi), empty ones removed after {run['consolidate_after']}; "
+                       f"median of {run['seeds']} seed(s)", title_justify="left")
+    for column in ("policy", "node-hours", f"vs {run['baseline']}", "nodes launched", "most nodes up"):
+        grid.add_column(escape(column), justify="left" if column == "policy" else "right")
+    for policy in run["policies"]:
+        change = policy["vs_baseline_pct"]
+        shown = "-" if policy["name"] == run["baseline"] else (f"[green]{change:+.1f} %[/]" if change < 0 else
+                                                                f"{change:+.1f} %")
+        grid.add_row(escape(policy["name"]), f"{policy['node_hours']:,.1f}", shown, f"{policy['nodes_launched']:g}",
+                     f"{policy['peak_nodes']:g}")
+    return grid
+
+
+def autoscale_notes(run: dict) -> list[str]:
+    lines = [f"{run['pods'] - run['unplaceable']} GPU pods of {run['pods_file']} over {run['span_hours']:,} h, at "
+             f"most {run['most_pods_at_once']} at once; no scheduler can go below {run['floor_node_hours']:,} "
+             f"node-hours (their GPU-hours / {run['instance']['gpus']})."]
+    if run["unplaceable"]:
+        lines.append(f"{run['unplaceable']} pod(s) fit no node of this shape (more GPUs, cpu or memory, another GPU "
+                     f"model, or a node affinity it does not meet): left out.")
+    lines.append("a node is added the moment a pod fits on none (a real launch takes a minute or so, the same for "
+                 "every profile) and removed once empty for the consolidation time; running pods are never moved "
+                 "(consolidationPolicy WhenEmpty, as our NodePools). benchmarks/autoscale_real.py measures it on "
+                 "the real Karpenter.")
+    lines += [f"{p['name']}: {p['profile']}" for p in run["policies"]]
+    return lines + [f"note: {note}" for note in run.get("notes") or []]
 
 
 def shapes_notes(shapes: dict) -> list[str]:

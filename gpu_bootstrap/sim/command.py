@@ -30,6 +30,8 @@ class SimOptions:
     replicas: int = 4  # --replicas: time-slicing replicas per GPU for the deployable setup
     kube_version: str | None = None  # --kube-version: the kube-scheduler whose scoring is modelled
     shapes: bool = False  # --shapes: the workload-shape benchmark (sim/shapes.py) instead of the trace
+    autoscale: bool = False  # --autoscale: the trace's own times on nodes an autoscaler adds and removes
+    consolidate_after: str = "10m"  # --consolidate-after: how long a node stays empty before it is removed
 
 
 def with_sets(options: SimOptions, settings):
@@ -78,6 +80,15 @@ def validate(options: SimOptions) -> None:
     if options.shapes and (options.pods or options.sharing):
         raise UsageError("--shapes places its own pods: leave out --pods and --sharing",
                          "run the trace (--pods) and the shapes (--shapes) as two commands")
+    if options.autoscale and (options.shapes or options.sharing):
+        raise UsageError("--autoscale replays the trace's pods at their own times: leave out --shapes and --sharing")
+    if options.autoscale:
+        from gpu_bootstrap.core.config.fields import parse_age
+        try:
+            if parse_age(options.consolidate_after) <= 0:
+                raise ValueError(f"{options.consolidate_after!r}: a node must stay empty for some time")
+        except ValueError as error:
+            raise UsageError(f"--consolidate-after: {error}", "e.g. 10m (the pools' default), 30s, 1h") from None
     if not options.shapes and options.pods is None:
         raise UsageError("give the pods to replay with --pods CSV, or --shapes for the workload-shape benchmark")
     if options.track not in ("A", "B"):
@@ -122,6 +133,8 @@ def simulate(options: SimOptions, settings, kube=None, progress=None) -> dict:
     else:
         nodes = trace.load_nodes(options.nodes)
         source = str(options.nodes)
+    if options.autoscale:
+        return simulate_autoscale(options, nodes, pods, settings, kube_version, source, progress, notes)
     chosen = profiles(options, settings, kube_version, len(nodes))
     if options.shapes:
         return simulate_shapes(options, nodes, chosen, source, kube_version, progress, notes)
@@ -179,4 +192,29 @@ def simulate_shapes(options: SimOptions, nodes, chosen: list[scoring.Profile], s
     seeds = list(range(FIRST_SEED, FIRST_SEED + options.seeds))
     document = shapes.report(biggest, chosen, seeds, workers=options.workers, progress=progress)
     document["shapes"] |= {"source": source, "kube_version": kube_version, "notes": list(notes)}
+    return document
+
+
+def simulate_autoscale(options: SimOptions, nodes, pods: list[dict], settings, kube_version: str, source: str,
+                       progress=None, notes: list[str] = ()) -> dict:
+    """`simulate --autoscale`: the trace's pods at their own times on nodes of the inventory's largest GPU shape,
+    added when a pod fits nowhere and removed after --consolidate-after empty; node-hours per profile."""
+    from gpu_bootstrap.core.config.fields import parse_age
+    from gpu_bootstrap.sim import FIRST_SEED, autoscale
+    timed = autoscale.timed(pods, options.track)
+    if not timed:
+        raise ConfigError(f"{options.pods}: no GPU pod has both creation_time and deletion_time",
+                          f"--autoscale replays pods at their times: give the openb columns "
+                          f"{', '.join(trace.TIME_COLUMNS)} (seconds)")
+    if not any(n.gpus for n in nodes):
+        raise ConfigError(f"no node of {source} has a GPU", "the autoscaler adds nodes of the inventory's largest "
+                                                             "GPU shape: give an inventory with GPU nodes")
+    instance = autoscale.instance_type(nodes)
+    after = parse_age(options.consolidate_after)
+    # ours as `up` renders it for the most nodes this trace can have up at once
+    chosen = profiles(options, settings, kube_version, autoscale.most_at_once(timed))
+    seeds = list(range(FIRST_SEED, FIRST_SEED + options.seeds))
+    document = autoscale.report(timed, instance, chosen, seeds, after, progress)
+    document["autoscale"] |= {"source": source, "pods_file": str(options.pods), "kube_version": kube_version,
+                              "consolidate_after": options.consolidate_after, "notes": list(notes)}
     return document

@@ -30,6 +30,7 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
 # Optional columns beyond openb's: a node's labels (key=value,...) and a pod's required node affinity (affinity.py).
 LABELS_COLUMN, AFFINITY_COLUMN = "labels", "node_affinity"
+TIME_COLUMNS = ("creation_time", "deletion_time")  # openb's, in seconds: what `simulate --autoscale` replays
 MODEL_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.model")
 PRODUCT_LABEL = MODEL_LABELS[0]
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -42,8 +43,10 @@ MAX_GPUS_PER_NODE = 64  # also the most GPUs one pod may request
 MAX_TOTAL_GPUS = 100_000  # in a node list; the replay draws pods until 1.3 x this, so it bounds memory and time
 MAX_CPU_MILLI = 10_000_000  # 10,000 cores, per node or pod
 MAX_MEMORY_MIB = 64 * 2 ** 20  # 64 TiB, per node or pod
+MAX_TRACE_SECONDS = 10 * 366 * 86400  # creation_time / deletion_time: ten years of trace
 LIMITS = {"cpu_milli": MAX_CPU_MILLI, "memory_mib": MAX_MEMORY_MIB, "gpu": MAX_GPUS_PER_NODE,
-          "num_gpu": MAX_GPUS_PER_NODE, "gpu_milli": 1000}
+          "num_gpu": MAX_GPUS_PER_NODE, "gpu_milli": 1000, "creation_time": MAX_TRACE_SECONDS,
+          "deletion_time": MAX_TRACE_SECONDS}
 
 
 def _text(path: Path, what: str) -> str:
@@ -154,10 +157,19 @@ def load_pods(path: Path) -> list[dict]:
                      "memory_mib": _int(path, line, row, "memory_mib"),
                      "num_gpu": _int(path, line, row, "num_gpu"), "gpu_milli": gpu_milli,
                      "models": frozenset(m for m in spec.split("|") if m) or None,
-                     "affinity": _affinity(path, line, row)})
+                     "affinity": _affinity(path, line, row), **_times(path, line, row)})
     if not pods:
         raise ConfigError(f"{path}: the pod list is empty")
     return pods
+
+
+def _times(path: Path, line: int, row: dict) -> dict:
+    """start/end in seconds when the list has openb's time columns (None where a row leaves one empty)."""
+    if not all(column in row for column in TIME_COLUMNS):
+        return {"start": None, "end": None}
+    start, end = (_int(path, line, row, column) if (row.get(column) or "").strip() else None
+                  for column in TIME_COLUMNS)
+    return {"start": start, "end": end}
 
 
 def _affinity(path: Path, line: int, row: dict):
