@@ -58,12 +58,14 @@ def test_gpus_in_all_up_to_the_limit_are_read(tmp_path):
 
 def test_pods_read_with_their_models_and_an_empty_share(tmp_path):
     rows = "p,1000,10,1,1000,A100|H100|\nq,0,0,0,,\nr,1,1,2,500,|\n"
+    untimed = {"start": None, "end": None}  # a list without openb's time columns (simulate --autoscale needs them)
     assert trace.load_pods(write(tmp_path, POD_HEADER + rows)) == [
         {"name": "p", "cpu_milli": 1000, "memory_mib": 10, "num_gpu": 1, "gpu_milli": 1000,
-         "models": frozenset({"A100", "H100"}), "affinity": None},
-        {"name": "q", "cpu_milli": 0, "memory_mib": 0, "num_gpu": 0, "gpu_milli": 0, "models": None, "affinity": None},
+         "models": frozenset({"A100", "H100"}), "affinity": None, **untimed},
+        {"name": "q", "cpu_milli": 0, "memory_mib": 0, "num_gpu": 0, "gpu_milli": 0, "models": None, "affinity": None,
+         **untimed},
         {"name": "r", "cpu_milli": 1, "memory_mib": 1, "num_gpu": 2, "gpu_milli": 500, "models": None,
-         "affinity": None}]
+         "affinity": None, **untimed}]
 
 
 @pytest.mark.parametrize("text, message", [
