@@ -246,7 +246,7 @@ def test_every_default():
                        "release": "kube-prometheus-stack", "namespace": "monitoring", "values": {},
                        "retention": "15d", "storage": None, "grafana": {"enabled": True}, "prometheus": None,
                        "scrape_interval": "15s", "wait_timeout": 600, "skip_version_check": False,
-                       "alerts": {"gpu_pod_pending_for": "15m"}, "allow_downgrade": False},
+                       "alerts": {"gpu_pod_pending_for": "15m"}, "workload_gpu_rules": True, "allow_downgrade": False},
         "validate": {"enabled": True, "image": images.default("cuda-sample"), "nodes": "all",
                      "namespace": "gpu-bootstrap", "timeout": 300},
         "preflight": {"via": "auto", "image": images.default("busybox"), "timeout": 120, "max_facts_age": "7d"},

@@ -15,6 +15,7 @@ from tests.tools import run, tool
 
 pytestmark = pytest.mark.tools
 CASES = Path(__file__).resolve().parent / "monitoring" / "alerts-test.yaml"
+WORKLOAD_CASES = CASES.parent / "workload-rules-test.yaml"
 
 
 def rendered_rule() -> dict:
@@ -34,7 +35,7 @@ def write_rules(folder: Path, annotations: bool = True) -> Path:
 
 def test_promtool_check_rules_passes_on_the_rendered_prometheus_rule(tmp_path):
     result = run([tool("promtool"), "check", "rules", str(write_rules(tmp_path))], {})
-    assert f"SUCCESS: {len(gpu_alerts.rules())} rules found" in result.stdout
+    assert f"SUCCESS: {len(gpu_alerts.rules()) + len(gpu_alerts.workload_rules())} rules found" in result.stdout
 
 
 @pytest.mark.unit
@@ -61,6 +62,41 @@ def test_promtool_test_rules_fires_and_silences_every_alert(tmp_path):
     shutil.copy(CASES, tmp_path / "alerts-test.yaml")
     result = run([tool("promtool"), "test", "rules", str(tmp_path / "alerts-test.yaml")], {}, check=False)
     assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+def test_promtool_test_rules_records_gpu_use_per_pod_and_per_workload(tmp_path):
+    """The per-pod and per-workload series a ScaledObject scales on (monitoring.workload_gpu_rules), cases in
+    tests/monitoring/workload-rules-test.yaml: averaged and summed per pod, joined per workload on
+    kube-prometheus-stack's pod-owner series, GPUs no pod holds and DCGM's blank values left out."""
+    write_rules(tmp_path, annotations=False)
+    shutil.copy(WORKLOAD_CASES, tmp_path / "workload-rules-test.yaml")
+    result = run([tool("promtool"), "test", "rules", str(tmp_path / "workload-rules-test.yaml")], {}, check=False)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_workload_rule_that_averages_gpus_instead_of_pods_fails_the_cases(tmp_path):
+    """The cases can fail: averaging a workload's GPUs (80, 40, 20: 46.7) instead of its pods (60, 20: 40)."""
+    path = write_rules(tmp_path, annotations=False)
+    document = yaml.safe_load(path.read_text())
+    [recorded] = [r for r in document["groups"][1]["rules"] if r["record"].startswith("namespace_workload:dcgm_gpu")]
+    assert "(namespace_pod:dcgm_gpu_utilization:avg * on" in recorded["expr"]
+    recorded["expr"] = recorded["expr"].replace("(namespace_pod:dcgm_gpu_utilization:avg * on",
+                                                "(DCGM_FI_DEV_GPU_UTIL * on")
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    shutil.copy(WORKLOAD_CASES, tmp_path / "workload-rules-test.yaml")
+    result = run([tool("promtool"), "test", "rules", str(tmp_path / "workload-rules-test.yaml")], {}, check=False)
+    assert result.returncode != 0 and "namespace_workload:dcgm_gpu_utilization:avg" in result.stdout + result.stderr
+
+
+@pytest.mark.unit
+def test_the_workload_rules_are_an_option_of_the_monitoring_step():
+    section = cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}],
+                                         "monitoring": {"workload_gpu_rules": False}}).monitoring
+    without = render.prometheus_rule(render.install_target(section, "test"),
+                                     gpu_alerts.AlertSettings(workload_rules=False))
+    assert [g["name"] for g in without["spec"]["groups"]] == ["gpu-bootstrap.gpu"]
+    assert [g["name"] for g in rendered_rule()["spec"]["groups"]] == ["gpu-bootstrap.gpu",
+                                                                      "gpu-bootstrap.gpu-workloads"]
 
 
 def test_a_changed_threshold_fails_the_cases(tmp_path):
@@ -144,3 +180,18 @@ def test_a_pending_duration_that_is_no_prometheus_duration_is_refused():
     with pytest.raises(ValueError, match="gpu_pod_pending_for"):
         cfg.Config.model_validate({"nodes": [{"name": "gpu-1"}], "monitoring": {"alerts": {"gpu_pod_pending_for":
                                                                                              "15 minutes"}}})
+
+
+@pytest.mark.unit
+def test_the_scaledobject_example_scales_on_a_series_the_rules_record():
+    """examples/pods/gpu-utilization-scaledobject.yaml names the per-workload series with all three of its labels,
+    and targets the Deployment beside it."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "pods" / "gpu-utilization-scaledobject.yaml"
+    deployment, scaled = yaml.safe_load_all(example.read_text())
+    [trigger] = scaled["spec"]["triggers"]
+    recorded = {r["record"] for r in gpu_alerts.workload_rules()}
+    name = trigger["metadata"]["query"].split("{")[0]
+    assert name in recorded and name.startswith("namespace_workload:")
+    for label in ("namespace=", "workload=", "workload_type="):
+        assert label in trigger["metadata"]["query"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]

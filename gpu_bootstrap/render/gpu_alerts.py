@@ -31,10 +31,12 @@ class AlertSettings:
 
     scheduler: str = "gpu-binpack-scheduler"  # scheduler.name: GPU pods waiting for it are ours to report
     pending_for: str = "15m"  # monitoring.alerts.gpu_pod_pending_for
+    workload_rules: bool = True  # monitoring.workload_gpu_rules
 
 
 def settings_from(config) -> AlertSettings:
-    return AlertSettings(config.scheduler.name, config.monitoring.alerts.gpu_pod_pending_for)
+    return AlertSettings(config.scheduler.name, config.monitoring.alerts.gpu_pod_pending_for,
+                         config.monitoring.workload_gpu_rules)
 
 
 def _hardware_xid() -> str:
@@ -171,8 +173,38 @@ def rules(settings: AlertSettings = AlertSettings()) -> list[dict]:
     ]
 
 
+# --- GPU use per pod and per workload: what a KEDA ScaledObject (or an HPA through a metrics adapter) scales on -------
+# name -> the DCGM field it averages (utilization, %) or sums (framebuffer used, MiB) per pod
+POD_SERIES = {"namespace_pod:dcgm_gpu_utilization:avg": ("avg", "DCGM_FI_DEV_GPU_UTIL"),
+              "namespace_pod:dcgm_fb_used_mib:sum": ("sum", "DCGM_FI_DEV_FB_USED")}
+# kube-prometheus-stack's own recording rule (kubernetes-mixin's k8s.rules, from kube-state-metrics' kube_pod_owner
+# and kube_replicaset_owner): one series per pod naming its workload (a Deployment rather than its ReplicaSet)
+POD_OWNER = "namespace_workload_pod:kube_pod_owner:relabel"
+
+
+def workload_rules() -> list[dict]:
+    """Per pod: a pod's GPUs' utilization averaged and their framebuffer use summed, from the series the DCGM exporter
+    labels with the pod holding the GPU (DCGM's blank values left out). Per workload (namespace, workload,
+    workload_type): the pods' figures averaged and summed, joined on kube-prometheus-stack's pod-owner series, so a
+    Deployment's figure is one series whatever its pods are called."""
+    recorded = []
+    for name, (how, field) in POD_SERIES.items():
+        recorded.append({"record": name,
+                         "expr": f'{how} by (namespace, pod) ({field}{{pod!=""}} < {BLANK})'})
+    for name, (how, _field) in POD_SERIES.items():
+        workload = name.replace("namespace_pod:", "namespace_workload:")
+        recorded.append({"record": workload, "expr": (
+            f"{how} by (namespace, workload, workload_type) ({name} * on (namespace, pod) "
+            f"group_left (workload, workload_type) max by (namespace, pod, workload, workload_type) ({POD_OWNER}))")})
+    return recorded
+
+
 def groups(settings: AlertSettings = AlertSettings()) -> list[dict]:
-    return [{"name": "gpu-bootstrap.gpu", "rules": rules(settings)}]
+    found = [{"name": "gpu-bootstrap.gpu", "rules": rules(settings)}]
+    if settings.workload_rules:
+        found.append({"name": "gpu-bootstrap.gpu-workloads", "rules": workload_rules()})
+    return found
 
 
-__all__ = ["AlertSettings", "groups", "rules", "settings_from", "GPU_RESOURCES", "HARDWARE_XIDS"]
+__all__ = ["AlertSettings", "groups", "rules", "settings_from", "workload_rules", "GPU_RESOURCES", "HARDWARE_XIDS",
+           "POD_SERIES"]

@@ -76,6 +76,7 @@ def binaries() -> dict[str, Path]:
     gpu_operator = TOOLS / "gpu-operator" / gomod_version("gpu-operator", "github.com/NVIDIA/gpu-operator")
     kueue = TOOLS / "kueue" / gomod_version("kueue", "sigs.k8s.io/kueue")
     karpenter = TOOLS / "karpenter" / gomod_version("karpenter", "sigs.k8s.io/karpenter")
+    keda = TOOLS / "keda" / gomod_version("keda", "github.com/kedacore/keda/v2")
     return {"etcd": TOOLS / "etcd" / gomod_version("etcd", "go.etcd.io/etcd/server/v3") / "etcd",
             "kube-apiserver": kube / "kube-apiserver", "kube-controller-manager": kube / "kube-controller-manager",
             "kube-scheduler": kube / "kube-scheduler",
@@ -94,15 +95,18 @@ def binaries() -> dict[str, Path]:
             "kueue": kueue / "kueue", "kueue-chart": kueue / "chart",  # Kueue's controller manager and its chart
             # Karpenter's core with its KWOK cloud provider, and its CRDs (with the KWOKNodeClass)
             "karpenter": karpenter / "karpenter-kwok", "karpenter-crds": karpenter / "crds",
+            # KEDA's operator and metrics adapter, and its CRDs
+            "keda-operator": keda / "keda-operator", "keda-adapter": keda / "keda-adapter", "keda-crds": keda / "crds",
             "kubectl": TOOLS / "bin" / "kubectl"}
 
 
 KARPENTER_PARTS = ("karpenter", "karpenter-crds")  # needed only by a cluster started with karpenter=True
+KEDA_PARTS = ("keda-operator", "keda-adapter", "keda-crds")  # needed only by a cluster started with keda=True
 
 
-def missing_binaries(karpenter: bool = False) -> list[str]:
+def missing_binaries(karpenter: bool = False, keda: bool = False) -> list[str]:
     return [f"{name} ({path})" for name, path in binaries().items()
-            if not path.exists() and (karpenter or name not in KARPENTER_PARTS)]
+            if not path.exists() and (karpenter or name not in KARPENTER_PARTS) and (keda or name not in KEDA_PARTS)]
 
 
 def require(*names: str) -> None:
@@ -266,13 +270,15 @@ def _write_private(path: Path, text: str) -> Path:
 
 def up(folder: Path, *, gpu_nodes: int = 2, gpus_per_node: int = 4, cpu_nodes: int = 2,
        die_with_parent: bool = False, agent: bool = True, timeout: float = 180, progress=None,
-       dra: bool = False, karpenter: bool = False) -> LocalCluster:
+       dra: bool = False, karpenter: bool = False, keda: bool = False) -> LocalCluster:
     """Start the cluster in `folder` (made 0700; it must not hold a running cluster) and return it when every
     component answers, the nodes are Ready and the default service account exists. `dra`: the GPU nodes' GPUs are
     ResourceSlices of NVIDIA's DRA driver (its DeviceClasses come with its chart), no `nvidia.com/gpu` capacity.
-    `karpenter`: the real Karpenter with its KWOK provider and GPU instance types runs too (karpenter.py)."""
+    `karpenter`: the real Karpenter with its KWOK provider and GPU instance types runs too (karpenter.py).
+    `keda`: the real KEDA operator and metrics adapter run too, serving external.metrics.k8s.io (keda.py), and the
+    HPA controller syncs every HPA_SYNC instead of 15 s."""
     say = progress or (lambda message: None)
-    absent = missing_binaries(karpenter)
+    absent = missing_binaries(karpenter, keda)
     if absent:
         raise ClusterError("not built: " + ", ".join(absent) + "; run scripts/install-test-tools")
     existing = LocalCluster.load(folder)
@@ -285,7 +291,7 @@ def up(folder: Path, *, gpu_nodes: int = 2, gpus_per_node: int = 4, cpu_nodes: i
     for attempt in range(1, PORT_ATTEMPTS + 1):
         try:
             return _up_once(folder, gpu_nodes, gpus_per_node, cpu_nodes, die_with_parent, agent, timeout, say, dra,
-                            karpenter)
+                            karpenter, keda)
         except ClusterError as error:
             if "address already in use" not in str(error) or attempt == PORT_ATTEMPTS:
                 raise
@@ -297,7 +303,7 @@ PORT_ATTEMPTS = 3
 
 
 def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, die_with_parent: bool, agent: bool,
-             timeout: float, say, dra: bool = False, karpenter: bool = False) -> LocalCluster:
+             timeout: float, say, dra: bool = False, karpenter: bool = False, keda: bool = False) -> LocalCluster:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, mode=0o700)
@@ -308,6 +314,9 @@ def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, d
                      "kubelet": free_port(), "kwok": free_port()}
     if karpenter:
         cluster.ports.update({"karpenter-metrics": free_port(), "karpenter-health": free_port()})
+    if keda:
+        from tests.localcluster.keda import PORTS as KEDA_PORTS
+        cluster.ports.update({name: free_port() for name in KEDA_PORTS})
     cluster.nodes = node_specs.layout(gpu_nodes, gpus_per_node, cpu_nodes, dra)
     cluster.save()
     try:
@@ -318,7 +327,7 @@ def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, d
         say("kube-apiserver")
         _start_apiserver(cluster, tools, die_with_parent, timeout)
         say("kube-controller-manager, kube-scheduler")
-        _start_controllers(cluster, tools, die_with_parent)
+        _start_controllers(cluster, tools, die_with_parent, keda)
         say(f"nodes ({gpu_nodes} GPU, {cpu_nodes} CPU) and KWOK")
         api = cluster.admin()
         for node in node_specs.objects(cluster.nodes, cluster.network):
@@ -329,6 +338,9 @@ def _up_once(folder: Path, gpu_nodes: int, gpus_per_node: int, cpu_nodes: int, d
         if karpenter:
             say("Karpenter (its KWOK provider, GPU instance types)")
             _start_karpenter(cluster, tools, api, die_with_parent, timeout)
+        if keda:
+            say("KEDA (its operator and metrics adapter, external.metrics.k8s.io)")
+            _start_keda(cluster, tools, api, die_with_parent, timeout)
         if agent:
             say("agent (OPA and kube-scheduler pods; the gpu-operator controller, real for the chart built beside it)")
             _start_agent(cluster, die_with_parent)
@@ -534,16 +546,21 @@ def _start_apiserver(cluster: LocalCluster, tools: dict, die_with_parent: bool, 
     cluster.wait("kube-apiserver", lambda: api.request("GET", "/readyz") == "ok", timeout)
 
 
-def _start_controllers(cluster: LocalCluster, tools: dict, die_with_parent: bool) -> None:
+# The HPA controller's sync period on a cluster with KEDA (the default is 15 s): a test sees each scaling step sooner
+HPA_SYNC = "5s"
+
+
+def _start_controllers(cluster: LocalCluster, tools: dict, die_with_parent: bool, keda: bool = False) -> None:
     pki_dir = cluster.pki
     cm = cluster.folder / "controller-manager.kubeconfig"
+    hpa = [f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC}"] if keda else []
     cluster.spawn("kube-controller-manager", [
         str(tools["kube-controller-manager"]), f"--kubeconfig={cm}", f"--authentication-kubeconfig={cm}",
         f"--authorization-kubeconfig={cm}", "--bind-address=127.0.0.1", "--secure-port=0",
         "--leader-elect=false", "--use-service-account-credentials=true",
         f"--service-account-private-key-file={pki_dir / 'sa.key'}", f"--root-ca-file={cluster.ca}",
         f"--cluster-signing-cert-file={pki_dir / 'ca.crt'}", f"--cluster-signing-key-file={pki_dir / 'ca.key'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false", "--v=1"], die_with_parent)
+        f"--service-cluster-ip-range={SERVICE_CIDR}", *hpa, "--profiling=false", "--v=1"], die_with_parent)
     sched = cluster.folder / "scheduler.kubeconfig"
     cluster.spawn("kube-scheduler", [
         str(tools["kube-scheduler"]), f"--kubeconfig={sched}", f"--authentication-kubeconfig={sched}",
@@ -621,6 +638,39 @@ def _start_karpenter(cluster: LocalCluster, tools: dict, api, die_with_parent: b
     cluster.wait("karpenter", healthy, timeout)
 
 
+def _start_keda(cluster: LocalCluster, tools: dict, api, die_with_parent: bool, timeout: float) -> None:
+    """KEDA's CRDs (established), its certificates, the adapter's Service, endpoint and APIService, then the operator
+    (ready when its health endpoint answers) and the adapter (ready when the aggregator finds its API available)."""
+    import urllib.request
+    from tests.localcluster import keda
+    from tests.localcluster.karpenter import crd_documents
+    for crd in crd_documents(tools["keda-crds"]):
+        api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+
+    def established() -> bool:
+        items = api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
+        found = {c["metadata"]["name"] for c in items for cond in (c.get("status") or {}).get("conditions") or []
+                 if cond["type"] == "Established" and cond["status"] == "True"}
+        return set(keda.CRDS) <= found
+    cluster.wait("kube-apiserver", established, timeout)
+    address = keda.adapter_address(cluster.network)
+    certs = keda.certificates(cluster.folder / "keda", address)
+    for path, document in keda.api_objects(address, cluster.ports["keda-adapter"], (certs / "ca.crt").read_bytes()):
+        api.create(path, document)
+    env = keda.environment(_clean_env(), cluster.kubeconfig)
+    cluster.spawn("keda-operator", keda.operator_command(tools["keda-operator"], cluster.ports, certs),
+                  die_with_parent, env=env)
+
+    def healthy() -> bool:
+        url = f"http://127.0.0.1:{cluster.ports['keda-health']}/readyz"
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own loopback endpoint
+            return response.status == 200
+    cluster.wait("keda-operator", healthy, timeout)
+    cluster.spawn("keda-adapter", keda.adapter_command(tools["keda-adapter"], cluster.ports, certs,
+                                                       cluster.kubeconfig, address), die_with_parent, env=env)
+    cluster.wait("keda-adapter", lambda: keda.api_service_available(api), timeout)
+
+
 def _start_agent(cluster: LocalCluster, die_with_parent: bool) -> None:
     env = _clean_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -646,7 +696,8 @@ def _wait_usable(cluster: LocalCluster, timeout: float) -> None:
 def stop_processes(cluster: LocalCluster, grace: float = 10) -> list[str]:
     """SIGTERM to each recorded process that is still ours, then SIGKILL after `grace`; returns what was stopped."""
     alive = cluster.running()
-    order = ["agent", "karpenter", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+    order = ["agent", "keda-adapter", "keda-operator", "karpenter", "kwok", "kube-scheduler",
+             "kube-controller-manager", "kube-apiserver", "etcd"]
     names = [n for n in order if n in alive] + [n for n in alive if n not in order]
     for name in names:
         _signal_group(alive[name], signal.SIGTERM)

@@ -11,7 +11,12 @@
   their end and their logs read through the real API server from the agent's kubelet endpoint), never a GPU.
 * dcgm-exporter: NVIDIA's DCGM exporter needs GPUs. This serves the metric families the dashboards and alerts read,
   for the node's GPUs, on the pod's address and port 9400, so Prometheus scrapes a real target through the
-  ServiceMonitor the gpu-operator stand-in made.
+  ServiceMonitor the gpu-operator stand-in made. By default every GPU is idle and held by no pod. When a test has
+  written a GPU load file into the cluster's folder (set_gpu_load), the exporter also does what the real one does in
+  Kubernetes mode: each GPU a pod on its node holds carries that pod's namespace, pod and container labels (the
+  kubelet's pod-resources API, which assigns devices, stands in as: the node's running GPU pods, each given the
+  lowest free GPU indices when first seen), and DCGM_FI_DEV_GPU_UTIL of a pod's GPUs is the utilization of the
+  file's first rule that matches the pod (namespace and labels), else 0. The file is read at every scrape.
 """
 from __future__ import annotations
 
@@ -122,22 +127,112 @@ DCGM_FAMILIES = (  # (name, type, value for GPU i)
 )
 
 
-def dcgm_exporter(pod_ip: str, node: str, gpus: int) -> int:
+GPU_LOAD_FILE = "dcgm-gpu-load.json"  # in the cluster's folder: {"rules": [{namespace, labels, utilization}]}
+
+
+def set_gpu_load(cluster_folder: Path, rules: list[dict]) -> None:
+    """What the DCGM stand-ins report from their next scrape on: each rule {"namespace": NS, "labels": {K: V},
+    "utilization": PERCENT} sets the utilization of the GPUs held by the pods it matches (written atomically)."""
+    partial = cluster_folder / f".{GPU_LOAD_FILE}.partial"
+    partial.write_text(json.dumps({"rules": rules}))
+    partial.replace(cluster_folder / GPU_LOAD_FILE)
+
+
+def dcgm_body(node: str, gpus: int, holders: dict | None = None) -> bytes:
+    """The exporter's page; `holders`: GPU index -> (namespace, pod, container, utilization) of the pod holding it."""
     lines = []
     for name, kind, value in DCGM_FAMILIES:
         lines += [f"# HELP {name} {name} (local-cluster stand-in).", f"# TYPE {name} {kind}"]
         for index in range(gpus):
             labels = {"gpu": str(index), "UUID": f"GPU-{node}-{index:04d}", "device": f"nvidia{index}",
                       "modelName": "NVIDIA A100-SXM4-80GB", "Hostname": node}
+            sample = value(index)
+            if holders and index in holders:
+                namespace, pod, container, utilization = holders[index]
+                labels.update({"container": container, "namespace": namespace, "pod": pod})
+                sample = utilization if name == "DCGM_FI_DEV_GPU_UTIL" else sample
             rendered = ",".join(f'{k}={json.dumps(v)}' for k, v in labels.items())
-            lines.append(f"{name}{{{rendered}}} {value(index)}")
-    body = ("\n".join(lines) + "\n").encode()
+            lines.append(f"{name}{{{rendered}}} {sample}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+class PodResources:
+    """The kubelet's pod-resources API, played from the API server: which running pod on the node holds which GPU.
+    A pod keeps the indices it was given while it runs; a new pod takes the lowest free ones."""
+
+    def __init__(self, volumes: Path, node: str, gpus: int):
+        self.cluster = volumes.resolve().parents[2]  # <cluster>/pods/<namespace>_<pod>/volumes (agent.py)
+        self.node, self.gpus = node, gpus
+        self.held: dict[str, list[int]] = {}  # pod uid -> GPU indices
+
+    def rules(self) -> list[dict] | None:
+        try:
+            return json.loads((self.cluster / GPU_LOAD_FILE).read_text())["rules"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def api(self) -> Rest:
+        import os
+        state = json.loads((self.cluster / "cluster.json").read_text())
+        pki = self.cluster / "pki"
+        return Rest(os.environ.get("KUBERNETES_SERVICE_HOST", "127.0.0.1"), int(state["ports"]["apiserver"]),
+                    pki / "ca.crt", pki / "admin.crt", pki / "admin.key", agent="dcgm-exporter-standin")
+
+    def holders(self, rules: list[dict]) -> dict:
+        pods = [p for p in self.api().get("/api/v1/pods", fieldSelector=f"spec.nodeName={self.node}")["items"]
+                if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+        pods.sort(key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+        alive = {p["metadata"]["uid"] for p in pods}
+        self.held = {uid: indices for uid, indices in self.held.items() if uid in alive}
+        found = {}
+        for pod in pods:
+            container, wanted = _gpu_container(pod)
+            if not wanted:
+                continue
+            uid = pod["metadata"]["uid"]
+            if uid not in self.held:
+                taken = {i for indices in self.held.values() for i in indices}
+                self.held[uid] = [i for i in range(self.gpus) if i not in taken][:wanted]
+            utilization = _utilization(pod, rules)
+            for index in self.held[uid]:
+                found[index] = (pod["metadata"]["namespace"], pod["metadata"]["name"], container, utilization)
+        return found
+
+
+def _gpu_container(pod: dict) -> tuple[str, int]:
+    """The first container that asks for GPUs, and how many GPUs the pod's containers ask for."""
+    first, total = "", 0
+    for container in pod["spec"].get("containers") or []:
+        count = int(((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0) or 0)
+        if count and not first:
+            first = container["name"]
+        total += count
+    return first, total
+
+
+def _utilization(pod: dict, rules: list[dict]) -> float:
+    labels = pod["metadata"].get("labels") or {}
+    for rule in rules:
+        if rule.get("namespace") in (None, pod["metadata"]["namespace"]) and \
+                all(labels.get(k) == v for k, v in (rule.get("labels") or {}).items()):
+            return rule["utilization"]
+    return 0
+
+
+def dcgm_exporter(pod_ip: str, node: str, gpus: int, volumes: Path) -> int:
+    idle = dcgm_body(node, gpus)
+    resources = PodResources(volumes, node, gpus)
+
+    def page() -> bytes:
+        rules = resources.rules()
+        return idle if rules is None else dcgm_body(node, gpus, resources.holders(rules))
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the http.server API
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
+            body = page()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
@@ -174,7 +269,7 @@ def main(argv: list[str]) -> int:
     if options.which == "cuda-sample":
         sys.stdout.write(VECTOR_ADD)
         return 0
-    return dcgm_exporter(options.pod_ip, options.node, options.gpus)
+    return dcgm_exporter(options.pod_ip, options.node, options.gpus, options.volumes)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,9 @@ class MonitoringConfig(Section):
     skip_version_check: bool = Field(False, description="install a chart whose kubeVersion does not admit the "
                                                         "cluster")
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    workload_gpu_rules: bool = Field(True, description="record each pod's and each workload's GPU utilization and "
+                                                       "framebuffer use (namespace_workload:dcgm_gpu_utilization:avg"
+                                                       ", ...): the series a KEDA ScaledObject scales GPU pods on")
     allow_downgrade: bool = Field(False, description="install mode: install a chart older than the one installed "
                                                      "(refused by default)")
 
