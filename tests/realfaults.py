@@ -122,17 +122,18 @@ class RealState:
 
 # --- components ----------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def local_cluster(folder: Path, *, gpu_nodes: int, cpu_nodes: int, dra: bool = False, karpenter: bool = False):
+def local_cluster(folder: Path, *, gpu_nodes: int, cpu_nodes: int, dra: bool = False, karpenter: bool = False,
+                  keda: bool = False):
     """A local cluster of its own for a module (skipped when it is not built, a failure when it does not start),
     stopped at the end whatever happened. `dra`: GPUs as DRA ResourceSlices (scripts/local-cluster up --dra);
-    `karpenter`: the real Karpenter runs too (--karpenter)."""
+    `karpenter`: the real Karpenter runs too (--karpenter); `keda`: the real KEDA (--keda)."""
     import pytest
     from tests.conftest import local_cluster_wanted
     if not local_cluster_wanted():
         pytest.skip("the local cluster is not built (scripts/install-test-tools); GPU_BOOTSTRAP_LIVE_TARGET=emulator")
     try:
         cluster = local.up(folder / "cluster", gpu_nodes=gpu_nodes, cpu_nodes=cpu_nodes, die_with_parent=True,
-                           dra=dra, karpenter=karpenter)
+                           dra=dra, karpenter=karpenter, keda=keda)
     except local.ClusterError as error:
         pytest.fail(f"the local cluster did not start: {error}")
     try:

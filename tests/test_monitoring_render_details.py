@@ -36,8 +36,11 @@ def test_a_gpu_is_too_hot_above_85_degrees():
     assert hot["expr"] == "DCGM_FI_DEV_GPU_TEMP > 85 < 1000"
 
 
-def test_the_rules_form_one_group():
-    assert gpu_alerts.groups() == [{"name": "gpu-bootstrap.gpu", "rules": gpu_alerts.rules()}]
+def test_the_alerts_form_one_group_and_the_workload_series_another_unless_turned_off():
+    assert gpu_alerts.groups() == [{"name": "gpu-bootstrap.gpu", "rules": gpu_alerts.rules()},
+                                   {"name": "gpu-bootstrap.gpu-workloads", "rules": gpu_alerts.workload_rules()}]
+    assert gpu_alerts.groups(gpu_alerts.AlertSettings(workload_rules=False)) == [
+        {"name": "gpu-bootstrap.gpu", "rules": gpu_alerts.rules()}]
 
 
 # --- render/monitoring.py ---------------------------------------------------------------------------------------------

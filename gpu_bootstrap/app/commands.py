@@ -333,6 +333,44 @@ def doctor(options: Options, node_names: str | None) -> DoctorReport:
     return DoctorReport(rows, reports, ok)
 
 
+def conformance(options: Options, folder: Path, read_only: bool, metadata_file: Path | None, node_names=None,
+                progress=None, wait: float = 240):
+    """`doctor --conformance DIR`: the AI Conformance checklist proved item by item (app/conformance.py)."""
+    from gpu_bootstrap.app import conformance as checks
+    metadata = conformance_metadata(metadata_file)  # a bad file is refused before anything is asked
+    ctx, runner, _playbook = build(options, LogReporter(), secretless=True)
+    try:
+        ctx.node_facts.select(select_nodes(ctx.config, node_names))
+        return checks.run(ctx, {step.id for step in runner.steps}, folder, read_only, metadata, progress, wait)
+    finally:
+        ctx.close()
+
+
+def conformance_metadata(path: Path | None) -> dict:
+    """The checklist's metadata from a YAML file (platformName, vendorName, ...), over gpu-bootstrap's defaults."""
+    import yaml
+    from gpu_bootstrap import __version__
+    from gpu_bootstrap.render.conformance import METADATA_FIELDS
+    metadata = {"platformName": "gpu-bootstrap", "platformVersion": __version__}
+    if path is None:
+        return metadata
+    try:
+        given = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"--conformance-metadata {path}: {error}") from None
+    if not isinstance(given, dict):
+        raise ConfigError(f"--conformance-metadata {path}: expected a mapping of the checklist's metadata fields",
+                          f"fields: {', '.join(METADATA_FIELDS)}")
+    for key, value in given.items():
+        if key not in METADATA_FIELDS or key == "kubernetesVersion":
+            raise ConfigError(f"--conformance-metadata {path}: unknown field {key!r}",
+                              f"fields: {', '.join(k for k in METADATA_FIELDS if k != 'kubernetesVersion')} (the "
+                              f"Kubernetes version is the cluster's)")
+        if not isinstance(value, str):
+            raise ConfigError(f"--conformance-metadata {path}: {key} must be a string")
+    return metadata | given
+
+
 def images(options: Options, cluster_facts: tuple[str, dict] | None = None):
     """`images`: the ImageList (app/images.py) of what the configured platform pulls on this cluster. It is read from a
     fresh-install plan (an offline render, as `up --dry-run --offline --render-dir` makes) for the cluster's

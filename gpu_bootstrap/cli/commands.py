@@ -157,6 +157,20 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
                "The GPU nodes' facts from a saved 'gpu-bootstrap doctor -o json' (or one written by hand for nodes "
                "that cannot be read) instead of reading the nodes; the steps' checks use them as `up` "
                "would."))] = None,
+           conformance: Annotated[Optional[Path], Option("--conformance", metavar="DIR", help=(
+               "Fill in the Kubernetes AI Conformance checklist by proving each item on the cluster (a gang job "
+               "admitted whole, a GPU node launched for a pending pod, GPU metrics, the device-access attack "
+               "refused, Kueue's webhooks): writes DIR/AIConformance.yaml in the program's shape, DIR/junit.xml "
+               "and a log per item. Creates what it needs in a namespace of its own and removes it."))] = None,
+           read_only: Annotated[bool, Option("--read-only", help=(
+               "With --conformance: only read (and server-side dry runs); items that need a workload say they "
+               "were not checked."))] = False,
+           conformance_metadata: Annotated[Optional[Path], Option("--conformance-metadata", metavar="FILE", help=(
+               "With --conformance: YAML with the checklist's metadata (platformName, vendorName, websiteUrl, "
+               "...)."))] = None,
+           conformance_wait: Annotated[int, Option("--conformance-wait", metavar="SECONDS", min=10, max=3600, help=(
+               "With --conformance: how long a check waits for what it started (a node launched, a gang "
+               "admitted, a scrape)."))] = 240,
            ) -> None:
     """Check the cluster, every GPU node (over SSH, or with --via cluster a probe pod per node) and every step,
     without changing anything.
@@ -171,13 +185,26 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
       gpu-bootstrap doctor -o json > report.json  # up --preflight-report
       gpu-bootstrap doctor --via cluster      # no SSH: a probe pod per node
       gpu-bootstrap doctor --preflight-report report.json   # nodes that cannot be read: their saved facts
+      gpu-bootstrap doctor --conformance ai/ --conformance-metadata p.yaml
     """
     options = options_from(common, no_nodes=no_nodes, no_cluster=no_cluster, via=via.value if via else None,
                            preflight_report=preflight_report)
+    if (read_only or conformance_metadata) and conformance is None:
+        raise typer.BadParameter("goes with --conformance DIR", param_hint="--read-only/--conformance-metadata")
+    if conformance is not None and no_cluster:
+        raise typer.BadParameter("the checklist is proved on the cluster", param_hint="--no-cluster")
 
     def body():
         from gpu_bootstrap.app import commands as application
         from gpu_bootstrap.cli.ui import doctor_document, doctor_tables, print_json
+        if conformance is not None:
+            from gpu_bootstrap.cli.conformance_view import show_conformance
+            said = None if options.json else (lambda item: typer.echo(f"checking {item} ...", err=True))
+            report = application.conformance(options, conformance, read_only, conformance_metadata, nodes,
+                                             progress=said, wait=conformance_wait)
+            if not show_conformance(report, options.json):
+                raise typer.Exit(EXIT_FAILED)
+            return
         report = application.doctor(options, nodes)
         if options.json:
             print_json(doctor_document(report))
