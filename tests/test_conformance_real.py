@@ -238,7 +238,7 @@ NOT_COVERED = ("virtualized_accelerator", "ai_inference", "advanced_inference_in
 def conformance(folder: Path, out: Path, *extra: str, kubeconfig: Path | None = None):
     """`doctor --conformance OUT` as a user runs it; (how it ended, item id -> the checklist's entry)."""
     import yaml
-    args = [*gpu_bootstrap_args(folder), "--conformance", str(out), "--conformance-wait", "150", *extra]
+    args = [*gpu_bootstrap_args(folder), "--conformance", str(out), *extra]
     if kubeconfig is not None:
         args += ["--kubeconfig", str(kubeconfig)]
     ended = UpRun(["doctor", *args], folder).wait(RUN_TIMEOUT)

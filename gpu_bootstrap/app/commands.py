@@ -334,7 +334,7 @@ def doctor(options: Options, node_names: str | None) -> DoctorReport:
 
 
 def conformance(options: Options, folder: Path, read_only: bool, metadata_file: Path | None, node_names=None,
-                progress=None, wait: float = 240):
+                progress=None, wait: float = 360):
     """`doctor --conformance DIR`: the AI Conformance checklist proved item by item (app/conformance.py)."""
     from gpu_bootstrap.app import conformance as checks
     metadata = conformance_metadata(metadata_file)  # a bad file is refused before anything is asked

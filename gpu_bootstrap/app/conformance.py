@@ -25,7 +25,10 @@ NAMESPACE_PREFIX = "gpu-bootstrap-conformance-"
 PART_OF = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/part-of": "gpu-bootstrap-conformance"}
 GPU = "nvidia.com/gpu"
 CHECKLIST_FILE = "AIConformance.yaml"
-WITHIN = 240.0  # seconds a live check waits for what it started (a node launched, a gang admitted, a scrape)
+# seconds a live check waits for what it started (a node launched, a gang admitted, a scrape): past kube-scheduler's
+# podMaxInUnschedulablePodsDuration (5 min), after which it retries a pod it found no node for even when no event
+# it listens to said a node came
+WITHIN = 360.0
 OUT_OF_SCOPE = {
     "virtualized_accelerator": "gpu-bootstrap does not manage vGPU (NVIDIA's vGPU manager and licensed guest "
                                "drivers); the gpu-operator's vGPU options would provide it",
@@ -290,6 +293,8 @@ def cluster_autoscaling(probe: Probe) -> Result:
         return (claims, node) if claims and node else None
     answer = probe.wait(f"a node from NodePool {pool.name} is launched and the {gpus}-GPU pod bound to it",
                         launched_and_bound)
+    if not answer:
+        _why_not_launched(probe, before)
     probe.ctx.kube.delete(Ref("v1", "Pod", "conformance-autoscaled", probe.namespace))
     if not answer:
         return Result(item, NOT_IMPLEMENTED, f"a pending {gpus}-GPU pod for NodePool {pool.name} brought no node "
@@ -299,6 +304,21 @@ def cluster_autoscaling(probe: Probe) -> Result:
         f"Karpenter NodePools of GPU instance types (the gpu-pools step): a pending {gpus}-GPU pod brought NodeClaim "
         f"{claims[0]} and was bound to {node}; nodes left empty are removed after "
         f"{pool.disruption.consolidate_after} (consolidationPolicy WhenEmpty)"))
+
+
+def _why_not_launched(probe: Probe, before: set[str]) -> None:
+    """What the log needs to tell Karpenter from the scheduler: the pod's scheduling condition and the NodeClaims
+    launched since, with their conditions."""
+    pod = probe.ctx.kube.get("v1", "Pod", "conformance-autoscaled", probe.namespace) or {}
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        probe.say(f"pod condition {condition.get('type')}={condition.get('status')} {condition.get('reason', '')}: "
+                  f"{condition.get('message', '')}")
+    for claim in probe.ctx.kube.list("karpenter.sh/v1", "NodeClaim"):
+        if claim["metadata"]["name"] not in before:
+            states = [f"{c.get('type')}={c.get('status')}" for c in (claim.get("status") or {}).get("conditions")
+                      or []]
+            probe.say(f"NodeClaim {claim['metadata']['name']}: node {(claim.get('status') or {}).get('nodeName')}, "
+                      f"{', '.join(states)}")
 
 
 def pod_autoscaling(probe: Probe) -> Result:

@@ -170,7 +170,7 @@ def doctor(common, nodes: Annotated[Optional[str], Option("--nodes", metavar="A,
                "...)."))] = None,
            conformance_wait: Annotated[int, Option("--conformance-wait", metavar="SECONDS", min=10, max=3600, help=(
                "With --conformance: how long a check waits for what it started (a node launched, a gang "
-               "admitted, a scrape)."))] = 240,
+               "admitted, a scrape)."))] = 360,
            ) -> None:
     """Check the cluster, every GPU node (over SSH, or with --via cluster a probe pod per node) and every step,
     without changing anything.
