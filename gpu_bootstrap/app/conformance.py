@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_bootstrap.app.conformance_autoscaling import cluster_autoscaling, pod_autoscaling
+from gpu_bootstrap.app.conformance_probe import GPU, NAMESPACE_PREFIX, PART_OF, WITHIN, Probe, pause_pod, prometheus, \
+    query
 from gpu_bootstrap.core.errors import ClusterError, GpuBootstrapError
 from gpu_bootstrap.core.refs import Ref
 from gpu_bootstrap.render import conformance as checklist
-from gpu_bootstrap.render.conformance import IMPLEMENTED, NOT_APPLICABLE, NOT_IMPLEMENTED, PARTIAL, Result
+from gpu_bootstrap.render.conformance import IMPLEMENTED, NOT_IMPLEMENTED, PARTIAL, Result
 
-NAMESPACE_PREFIX = "gpu-bootstrap-conformance-"
-PART_OF = {"app.kubernetes.io/managed-by": "gpu-bootstrap", "app.kubernetes.io/part-of": "gpu-bootstrap-conformance"}
-GPU = "nvidia.com/gpu"
 CHECKLIST_FILE = "AIConformance.yaml"
-# seconds a live check waits for what it started (a node launched, a gang admitted, a scrape): past kube-scheduler's
-# podMaxInUnschedulablePodsDuration (5 min), after which it retries a pod it found no node for even when no event
-# it listens to said a node came
-WITHIN = 360.0
 OUT_OF_SCOPE = {
     "virtualized_accelerator": "gpu-bootstrap does not manage vGPU (NVIDIA's vGPU manager and licensed guest "
                                "drivers); the gpu-operator's vGPU options would provide it",
@@ -42,49 +38,6 @@ OUT_OF_SCOPE = {
     "disaggregated_inference": "gpu-bootstrap installs no inference server; llm-d, Dynamo, vLLM or SGLang with "
                                "separate prefill and decode would provide it",
 }
-
-
-@dataclass
-class Probe:
-    """What a check works with: the run's context, its steps, its own namespace (None with read_only) and its log."""
-
-    ctx: object
-    steps: set[str]
-    namespace: str | None
-    read_only: bool
-    within: float = WITHIN
-    log: list[str] = field(default_factory=list)
-
-    def say(self, line: str) -> None:
-        self.log.append(f"[{time.strftime('%H:%M:%S')}] {line}")
-
-    def create(self, obj: dict) -> dict:
-        obj.setdefault("metadata", {}).setdefault("labels", {}).update(PART_OF)
-        made = self.ctx.kube.create(obj)
-        self.say(f"created {obj['kind']} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}")
-        return made
-
-    def wait(self, what: str, test, interval: float = 2.0):
-        """test() until it returns something true, for `within` seconds; the last answer (None: it never came)."""
-        deadline = time.monotonic() + self.within
-        while True:
-            try:
-                answer = test()
-            except ClusterError as error:  # a read that failed now may answer next time
-                answer = None
-                self.say(f"{what}: {error.one_line()}")
-            if answer or time.monotonic() > deadline:
-                self.say(f"{what}: {'yes' if answer else f'not within {self.within:g} s'}")
-                return answer
-            time.sleep(interval)
-
-
-def pause_pod(name: str, gpus: int = 0, **spec) -> dict:
-    from gpu_bootstrap.core.catalogue import default
-    resources = {"limits": {GPU: str(gpus)}} if gpus else {}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "pause", "image": default("pause"), "resources": resources}],
-                     "terminationGracePeriodSeconds": 0, **spec}}
 
 
 # --- the checks ---------------------------------------------------------------------------------------------------------
@@ -139,7 +92,7 @@ def accelerator_metrics(probe: Probe) -> Result:
     item = "accelerator_metrics"
     if "monitoring" not in probe.steps:
         return Result(item, NOT_IMPLEMENTED, "the monitoring step is off (monitoring.enabled: true provides it)")
-    proxy = _prometheus(probe)
+    proxy = prometheus(probe)
     if isinstance(proxy, str):
         return Result(item, NOT_IMPLEMENTED, f"Prometheus cannot be asked: {proxy}")
     expected = _gpus_per_node(probe)
@@ -149,14 +102,14 @@ def accelerator_metrics(probe: Probe) -> Result:
     for field_name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"):
         promql = f"count by (node) ({field_name} < 1e15)"
         answer = probe.wait(f"Prometheus answers {promql} for every GPU node",
-                            lambda promql=promql: _covers(_query(probe, proxy, promql), expected))
-        counts[field_name] = answer or _by_node(_query(probe, proxy, promql))
+                            lambda promql=promql: _covers(query(probe, proxy, promql), expected))
+        counts[field_name] = answer or _by_node(query(probe, proxy, promql))
     short = {f"{node} {name}": f"{counts[name].get(node, 0)}/{gpus}" for name in counts
              for node, gpus in expected.items() if counts[name].get(node, 0) < gpus}
     for node, gpus in expected.items():
         probe.say(f"{node}: {gpus} GPU(s); utilization series {counts['DCGM_FI_DEV_GPU_UTIL'].get(node, 0)}, "
                   f"framebuffer series {counts['DCGM_FI_DEV_FB_USED'].get(node, 0)}")
-    held = _query(probe, proxy, 'count(DCGM_FI_DEV_GPU_UTIL{pod!=""})')
+    held = query(probe, proxy, 'count(DCGM_FI_DEV_GPU_UTIL{pod!=""})')
     probe.say(f"series labelled with the pod that holds the GPU: {held[0]['value'][1] if held else 0}")
     if short:
         return Result(item, NOT_IMPLEMENTED, f"missing DCGM series: {', '.join(sorted(short)[:6])}")
@@ -173,7 +126,7 @@ def ai_service_metrics(probe: Probe) -> Result:
         return Result(item, NOT_IMPLEMENTED, "the monitoring step is off (monitoring.enabled: true provides it)")
     if probe.read_only:
         return Result(item, NOT_IMPLEMENTED, "not checked (--read-only): it deploys a workload and a PodMonitor")
-    proxy = _prometheus(probe)
+    proxy = prometheus(probe)
     if isinstance(proxy, str):
         return Result(item, NOT_IMPLEMENTED, f"Prometheus cannot be asked: {proxy}")
     from gpu_bootstrap.core.catalogue import default
@@ -192,12 +145,12 @@ def ai_service_metrics(probe: Probe) -> Result:
     probe.create(pod)
     probe.create(monitor)
     promql = f'up{{namespace="{namespace}",pod="metrics-server"}} == 1'
-    scraped = probe.wait(f"Prometheus scrapes the workload ({promql})", lambda: _query(probe, proxy, promql))
+    scraped = probe.wait(f"Prometheus scrapes the workload ({promql})", lambda: query(probe, proxy, promql))
     if not scraped:
         return Result(item, NOT_IMPLEMENTED, f"a workload's PodMonitor was not scraped within {probe.within:g} s")
     return Result(item, IMPLEMENTED, (
         "the Prometheus Operator discovers ServiceMonitors and PodMonitors in any namespace; a fresh workload in its "
-        f"own namespace serving the Prometheus format was scraped (up == 1) with no other setup"))
+        "own namespace serving the Prometheus format was scraped (up == 1) with no other setup"))
 
 
 def secure_accelerator_access(probe: Probe) -> Result:
@@ -269,125 +222,6 @@ def gang_scheduling(probe: Probe) -> Result:
         f"{section.local_queue}; a 2-pod, 1-GPU-each Job in {namespace} was admitted whole and both pods bound"))
 
 
-def cluster_autoscaling(probe: Probe) -> Result:
-    """A pending GPU pod that fits on no node brings a node from one of our NodePools."""
-    item = "cluster_autoscaling"
-    pools = getattr(probe.ctx.config, "pools", None) or []
-    if "gpu-pools" not in probe.steps or not pools:
-        return Result(item, NOT_APPLICABLE, "no autoscaled pools are configured (pools provides Karpenter "
-                                            "NodePools for GPU nodes)", in_scope=False)
-    if probe.read_only:
-        return Result(item, NOT_IMPLEMENTED, "not checked (--read-only): it creates a GPU pod that needs a new node")
-    pool = pools[0]
-    gpus = pool.requirements.gpu_count
-    before = {c["metadata"]["name"] for c in probe.ctx.kube.list("karpenter.sh/v1", "NodeClaim")}
-    pod = pause_pod("conformance-autoscaled", gpus=gpus, nodeSelector={"karpenter.sh/nodepool": pool.name})
-    pod["metadata"]["namespace"] = probe.namespace
-    probe.create(pod)
-
-    def launched_and_bound():
-        claims = [c["metadata"]["name"] for c in probe.ctx.kube.list("karpenter.sh/v1", "NodeClaim")
-                  if c["metadata"]["name"] not in before]
-        live = probe.ctx.kube.get("v1", "Pod", "conformance-autoscaled", probe.namespace) or {}
-        node = (live.get("spec") or {}).get("nodeName")
-        return (claims, node) if claims and node else None
-    answer = probe.wait(f"a node from NodePool {pool.name} is launched and the {gpus}-GPU pod bound to it",
-                        launched_and_bound)
-    if not answer:
-        _why_not_launched(probe, before)
-    probe.ctx.kube.delete(Ref("v1", "Pod", "conformance-autoscaled", probe.namespace))
-    if not answer:
-        return Result(item, NOT_IMPLEMENTED, f"a pending {gpus}-GPU pod for NodePool {pool.name} brought no node "
-                                             f"within {probe.within:g} s")
-    claims, node = answer
-    return Result(item, IMPLEMENTED, (
-        f"Karpenter NodePools of GPU instance types (the gpu-pools step): a pending {gpus}-GPU pod brought NodeClaim "
-        f"{claims[0]} and was bound to {node}; nodes left empty are removed after "
-        f"{pool.disruption.consolidate_after} (consolidationPolicy WhenEmpty)"))
-
-
-def _why_not_launched(probe: Probe, before: set[str]) -> None:
-    """What the log needs to tell Karpenter from the scheduler: the pod's scheduling condition and the NodeClaims
-    launched since, with their conditions."""
-    pod = probe.ctx.kube.get("v1", "Pod", "conformance-autoscaled", probe.namespace) or {}
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        probe.say(f"pod condition {condition.get('type')}={condition.get('status')} {condition.get('reason', '')}: "
-                  f"{condition.get('message', '')}")
-    for claim in probe.ctx.kube.list("karpenter.sh/v1", "NodeClaim"):
-        if claim["metadata"]["name"] not in before:
-            states = [f"{c.get('type')}={c.get('status')}" for c in (claim.get("status") or {}).get("conditions")
-                      or []]
-            probe.say(f"NodeClaim {claim['metadata']['name']}: node {(claim.get('status') or {}).get('nodeName')}, "
-                      f"{', '.join(states)}")
-
-
-def pod_autoscaling(probe: Probe) -> Result:
-    """The path an HPA scales GPU pods on: the per-pod and per-workload GPU series and an external-metrics API."""
-    item = "pod_autoscaling"
-    monitoring = probe.ctx.config.monitoring
-    if "monitoring" not in probe.steps or not monitoring.workload_gpu_rules:
-        return Result(item, NOT_IMPLEMENTED, "the monitoring step's workload GPU series are off "
-                                             "(monitoring.workload_gpu_rules); the HPA has no GPU metric to scale on")
-    recorded = _workload_rules_in_place(probe)
-    if not recorded:
-        return Result(item, NOT_IMPLEMENTED, "the monitoring step's PrometheusRule with the workload GPU series is "
-                                             "not on the cluster (gpu-bootstrap up installs it)")
-    service = probe.ctx.kube.get("apiregistration.k8s.io/v1", "APIService", "v1beta1.external.metrics.k8s.io")
-    available = [c for c in ((service or {}).get("status") or {}).get("conditions") or []
-                 if c.get("type") == "Available" and c.get("status") == "True"]
-    crd = probe.ctx.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "scaledobjects.keda.sh")
-    probe.say(f"external.metrics.k8s.io APIService: {'available' if available else 'missing or not available'}; "
-              f"KEDA's ScaledObject CRD: {'present' if crd else 'absent'}")
-    if not (available and crd):
-        return Result(item, NOT_IMPLEMENTED, (
-            "the GPU series are recorded (namespace_workload:dcgm_gpu_utilization:avg), but no KEDA serves "
-            "external metrics: install KEDA (docs/steps/monitoring.md) for HPAs on GPU utilization"))
-    if probe.read_only:
-        return Result(item, NOT_IMPLEMENTED, "not checked (--read-only): the GPU series are recorded and KEDA serves "
-                                             "external metrics, but proving it scales deploys a GPU Deployment")
-    return _scales(probe)
-
-
-def _scales(probe: Probe) -> Result:
-    """A 1-replica GPU Deployment and a ScaledObject on its pods' DCGM series: their count x 100 against 50 (an idle
-    GPU reports 0 % utilization, so utilization itself would not move on a cluster at rest): the HPA must scale the
-    Deployment to 2."""
-    item, namespace, app = "pod_autoscaling", probe.namespace, "conformance-gpu-scaled"
-    server = _prometheus_endpoint(probe)
-    if not server:
-        return Result(item, NOT_IMPLEMENTED, "the Prometheus Service has no ready endpoint for KEDA to query")
-    probe.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "namespace": namespace},
-                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}},
-                           "template": {"metadata": {"labels": {"app": app}},
-                                        "spec": pause_pod(app, gpus=1)["spec"]}}})
-    query = f'count(namespace_pod:dcgm_gpu_utilization:avg{{namespace="{namespace}"}}) * 100'
-    fast = {"stabilizationWindowSeconds": 0, "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}
-    probe.create({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-                  "metadata": {"name": app, "namespace": namespace},
-                  "spec": {"scaleTargetRef": {"name": app}, "minReplicaCount": 1, "maxReplicaCount": 2,
-                           "pollingInterval": 5,
-                           "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleUp": fast}}},
-                           "triggers": [{"type": "prometheus", "metricType": "Value",
-                                         "metadata": {"serverAddress": server, "query": query,
-                                                      "threshold": "50"}}]}})
-
-    def scaled():
-        hpa = probe.ctx.kube.get("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{app}", namespace)
-        found = probe.ctx.kube.get("apps/v1", "Deployment", app, namespace) or {}
-        desired = ((hpa or {}).get("status") or {}).get("desiredReplicas")
-        return (hpa, found) if desired == 2 and (found.get("spec") or {}).get("replicas") == 2 else None
-    answer = probe.wait(f"the HPA KEDA made scales the GPU Deployment to 2 on {query} (threshold 50)", scaled)
-    if not answer:
-        return Result(item, NOT_IMPLEMENTED, f"an HPA on the Deployment's DCGM series did not scale it within "
-                                             f"{probe.within:g} s")
-    pods = probe.ctx.kube.list("v1", "Pod", namespace, label_selector=f"app={app}")
-    probe.say(f"pods: {[(p['metadata']['name'], (p.get('spec') or {}).get('nodeName')) for p in pods]}")
-    return Result(item, IMPLEMENTED, (
-        "an HPA scales GPU pods on the monitoring step's recording rules over DCGM (namespace_pod: and "
-        "namespace_workload:dcgm_gpu_utilization:avg) through KEDA's external metrics API: a 1-replica GPU "
-        "Deployment was scaled to 2 on its pods' DCGM series, live"))
-
-
 def robust_controller(probe: Probe) -> Result:
     """Kueue's webhooks answer (its defaulting suspends a queued Job, its validation refuses a bad queue name) and
     its queues reconcile; the gpu-operator's ClusterPolicy is ready as a second witness."""
@@ -440,45 +274,6 @@ CHECKS = {"driver_runtime_management": driver_runtime_management, "gpu_sharing":
 
 
 # --- helpers --------------------------------------------------------------------------------------------------------------
-def _prometheus_endpoint(probe: Probe) -> str:
-    """http://<address>:<port> of a ready endpoint of the Prometheus Service: what KEDA's operator reaches (a pod
-    address works from a pod and from the local cluster's out-of-cluster KEDA alike; the Service's DNS name only
-    from a pod)."""
-    proxy = _prometheus(probe)
-    if isinstance(proxy, str):
-        return ""
-    namespace, service, port_name = proxy
-    for found in probe.ctx.kube.list("discovery.k8s.io/v1", "EndpointSlice", namespace,
-                                     label_selector=f"kubernetes.io/service-name={service}"):
-        ports = [p["port"] for p in found.get("ports") or [] if p.get("name") == port_name or
-                 str(p.get("port")) == port_name]
-        for endpoint in found.get("endpoints") or []:
-            if ports and (endpoint.get("conditions") or {}).get("ready") and endpoint.get("addresses"):
-                return f"http://{endpoint['addresses'][0]}:{ports[0]}"
-    return ""
-
-
-def _workload_rules_in_place(probe: Probe) -> bool:
-    from gpu_bootstrap.render import monitoring as render
-    from gpu_bootstrap.steps.monitoring_target import decide
-    rule = probe.ctx.kube.get("monitoring.coreos.com/v1", "PrometheusRule", render.RULE_NAME,
-                              decide(probe.ctx).namespace)
-    groups = [g.get("name") for g in ((rule or {}).get("spec") or {}).get("groups") or []]
-    probe.say(f"PrometheusRule {render.RULE_NAME}: {'groups ' + ', '.join(groups) if rule else 'absent'}")
-    return "gpu-bootstrap.gpu-workloads" in groups
-
-
-def _prometheus(probe: Probe):
-    from gpu_bootstrap.steps.monitoring_prometheus import prometheus_proxy
-    from gpu_bootstrap.steps.monitoring_target import decide
-    return prometheus_proxy(probe.ctx, decide(probe.ctx))
-
-
-def _query(probe: Probe, proxy, promql: str) -> list[dict]:
-    from gpu_bootstrap.steps.monitoring_prometheus import query
-    return query(probe.ctx, proxy, promql)
-
-
 def _by_node(result: list[dict]) -> dict[str, int]:
     return {r["metric"].get("node", ""): int(float(r["value"][1])) for r in result}
 
