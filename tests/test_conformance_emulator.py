@@ -106,3 +106,20 @@ def test_bad_conformance_input_is_exit_2_and_writes_nothing(emu, config, tmp_pat
     assert result.exit_code == 2, result.output
     assert said in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("replicas, status", [(None, "Partially Implemented"), ("4", "Implemented")])
+def test_gpu_sharing_is_implemented_only_once_a_node_advertises_shared_gpus(emu, cluster, tmp_path, replicas, status):
+    """gpu_operator.sharing configured is not enough: a node must advertise it (GPU feature discovery's
+    nvidia.com/gpu.replicas label, as the device plugin's time-slicing sets it)."""
+    config = write_config(tmp_path / "gpu-bootstrap.yaml", cluster.kubeconfig)
+    config.write_text(config.read_text() + "gpu_operator:\n  sharing: {mode: time-slicing, replicas: 4}\n")
+    node = next(n for n in emu.list("nodes") if "nvidia.com/gpu" in (n.get("status") or {}).get("capacity", {}))
+    if replicas:
+        node["metadata"].setdefault("labels", {})["nvidia.com/gpu.replicas"] = replicas
+        emu.seed(node)
+    result = conformance(config, tmp_path, "--read-only", "-o", "json")
+    items = {i["id"]: i for i in json.loads(result.stdout)["items"]}
+    assert items["gpu_sharing"]["status"] == status, items["gpu_sharing"]
+    if replicas:
+        assert node["metadata"]["name"] in items["gpu_sharing"]["notes"]
