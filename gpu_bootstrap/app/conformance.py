@@ -20,8 +20,10 @@ from gpu_bootstrap.app.conformance_autoscaling import cluster_autoscaling, pod_a
 from gpu_bootstrap.app.conformance_probe import GPU, NAMESPACE_PREFIX, PART_OF, WITHIN, Probe, pause_pod, prometheus, \
     query
 from gpu_bootstrap.core.errors import ClusterError, GpuBootstrapError
+from gpu_bootstrap.core.objects import condition_true
 from gpu_bootstrap.core.refs import Ref
 from gpu_bootstrap.render import conformance as checklist
+from gpu_bootstrap.render import queues as kueue
 from gpu_bootstrap.render.conformance import IMPLEMENTED, NOT_IMPLEMENTED, PARTIAL, Result
 
 CHECKLIST_FILE = "AIConformance.yaml"
@@ -188,8 +190,8 @@ def secure_accelerator_access(probe: Probe) -> Result:
 def gang_scheduling(probe: Probe) -> Result:
     """A 2-pod Job through a team's queue is admitted whole: both pods exist and are bound, or none."""
     item = "gang_scheduling"
-    section = getattr(probe.ctx.config, "queues", None)
-    if "queues" not in probe.steps or section is None or not section.teams:
+    section = _team_queues(probe)
+    if section is None:
         return Result(item, NOT_IMPLEMENTED, "the queues step is off (queues.teams provides Kueue's all-or-nothing "
                                              "admission)")
     if probe.read_only:
@@ -198,8 +200,7 @@ def gang_scheduling(probe: Probe) -> Result:
     namespace = team.namespaces[0]
     name = f"conformance-gang-{secrets.token_hex(3)}"
     job = {"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/queue-name":
-                                                                        section.local_queue}},
+           "metadata": {"name": name, "namespace": namespace, "labels": {kueue.QUEUE_LABEL: section.local_queue}},
            "spec": {"parallelism": 2, "completions": 2, "suspend": True, "backoffLimit": 0,
                     "template": {"metadata": {"labels": PART_OF | {"job-name": name}},
                                  "spec": {**pause_pod(name, gpus=1)["spec"], "restartPolicy": "Never"}}}}
@@ -226,21 +227,21 @@ def robust_controller(probe: Probe) -> Result:
     """Kueue's webhooks answer (its defaulting suspends a queued Job, its validation refuses a bad queue name) and
     its queues reconcile; the gpu-operator's ClusterPolicy is ready as a second witness."""
     item = "robust_controller"
-    section = getattr(probe.ctx.config, "queues", None)
-    if "queues" not in probe.steps or section is None or not section.teams:
+    section = _team_queues(probe)
+    if section is None:
         return Result(item, NOT_IMPLEMENTED, "Kueue is not installed (queues.teams): gpu-bootstrap proves this item "
                                              "with Kueue's webhooks and controller")
     namespace = section.teams[0].namespaces[0]
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"name": "conformance-webhook", "namespace": namespace,
-                        "labels": {"kueue.x-k8s.io/queue-name": section.local_queue}},
+                        "labels": {kueue.QUEUE_LABEL: section.local_queue}},
            "spec": {"suspend": False, "template": {"spec": {**pause_pod("x")["spec"], "restartPolicy": "Never"}}}}
     defaulted = probe.ctx.kube.create(job, dry_run=True)
     suspended = (defaulted.get("spec") or {}).get("suspend") is True
     probe.say(f"a queued Job sent with suspend: false comes back from Kueue's defaulting webhook with suspend: "
               f"{(defaulted.get('spec') or {}).get('suspend')} (server-side dry run)")
     refused = None
-    bad = dict(job, metadata=dict(job["metadata"], labels={"kueue.x-k8s.io/queue-name": "Not_A_Queue"}))
+    bad = dict(job, metadata=dict(job["metadata"], labels={kueue.QUEUE_LABEL: "Not_A_Queue"}))
     try:
         probe.ctx.kube.create(bad, dry_run=True)
         probe.say("a Job naming the queue Not_A_Queue was ADMITTED")
@@ -249,11 +250,9 @@ def robust_controller(probe: Probe) -> Result:
             raise
         refused = error.message
         probe.say(f"a Job naming the queue Not_A_Queue was refused: {refused}")
-    queues = [q for q in probe.ctx.kube.list("kueue.x-k8s.io/v1beta2", "ClusterQueue")
+    queues = [q for q in probe.ctx.kube.list(kueue.API, "ClusterQueue")
               if (q["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpu-bootstrap"]
-    active = [q["metadata"]["name"] for q in queues
-              if any(c.get("type") == "Active" and c.get("status") == "True"
-                     for c in (q.get("status") or {}).get("conditions") or [])]
+    active = [q["metadata"]["name"] for q in queues if condition_true(q, "Active")]
     probe.say(f"ClusterQueues of ours: {len(queues)}, Active: {', '.join(active) or 'none'}")
     policy = _cluster_policy_state(probe)
     ok = suspended and refused and queues and len(active) == len(queues)
@@ -293,6 +292,12 @@ def _gpus_per_node(probe: Probe) -> dict[str, int]:
         if str(count).isdigit() and int(count) > 0:
             found[node["metadata"]["name"]] = int(count)
     return found
+
+
+def _team_queues(probe: Probe):
+    """The queues section when the run's queues step has teams to prove Kueue with, else None."""
+    section = getattr(probe.ctx.config, "queues", None)
+    return section if "queues" in probe.steps and section is not None and section.teams else None
 
 
 def _admission_denied(error: ClusterError) -> bool:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from gpu_bootstrap.app.conformance_probe import Probe, pause_pod, prometheus
+from gpu_bootstrap.core.objects import condition_true
 from gpu_bootstrap.core.refs import Ref
 from gpu_bootstrap.render.conformance import IMPLEMENTED, NOT_APPLICABLE, NOT_IMPLEMENTED, Result
 
@@ -72,8 +73,7 @@ def pod_autoscaling(probe: Probe) -> Result:
         return Result(item, NOT_IMPLEMENTED, "the monitoring step's PrometheusRule with the workload GPU series is "
                                              "not on the cluster (gpu-bootstrap up installs it)")
     service = probe.ctx.kube.get("apiregistration.k8s.io/v1", "APIService", "v1beta1.external.metrics.k8s.io")
-    available = [c for c in ((service or {}).get("status") or {}).get("conditions") or []
-                 if c.get("type") == "Available" and c.get("status") == "True"]
+    available = condition_true(service, "Available")
     crd = probe.ctx.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "scaledobjects.keda.sh")
     probe.say(f"external.metrics.k8s.io APIService: {'available' if available else 'missing or not available'}; "
               f"KEDA's ScaledObject CRD: {'present' if crd else 'absent'}")

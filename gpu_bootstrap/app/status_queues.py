@@ -4,6 +4,7 @@ for them. No Kueue, or no queue of ours: the section is absent. Read-only."""
 from __future__ import annotations
 
 from gpu_bootstrap.core.errors import ClusterError
+from gpu_bootstrap.core.objects import condition_true
 from gpu_bootstrap.render import queues as render
 
 WAITING_SHOWN = 20  # waiting workloads listed per document (the counts are whole)
@@ -72,7 +73,7 @@ def queues(kube) -> dict | None:
     waiting = []
     for workload in kube.list(render.API, "Workload"):
         queue = _workload_queue(workload, local)
-        if queue not in ours or _condition_true(workload, "Admitted") or _condition_true(workload, "Finished"):
+        if queue not in ours or condition_true(workload, "Admitted") or condition_true(workload, "Finished"):
             continue
         meta = workload["metadata"]
         waiting.append({"team": queue, "namespace": meta.get("namespace"), "workload": meta["name"],
@@ -99,10 +100,6 @@ def _workload_queue(workload: dict, local: dict) -> str | None:
     admission = (workload.get("status") or {}).get("admission") or {}
     queue_name = (workload.get("spec") or {}).get("queueName")
     return admission.get("clusterQueue") or local.get((workload["metadata"].get("namespace"), queue_name))
-
-
-def _condition_true(obj: dict, kind: str) -> bool:
-    return (_condition(obj, kind) or {}).get("status") == "True"
 
 
 def _owner(meta: dict) -> str | None:

@@ -69,9 +69,14 @@ def pin_resource_version(body: dict, live: dict | None) -> dict:
 
 
 # --- nodes ------------------------------------------------------------------------------------------------------------
+def condition_true(obj: dict | None, kind: str) -> bool:
+    """Whether the object's status has a condition of this type that is True (a missing object: no)."""
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in ((obj or {}).get("status") or {}).get("conditions") or [])
+
+
 def node_ready(node: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
+    return condition_true(node, "Ready")
 
 
 def room_for_platform(nodes: list[dict], gpu_nodes: set[str], taint: dict | None) -> list[str] | None:
@@ -98,8 +103,7 @@ def toleration_for(taint: dict) -> dict:
 
 # --- pods -------------------------------------------------------------------------------------------------------------
 def pod_ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return condition_true(pod, "Ready")
 
 
 def waiting(pod: dict) -> tuple[str, str, str] | None:

@@ -84,7 +84,7 @@ class Autoscaled:
     fits there and the scheduler model's caches need no other notion of a node that is not there."""
 
     def __init__(self, template: Node, size: int, profile: Profile, seed: int, consolidate_after: float):
-        self.template, self.after = template, consolidate_after
+        self.after = consolidate_after
         nodes = [Node(f"slot-{i}", template.cpu, template.memory, template.gpus, template.model, template.labels)
                  for i in range(size)]
         self.filler = Pod(template.cpu, template.memory, template.gpus, nonzero_cpu=template.cpu,
@@ -177,7 +177,7 @@ def report(pods: list[TimedPod], template: Node, profiles: list[Profile], seeds:
         policy["vs_baseline_pct"] = round(100.0 * (policy["node_seconds"] - baseline) / baseline, 1) if baseline \
             else 0.0
     span = (max(p.end for p in chosen) - min(p.start for p in chosen)) / HOUR if chosen else 0.0
-    floor = gpu_hours(chosen, template) / template.gpus
+    floor = gpu_hours(chosen) / template.gpus
     return {"autoscale": {
         "instance": {"gpus": template.gpus, "cpu_milli": template.cpu, "memory_mib": template.memory,
                      "model": template.model},
@@ -187,6 +187,6 @@ def report(pods: list[TimedPod], template: Node, profiles: list[Profile], seeds:
         "baseline": policies[0]["name"], "policies": policies}}
 
 
-def gpu_hours(pods: list[TimedPod], template: Node) -> float:
+def gpu_hours(pods: list[TimedPod]) -> float:
     """The GPU-hours the pods ask for: divided by the instance's GPUs, the node-hours no scheduler can go below."""
-    return sum(p.pod.gpus * (p.end - p.start) for p in pods if p.pod.gpus <= template.gpus) / HOUR
+    return sum(p.pod.gpus * (p.end - p.start) for p in pods) / HOUR

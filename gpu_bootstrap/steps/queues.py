@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_bootstrap.core.errors import ClusterError, Unknown, Unreachable
-from gpu_bootstrap.core.objects import differences, served
+from gpu_bootstrap.core.objects import condition_true, differences, served
 from gpu_bootstrap.core.refs import Chart
 from gpu_bootstrap.pipeline.step import FAIL, PASS, SKIP, WARN, Change, Check, Ref, Step, Verb, declare
 from gpu_bootstrap.render import queues as render
@@ -312,11 +312,11 @@ class Queues(Step):
         inactive = []
         for team in section.teams:
             live = ctx.kube.get(render.API, "ClusterQueue", team.name)
-            if not _condition(live, "Active"):
+            if not condition_true(live, "Active"):
                 inactive.append(f"ClusterQueue {team.name} ({_reason(live, 'Active')})")
             for namespace in sorted(team.namespaces):
                 local = ctx.kube.get(render.API, "LocalQueue", section.local_queue, namespace)
-                if not _condition(local, "Active"):
+                if not condition_true(local, "Active"):
                     inactive.append(f"LocalQueue {namespace}/{section.local_queue} ({_reason(local, 'Active')})")
         if inactive:
             return Check(WARN, f"not active: {'; '.join(inactive[:4])}")
@@ -351,7 +351,7 @@ class Queues(Step):
             meta = workload["metadata"]
             admitted_into = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
             waits_in = (meta.get("namespace"), (workload.get("spec") or {}).get("queueName"))
-            if _condition(workload, "Finished") or (admitted_into not in cluster_queues and
+            if condition_true(workload, "Finished") or (admitted_into not in cluster_queues and
                                                     waits_in not in local_queues):
                 continue
             keep = [f for f in meta.get("finalizers") or [] if not f.startswith("kueue.x-k8s.io/")]
@@ -389,11 +389,6 @@ def bypassing(pods: list[dict]) -> list[str]:
     return [f"{pod['metadata']['namespace']}/{pod['metadata']['name']}" for pod in pods
             if _requests_gpus(pod) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
             and not (pod["metadata"].get("labels") or {}).get(render.QUEUE_LABEL) and not _admitted_by_kueue(pod)]
-
-
-def _condition(obj: dict | None, kind: str) -> bool:
-    return any(c.get("type") == kind and c.get("status") == "True"
-               for c in ((obj or {}).get("status") or {}).get("conditions") or [])
 
 
 def _reason(obj: dict | None, kind: str) -> str:
