@@ -158,6 +158,12 @@ def test_with_engine_vap_opas_namespace_is_no_hiding_place(emu, api):  # noqa: F
             "validatingadmissionpolicybindings"
         assert api.post(f"{GROUP}/{path}", obj).status == 201
     squatted = config.admission.opa.namespace
+    # another test on the shared server may be deleting a namespace of that name: the squatter waits it out
+    deadline = time.monotonic() + 120
+    while (existing := api.get(f"/api/v1/namespaces/{squatted}")).status == 200 and \
+            existing.json["metadata"].get("deletionTimestamp"):
+        assert time.monotonic() < deadline, f"namespace {squatted} still terminating after 120 s"
+        time.sleep(0.5)
     made = api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": squatted}})
     assert made.status in (201, 409), made
     gpu = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "squat", "namespace": squatted},

@@ -4,6 +4,7 @@ connections but never answers fails within the per-request timeout, naming it.""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -241,7 +242,9 @@ def test_a_server_that_accepts_but_never_answers_fails_within_the_deadline(clust
         kube.version()
     took = time.monotonic() - started
     assert took < 4.0 + 1.0 + 3  # the deadline, one last handshake's timeout, slack
-    assert f"127.0.0.1:{silent_server}: timed out after 1 s connecting (TCP/TLS handshake)" in caught.value.message
+    # the last handshake gets what is left of the deadline: 1 s, or less on a machine too busy to start it at once
+    assert re.search(rf"127\.0\.0\.1:{silent_server}: timed out after (1|0\.\d+) s connecting \(TCP/TLS handshake\)",
+                     caught.value.message), caught.value.message
     assert kube.requests >= 2
 
 
